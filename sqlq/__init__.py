@@ -1,0 +1,14 @@
+"""sqlq: a durable work queue with leases and retries, stored in SQLite.
+
+* :class:`WorkQueue` - the queue in memory; every call passes ``now``.
+* :class:`Queue` - the same calls with the same answers, durable in a SQLite file
+  shared by many processes.
+"""
+
+from . import errors
+from .contract import State
+from .durable import Queue
+from .memory import WorkQueue
+
+__all__ = ["Queue", "State", "WorkQueue", "errors"]
+__version__ = "0.1.0"

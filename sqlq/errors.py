@@ -1,0 +1,91 @@
+"""The exceptions sqlq raises.
+
+Every error sqlq raises derives from :class:`SqlqError`.  Two families matter to
+callers:
+
+* :class:`InvalidArgument` (also a ``ValueError``): the call was refused before
+  anything was read or written; the queue is unchanged.
+* :class:`StorageError`: the database could not do what was asked.  The
+  transaction of the call was rolled back, so the queue is unchanged, and the
+  original DB-API exception is kept as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class SqlqError(Exception):
+    """Base class of every error raised by sqlq."""
+
+
+# --- bad input -----------------------------------------------------------------
+
+
+class InvalidArgument(SqlqError, ValueError):
+    """An argument has the wrong type or is outside the documented limits."""
+
+
+class InvalidTaskId(InvalidArgument):
+    """A task id is not a non-empty ``str`` of valid Unicode within the length limit."""
+
+
+class InvalidTime(InvalidArgument):
+    """A time is not a finite number within the documented limits."""
+
+
+class InvalidConfig(InvalidArgument):
+    """A queue setting (lease_seconds, max_attempts, queue name, ...) is invalid."""
+
+
+# --- the database --------------------------------------------------------------
+
+
+class StorageError(SqlqError):
+    """The database failed; the call's transaction did not take effect."""
+
+
+class Busy(StorageError):
+    """The write lock could not be taken within the configured wait (``busy_timeout``)."""
+
+
+class StorageFull(StorageError):
+    """The disk (or the database's size limit) is full."""
+
+
+class StorageIOError(StorageError):
+    """The operating system reported an I/O error while reading or writing the database."""
+
+
+class Corrupt(StorageError):
+    """SQLite reports the database as malformed.  sqlq never repairs or deletes it."""
+
+
+class CannotOpen(StorageError):
+    """The database file (or its folder, or its -wal/-shm files) cannot be opened."""
+
+
+class ReadOnly(StorageError):
+    """The database cannot be written (permissions, a read-only mount, ...)."""
+
+
+class SchemaError(StorageError):
+    """The file's schema is not one this version of sqlq can use.  The file is left untouched."""
+
+
+class NotASqlqDatabase(SchemaError):
+    """The file is not a SQLite database, or is one that sqlq did not create."""
+
+
+class SchemaTooNew(SchemaError):
+    """The database was migrated by a newer sqlq than this one."""
+
+
+class InvariantViolation(SqlqError):
+    """A guarded update found the database in a state it should never be in.
+
+    This means a bug or an outside edit of the tables; the call's transaction
+    was rolled back.
+    """
+
+
+class QueueClosed(SqlqError):
+    """The queue was closed; open a new one."""

@@ -1,0 +1,40 @@
+"""Shared fixtures: one conformance suite runs against every face of the queue."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sqlq
+
+Factory = Callable[..., Any]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
+    """make_queue(lease_seconds, max_attempts) -> a WorkQueue or a Queue on a new file."""
+    opened: list[sqlq.Queue] = []
+
+    def make(lease_seconds: float, max_attempts: int) -> Any:
+        if request.param == "memory":
+            return sqlq.WorkQueue(lease_seconds, max_attempts)
+        queue = sqlq.Queue(
+            tmp_path / f"q{len(opened)}.db",
+            lease_seconds=lease_seconds,
+            max_attempts=max_attempts,
+            synchronous="normal",
+        )
+        opened.append(queue)
+        return queue
+
+    yield make
+    for queue in opened:
+        queue.close()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "queue.db"
