@@ -250,8 +250,17 @@ def test_bad_times_are_refused(make_queue: Factory, bad: object) -> None:
 
 @pytest.mark.parametrize(
     ("lease_seconds", "max_attempts"),
-    [(-1, 3), (10**9 + 1, 3), (float("nan"), 3), ("10", 3), (10, 0), (10, 10**6 + 1),
-     (10, 2.0), (10, True), (None, 3)],
+    [
+        (-1, 3),
+        (10**9 + 1, 3),
+        (float("nan"), 3),
+        ("10", 3),
+        (10, 0),
+        (10, 10**6 + 1),
+        (10, 2.0),
+        (10, True),
+        (None, 3),
+    ],
 )
 def test_bad_settings_are_refused(
     make_queue: Factory, lease_seconds: object, max_attempts: object

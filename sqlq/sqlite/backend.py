@@ -22,7 +22,7 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -153,8 +153,9 @@ class SqliteBackend:
             yield
         except driver.dbapi.Error as exc:
             raise driver.translate(exc, self.path) from exc
-        except sa.exc.DBAPIError as exc:
-            raise driver.translate(exc.orig, self.path) from exc.orig
+        except sa.exc.DBAPIError as exc:  # raised by SQLAlchemy when it connects
+            cause = exc.orig if exc.orig is not None else exc
+            raise driver.translate(cause, self.path) from cause
 
     # --- calls ----------------------------------------------------------------------
 
@@ -172,10 +173,8 @@ class SqliteBackend:
                 # SQLite may have rolled back already (e.g. on SQLITE_FULL); a blind
                 # ROLLBACK would then raise a second, misleading error.
                 if conn.in_transaction:
-                    try:
+                    with suppress(driver.dbapi.Error):
                         conn.execute(Q.rollback)
-                    except driver.dbapi.Error:
-                        pass
                 raise
 
     def counts(self) -> dict[str, dict[str, int]]:
@@ -265,4 +264,3 @@ class SqliteTransaction:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     row_id, task_id, state, attempts, max_attempts, lease_id = row
     return TaskRow(row_id, task_id, State(state), attempts, max_attempts, lease_id)
-

@@ -1,0 +1,87 @@
+"""The schema the code expects, declared with SQLAlchemy Core.
+
+The migrations in ``migrations/sqlite/`` build the database; this declaration is
+what the queries in ``sqlq/sqlite/queries.sql`` are written against.
+``tests/test_schema.py`` builds a database from all migrations, reflects it, and
+checks that it matches this declaration exactly (tables, columns, types,
+nullability, keys, indexes and CHECK constraints), so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.types import REAL
+
+from .contract import State
+
+metadata = MetaData()
+
+STATES_SQL = ", ".join(f"'{state.value}'" for state in State)
+
+migrations = Table(
+    "sqlq_migrations",
+    metadata,
+    Column("version", Integer, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("checksum", Text, nullable=False),
+    Column("applied_at", REAL, nullable=False),
+    sqlite_strict=True,
+)
+
+clock = Table(
+    "sqlq_clock",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("now", REAL, nullable=False),
+    Column("counter", Integer, nullable=False),
+    CheckConstraint("id = 1"),
+    CheckConstraint("now >= 0"),
+    CheckConstraint("counter >= 0"),
+    sqlite_strict=True,
+)
+
+tasks = Table(
+    "sqlq_tasks",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("task_id", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("lease_id", Integer, nullable=True),
+    Column("deadline", REAL, nullable=True),
+    Column("created_at", REAL, nullable=False),
+    Column("updated_at", REAL, nullable=False),
+    UniqueConstraint("queue", "task_id"),
+    CheckConstraint("length(queue) > 0"),
+    CheckConstraint(f"state IN ({STATES_SQL})"),
+    CheckConstraint("attempts >= 0"),
+    CheckConstraint("max_attempts >= 1"),
+    CheckConstraint("attempts <= max_attempts"),
+    CheckConstraint("(state = 'RESERVED') = (deadline IS NOT NULL)"),
+    CheckConstraint("state <> 'RESERVED' OR lease_id IS NOT NULL"),
+    CheckConstraint("state <> 'AVAILABLE' OR attempts < max_attempts"),
+    CheckConstraint("state NOT IN ('RESERVED', 'COMPLETED') OR attempts >= 1"),
+    CheckConstraint("state <> 'DEAD' OR attempts = max_attempts"),
+    sqlite_strict=True,
+)
+
+Index("sqlq_tasks_line", tasks.c.queue, tasks.c.state, tasks.c.seq)
+Index(
+    "sqlq_tasks_leases",
+    tasks.c.deadline,
+    tasks.c.lease_id,
+    sqlite_where=text("deadline IS NOT NULL"),
+)

@@ -1,0 +1,221 @@
+"""Migrations build exactly the schema the code expects, and refuse foreign files."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import sqlq
+from sqlq import schema
+from sqlq.errors import NotASqlqDatabase, SchemaTooNew
+from sqlq.sqlite import migrate
+from sqlq.sqlite.driver import dbapi
+from sqlq.sqlite.queries import Q, parse
+
+
+def _norm(sql: str) -> str:
+    return re.sub(r"\s+", " ", sql).strip()
+
+
+def _reflect(engine: sa.Engine) -> dict[str, Any]:
+    inspector = sa.inspect(engine)
+    out: dict[str, Any] = {}
+    for table in inspector.get_table_names():
+        out[table] = {
+            "columns": [
+                (c["name"], str(c["type"]), bool(c["nullable"]))
+                for c in inspector.get_columns(table)
+            ],
+            "pk": inspector.get_pk_constraint(table)["constrained_columns"],
+            "unique": sorted(
+                tuple(u["column_names"]) for u in inspector.get_unique_constraints(table)
+            ),
+            "indexes": sorted(
+                (
+                    i["name"],
+                    tuple(i["column_names"]),
+                    bool(i["unique"]),
+                    _norm(str(i.get("dialect_options", {}).get("sqlite_where", ""))),
+                )
+                for i in inspector.get_indexes(table)
+            ),
+            "checks": sorted(_norm(c["sqltext"]) for c in inspector.get_check_constraints(table)),
+        }
+    return out
+
+
+def _expected() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for table in schema.metadata.sorted_tables:
+        out[table.name] = {
+            "columns": [
+                # INTEGER PRIMARY KEY is the rowid alias; SQLite reports it nullable.
+                (
+                    c.name,
+                    str(c.type.compile(dialect=sa.dialects.sqlite.dialect())),
+                    bool(c.nullable) or (c.primary_key and len(table.primary_key.columns) == 1),
+                )
+                for c in table.columns
+            ],
+            "pk": [c.name for c in table.primary_key.columns],
+            "unique": sorted(
+                tuple(c.name for c in u.columns)
+                for u in table.constraints
+                if isinstance(u, sa.UniqueConstraint) and not isinstance(u, sa.PrimaryKeyConstraint)
+            ),
+            "indexes": sorted(
+                (
+                    i.name,
+                    tuple(c.name for c in i.columns),
+                    bool(i.unique),
+                    _norm(str(i.dialect_options["sqlite"]["where"]))
+                    if i.dialect_options["sqlite"]["where"] is not None
+                    else "",
+                )
+                for i in table.indexes
+            ),
+            "checks": sorted(
+                _norm(str(c.sqltext))
+                for c in table.constraints
+                if isinstance(c, sa.CheckConstraint)
+            ),
+        }
+    return out
+
+
+def test_migrations_build_the_declared_schema(db_path: Path) -> None:
+    sqlq.Queue(db_path, lease_seconds=1, max_attempts=1).close()
+    engine = sa.create_engine(f"sqlite:///{db_path}", module=dbapi)
+    try:
+        assert _reflect(engine) == _expected()
+        with engine.connect() as conn:
+            strict = dict(conn.exec_driver_sql("SELECT name, strict FROM pragma_table_list").all())
+            versions = conn.exec_driver_sql("SELECT version, checksum FROM sqlq_migrations").all()
+    finally:
+        engine.dispose()
+    assert all(strict[t.name] == 1 for t in schema.metadata.sorted_tables)
+    assert [v for v, _ in versions] == [m.version for m in migrate.migrations()]
+    assert [c for _, c in versions] == [m.checksum for m in migrate.migrations()]
+
+
+def test_migrations_are_numbered_from_one() -> None:
+    versions = [m.version for m in migrate.migrations()]
+    assert versions == list(range(1, len(versions) + 1))
+    for m in migrate.migrations():
+        assert m.statements(), f"migration {m.version} has no statements"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_foreign_sqlite_database_is_refused_untouched(db_path: Path) -> None:
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+        conn.execute("INSERT INTO invoices (total) VALUES (9.5)")
+    conn.close()
+    before = _digest(db_path)
+    with pytest.raises(NotASqlqDatabase, match="not created by sqlq"):
+        sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
+    assert _digest(db_path) == before
+    assert sorted(p.name for p in db_path.parent.iterdir()) == [db_path.name]
+
+
+def test_a_file_that_is_not_a_database_is_refused_untouched(db_path: Path) -> None:
+    db_path.write_bytes(b"these are my notes, not a database\n" * 100)
+    before = _digest(db_path)
+    with pytest.raises(NotASqlqDatabase):
+        sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
+    assert _digest(db_path) == before
+
+
+def test_a_newer_schema_is_refused_untouched(db_path: Path) -> None:
+    sqlq.Queue(db_path, lease_seconds=1, max_attempts=1).close()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute(
+            "INSERT INTO sqlq_migrations VALUES (?, 'from_the_future', 'x', 0)",
+            (migrate.latest_version() + 1,),
+        )
+    conn.close()
+    before = _digest(db_path)
+    with pytest.raises(SchemaTooNew, match="upgrade sqlq"):
+        sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
+    assert _digest(db_path) == before
+
+
+def test_an_older_database_is_migrated_forward(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at version 1 gains a later migration when opened by a newer sqlq."""
+    q = sqlq.Queue(db_path, lease_seconds=10, max_attempts=2)
+    q.add("kept", 0)
+    q.close()
+    extra = migrate.Migration(
+        migrate.latest_version() + 1, "test_extra", "CREATE TABLE sqlq_test_extra (x INTEGER);"
+    )
+    current = migrate.migrations()
+    monkeypatch.setattr(migrate, "migrations", lambda: (*current, extra))
+    q = sqlq.Queue(db_path, lease_seconds=10, max_attempts=2)
+    assert q.status("kept", 1) == "AVAILABLE"
+    q.close()
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT max(version) FROM sqlq_migrations").fetchone() == (
+            extra.version,
+        )
+        assert conn.execute("SELECT count(*) FROM sqlq_test_extra").fetchone() == (0,)
+    conn.close()
+
+
+def test_a_failing_migration_leaves_the_previous_version(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sqlq.Queue(db_path, lease_seconds=10, max_attempts=2).close()
+    bad = migrate.Migration(
+        migrate.latest_version() + 1,
+        "broken",
+        "CREATE TABLE sqlq_half (x INTEGER);\nINSERT INTO no_such_table VALUES (1);\n",
+    )
+    current = migrate.migrations()
+    monkeypatch.setattr(migrate, "migrations", lambda: (*current, bad))
+    with pytest.raises(sqlq.errors.StorageError):
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=2)
+    with sqlite3.connect(db_path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        version = conn.execute("SELECT max(version) FROM sqlq_migrations").fetchone()[0]
+    conn.close()
+    assert "sqlq_half" not in tables
+    assert version == bad.version - 1
+
+
+def test_statement_splitting_keeps_triggers_whole() -> None:
+    m = migrate.Migration(
+        9,
+        "t",
+        "CREATE TABLE a (x);\n-- a comment; with a semicolon\n"
+        "CREATE TRIGGER t AFTER INSERT ON a BEGIN\n  UPDATE a SET x = 1;\n  DELETE FROM a;\nEND;\n",
+    )
+    statements = m.statements()
+    assert len(statements) == 2
+    assert "CREATE TRIGGER" in statements[1] and statements[1].endswith("END;")
+
+
+def test_every_query_is_described_and_used() -> None:
+    package = Path(sqlq.__file__).parent
+    code = "\n".join(p.read_text("utf-8") for p in package.rglob("*.py"))
+    used = set(re.findall(r"\bQ\.(\w+)", code)) - {"all"}
+    assert used <= set(Q.all), f"used but not defined: {used - set(Q.all)}"
+    assert set(Q.all) <= used, f"defined but never used: {set(Q.all) - used}"
+    assert all(q.doc for q in Q.all.values())
+
+
+def test_query_file_parser_rejects_duplicates_and_empty_blocks() -> None:
+    with pytest.raises(ValueError, match="twice"):
+        parse("-- name: a\n-- doc\nSELECT 1\n-- name: a\n-- doc\nSELECT 2\n")
+    with pytest.raises(ValueError, match="description"):
+        parse("-- name: a\nSELECT 1\n")

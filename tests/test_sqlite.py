@@ -1,0 +1,286 @@
+"""What the SQLite face adds to the contract: durability, sharing, settings, errors."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+import sqlq
+from sqlq.errors import Busy, CannotOpen, InvalidConfig, QueueClosed
+from sqlq.sqlite import driver
+from sqlq.sqlite.queries import Q
+
+
+def open_queue(path: Path, **kw: object) -> sqlq.Queue:
+    kw.setdefault("lease_seconds", 10)
+    kw.setdefault("max_attempts", 3)
+    return sqlq.Queue(path, **kw)  # type: ignore[arg-type]
+
+
+def test_reopen_keeps_tasks_and_live_leases(db_path: Path) -> None:
+    q = open_queue(db_path)
+    for name in ("a", "b", "c", "d"):
+        q.add(name, 0)
+    assert q.reserve(1) == "a"  # lease until 11
+    assert q.reserve(2) == "b"
+    q.complete("b", 3)
+    q.close()
+    with pytest.raises(QueueClosed):
+        q.status("a", 4)
+
+    q = open_queue(db_path)
+    assert [q.status(t, 4) for t in "abcd"] == ["RESERVED", "COMPLETED", "AVAILABLE", "AVAILABLE"]
+    assert q.status("a", 10) == "RESERVED"
+    assert q.status("a", 11) == "AVAILABLE"  # the lease taken before the reopen ran out on time
+    assert [q.reserve(12), q.reserve(12), q.reserve(12)] == ["c", "d", "a"]
+    q.close()
+
+
+def test_high_water_mark_survives_reopen(db_path: Path) -> None:
+    q = open_queue(db_path)
+    q.add("t", 100)
+    q.close()
+    q = open_queue(db_path)
+    assert q.reserve(5) == "t"  # handled at 100: lease until 110
+    assert q.status("t", 109) == "RESERVED"
+    assert q.status("t", 110) == "AVAILABLE"
+    q.close()
+
+
+def test_named_queues_share_a_file_but_not_a_line(db_path: Path) -> None:
+    emails = open_queue(db_path, queue="emails")
+    images = open_queue(db_path, queue="images", max_attempts=1)
+    assert emails.add("job", 0) is True
+    assert images.add("job", 0) is True  # same id, other queue
+    assert images.reserve(1) == "job"
+    assert images.reserve(1) is None
+    assert emails.status("job", 1) == "AVAILABLE"
+    assert emails.reserve(2) == "job"
+    # Expiry is per database: a call on one queue expires due leases of all.
+    emails.status("job", 20)
+    assert images.counts() == {"AVAILABLE": 0, "RESERVED": 0, "COMPLETED": 0, "DEAD": 1}
+    assert emails.counts()["AVAILABLE"] == 1
+    emails.close()
+    images.close()
+
+
+def test_max_attempts_is_fixed_per_task_when_added(db_path: Path) -> None:
+    q1 = open_queue(db_path, max_attempts=1)
+    q1.add("one-shot", 0)
+    q3 = open_queue(db_path, max_attempts=3)
+    q3.reserve(0)
+    assert q3.fail("one-shot", 1) == "DEAD"
+    q1.close()
+    q3.close()
+
+
+def test_default_clock_is_used_and_injectable(db_path: Path) -> None:
+    now = [1_000.0]
+    q = open_queue(db_path, lease_seconds=30, clock=lambda: now[0])
+    q.add("t")
+    assert q.reserve() == "t"
+    now[0] += 29.5
+    assert q.status("t") == "RESERVED"
+    now[0] += 0.5
+    assert q.status("t") == "AVAILABLE"
+    q.close()
+
+    real = open_queue(db_path)  # time.time(): far past 1030
+    assert real.reserve() == "t"
+    real.close()
+
+
+def test_int_times_give_exact_answers_past_float_rounding(db_path: Path) -> None:
+    q = open_queue(db_path, lease_seconds=10**9)
+    big = 10**9
+    q.add("t", big)
+    q.reserve(big)
+    assert q.status("t", 2 * big - 1) == "RESERVED"
+    assert q.status("t", 2 * big) == "AVAILABLE"
+    q.close()
+
+
+def test_wal_mode_and_synchronous_setting(db_path: Path) -> None:
+    q = open_queue(db_path)
+    q.add("t", 0)
+    q.close()
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    conn.close()
+    for setting, expected in (("full", 2), ("normal", 1)):
+        q = open_queue(db_path, synchronous=setting)
+        conn = q._backend._connection()  # type: ignore[attr-defined]
+        assert conn.execute("PRAGMA synchronous").fetchone() == (expected,)
+        q.close()
+    with pytest.raises(InvalidConfig):
+        open_queue(db_path, synchronous="off")
+
+
+def test_states_are_readable_in_the_table(db_path: Path) -> None:
+    q = open_queue(db_path)
+    q.add("a", 0)
+    q.add("b", 0)
+    q.reserve(1)
+    q.close()
+    with sqlite3.connect(db_path) as conn:
+        rows = conn.execute(
+            "SELECT task_id, state, attempts FROM sqlq_tasks ORDER BY task_id"
+        ).fetchall()
+    conn.close()
+    assert rows == [("a", "RESERVED", 1), ("b", "AVAILABLE", 0)]
+
+
+def test_hot_queries_use_indexes(db_path: Path) -> None:
+    q = open_queue(db_path)
+    q.close()
+    with sqlite3.connect(db_path) as conn:
+
+        def plan(sql: str, params: dict[str, object]) -> str:
+            return " | ".join(r[-1] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+        due = plan(Q.due_leases, {"now": 5})
+        assert "sqlq_tasks_leases" in due and "TEMP B-TREE" not in due
+        claim = plan(Q.claim_front, {"queue": "q", "lease_id": 1, "deadline": 1, "now": 1})
+        assert "sqlq_tasks_line" in claim and "TEMP B-TREE" not in claim
+        get = plan(Q.get_task, {"queue": "q", "task_id": "t"})
+        assert "USING INDEX" in get and "SCAN" not in get
+    conn.close()
+
+
+def test_database_errors_become_typed_errors_with_the_cause(tmp_path: Path) -> None:
+    with pytest.raises(CannotOpen) as caught:
+        open_queue(tmp_path / "no" / "such" / "folder" / "q.db")
+    assert isinstance(caught.value.__cause__, driver.dbapi.Error)
+
+
+@pytest.mark.parametrize(
+    "bad", [":memory:", "", "sqlite://", "sqlite:///:memory:", "postgresql://x/y"]
+)
+def test_unshareable_or_unsupported_targets_are_refused(bad: str) -> None:
+    with pytest.raises(InvalidConfig):
+        open_queue(bad)  # type: ignore[arg-type]
+
+
+def test_sqlite_url(tmp_path: Path) -> None:
+    q = open_queue(f"sqlite:///{tmp_path}/via-url.db")  # type: ignore[arg-type]
+    q.add("t", 0)
+    q.close()
+    assert (tmp_path / "via-url.db").exists()
+
+
+def test_busy_database_raises_busy_after_the_wait(db_path: Path) -> None:
+    q = open_queue(db_path, busy_timeout=0.2)
+    q.add("t", 0)
+    # The same SQLite library as the queue: two copies of SQLite in one process
+    # do not see each other's POSIX locks.
+    blocker = driver.dbapi.connect(str(db_path), isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(Busy, match="busy_timeout") as caught:
+            q.reserve(1)
+        assert isinstance(caught.value.__cause__, driver.dbapi.Error)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert q.reserve(1) == "t"  # the same object works once the lock is free
+    q.close()
+
+
+def test_a_queue_is_safe_to_share_between_threads(db_path: Path) -> None:
+    q = open_queue(db_path, synchronous="normal")
+    n_tasks, n_threads = 400, 8
+    for i in range(n_tasks):
+        q.add(f"t{i}", 0)
+    completed: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while (task := q.reserve(1)) is not None:
+            assert q.complete(task, 1) is True
+            with lock:
+                completed.append(task)
+
+    threads = [threading.Thread(target=worker) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(completed) == sorted(f"t{i}" for i in range(n_tasks))
+    assert q.counts()["COMPLETED"] == n_tasks
+    q.close()
+
+
+def _child_uses_inherited_queue(q: sqlq.Queue, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    out.put((q.reserve(1), q.complete("a", 1), os.getpid()))
+
+
+def test_a_forked_child_opens_its_own_connection(db_path: Path) -> None:
+    q = open_queue(db_path)
+    q.add("a", 0)
+    q.add("b", 0)
+    parent_conn = q._backend._connection()  # type: ignore[attr-defined]
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_child_uses_inherited_queue, args=(q, out))
+    child.start()
+    reserved, completed, pid = out.get(timeout=30)
+    child.join(30)
+    assert child.exitcode == 0 and pid != os.getpid()
+    assert (reserved, completed) == ("a", True)
+    # The parent's connection was not touched and still works.
+    assert q._backend._connection() is parent_conn  # type: ignore[attr-defined]
+    assert q.status("a", 2) == "COMPLETED"
+    assert q.reserve(2) == "b"
+    q.close()
+
+
+def _open_and_add(path: str, name: str) -> None:
+    q = sqlq.Queue(path, lease_seconds=5, max_attempts=2)
+    q.add(name, 0)
+    q.close()
+
+
+def test_processes_opening_a_new_file_together_migrate_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "fresh.db")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_open_and_add, args=(path, f"p{i}")) for i in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * 6
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM sqlq_migrations").fetchone()[0] >= 1
+        versions = [r[0] for r in conn.execute("SELECT version FROM sqlq_migrations")]
+        assert len(versions) == len(set(versions))
+        assert conn.execute("SELECT count(*) FROM sqlq_tasks").fetchone() == (6,)
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("version", "affected"),
+    [
+        ((3, 40, 1), True),
+        ((3, 44, 5), True),
+        ((3, 44, 6), False),
+        ((3, 45, 0), True),
+        ((3, 50, 6), True),
+        ((3, 50, 7), False),
+        ((3, 51, 2), True),
+        ((3, 51, 3), False),
+        ((3, 53, 4), False),
+    ],
+)
+def test_wal_reset_bug_versions(version: tuple[int, int, int], affected: bool) -> None:
+    assert driver.has_wal_reset_bug(version) is affected
+
+
+def test_an_affected_sqlite_warns(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(driver, "version_info", lambda module=None: (3, 40, 1))
+    with pytest.warns(driver.SqliteVersionWarning, match="WAL-reset"):
+        open_queue(db_path).close()
