@@ -50,6 +50,8 @@ Number = int | float
 
 def check_time(now: object, what: str = "now") -> Number:
     """Return ``now`` if it is a finite number in [0, MAX_TIME], else raise InvalidTime."""
+    if (type(now) is int or type(now) is float) and 0 <= now <= MAX_TIME:
+        return now
     # bool is an int subclass, but True is not a time.
     if type(now) is int or type(now) is float:
         value = now
@@ -71,6 +73,8 @@ def check_task_id(task_id: object) -> str:
     an ordinary id: quotes, semicolons and SQL keywords included.  Lone surrogates
     (which no encoding can store) are refused.
     """
+    if type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii():
+        return task_id
     if type(task_id) is not str:
         if not isinstance(task_id, str):
             raise InvalidTaskId(f"task id must be a str, not {type(task_id).__name__}")
