@@ -219,3 +219,28 @@ def test_query_file_parser_rejects_duplicates_and_empty_blocks() -> None:
         parse("-- name: a\n-- doc\nSELECT 1\n-- name: a\n-- doc\nSELECT 2\n")
     with pytest.raises(ValueError, match="description"):
         parse("-- name: a\nSELECT 1\n")
+
+
+def test_opening_without_migrating_never_writes(db_path: Path) -> None:
+    from sqlq.errors import CannotOpen
+    from sqlq.sqlite.backend import SqliteBackend
+
+    with pytest.raises(CannotOpen):
+        SqliteBackend(db_path, migrate=False)
+    assert not db_path.exists()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("PRAGMA user_version = 7")  # a SQLite file with no tables
+    conn.close()
+    before = _digest(db_path)
+    with pytest.raises(NotASqlqDatabase):
+        SqliteBackend(db_path, migrate=False)
+    assert _digest(db_path) == before
+    assert sorted(p.name for p in db_path.parent.iterdir()) == [db_path.name]
+
+    db_path.unlink()
+    q = sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
+    q.add("t", 0)
+    q.close()
+    backend = SqliteBackend(db_path, migrate=False)
+    assert backend.counts() == {"default": {"AVAILABLE": 1}}
+    backend.close()

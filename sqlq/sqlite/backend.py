@@ -30,9 +30,9 @@ from sqlalchemy.pool import NullPool
 
 from ..backend import TaskRow
 from ..contract import Number, State
-from ..errors import InvalidConfig, InvariantViolation, QueueClosed
+from ..errors import CannotOpen, InvalidConfig, InvariantViolation, QueueClosed
 from . import driver
-from .migrate import ensure_schema
+from .migrate import check_schema, ensure_schema
 from .queries import Q
 
 Synchronous = Literal["full", "normal"]
@@ -84,8 +84,16 @@ class SqliteBackend:
         *,
         synchronous: Synchronous = "full",
         busy_timeout: float = 30.0,
+        migrate: bool = True,
     ) -> None:
+        """Open (and by default create or migrate) the database.
+
+        With ``migrate=False`` nothing is created or changed: the file must exist
+        and be a sqlq database at the current schema version (for inspection).
+        """
         self.path = database_path(path_or_url)
+        if not migrate and not os.path.isfile(self.path):
+            raise CannotOpen(f"{self.path}: no such database file")
         if synchronous not in ("full", "normal"):
             raise InvalidConfig(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
@@ -113,7 +121,10 @@ class SqliteBackend:
         _live_backends.add(self)
         with self._guard():
             conn = self._connection()
-            self.schema_version = ensure_schema(conn, self.path)
+            if migrate:
+                self.schema_version = ensure_schema(conn, self.path)
+            else:
+                self.schema_version = check_schema(conn, self.path)
 
     # --- connections --------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from ..errors import NotASqlqDatabase, SchemaTooNew, StorageError
+from ..errors import NotASqlqDatabase, SchemaError, SchemaTooNew, StorageError
 from .driver import dbapi
 from .queries import Q
 
@@ -117,6 +117,24 @@ def ensure_schema(conn: Any, path: str) -> int:
                 _apply(conn, migration)
     _enable_wal(conn, path)
     return latest
+
+
+def check_schema(conn: Any, path: str) -> int:
+    """Refuse (without writing) a database that is not exactly at the latest version."""
+    version = applied_version(conn, path)
+    if version == 0:
+        raise NotASqlqDatabase(f"{path}: not a sqlq database (it has no sqlq tables)")
+    if version > latest_version():
+        raise SchemaTooNew(
+            f"{path}: the database is at schema version {version}, but this sqlq "
+            f"knows versions up to {latest_version()}; upgrade sqlq"
+        )
+    if version < latest_version():
+        raise SchemaError(
+            f"{path}: the database is at schema version {version}; opening it with "
+            "sqlq.Queue migrates it to the current version"
+        )
+    return version
 
 
 def _enable_wal(conn: Any, path: str) -> None:
