@@ -1,0 +1,238 @@
+"""Real worker processes on one SQLite file, killed with SIGKILL while they drain it.
+
+The workers are tests/workers.py (see its docstring for the log format).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+import sqlq
+
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL"),
+]
+
+WORKER_SCRIPT = Path(__file__).with_name("workers.py")
+
+TASKS = 1200
+WORKERS = 4  # alive at any time; each killed worker is replaced
+KILLS = 5
+LEASE = 1.0
+DRAIN_TIMEOUT = 60.0
+
+
+@dataclass
+class Worker:
+    number: int
+    process: subprocess.Popen[bytes]
+    log: Path
+    stderr_path: Path
+    stderr: IO[bytes]
+    killed: bool = False
+
+    def lines(self) -> list[str]:
+        return self.log.read_text("utf-8").splitlines() if self.log.exists() else []
+
+
+def _start(number: int, db: Path, tmp: Path, *extra: str) -> Worker:
+    log = tmp / f"worker{number}.log"
+    stderr_path = tmp / f"worker{number}.stderr"
+    stderr = stderr_path.open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(WORKER_SCRIPT),
+            str(db),
+            str(log),
+            "--lease",
+            str(LEASE),
+            "--max-attempts",
+            "1000",  # only COMPLETED is a good ending here; no task may go DEAD
+            "--work-ms",
+            "2",
+            "8",
+            "--seed",
+            str(number),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
+    return Worker(number, process, log, stderr_path, stderr)
+
+
+def _taken(workers: list[Worker]) -> int:
+    return sum(line.startswith("took ") for w in workers for line in w.lines())
+
+
+def test_workers_drain_while_being_killed(tmp_path: Path) -> None:
+    db = tmp_path / "queue.db"
+    names = [f"task-{i:04d}" for i in range(1, TASKS + 1)]
+    rng = random.Random(1234)
+    started = time.monotonic()
+    with sqlq.Queue(db, lease_seconds=LEASE, max_attempts=1000) as queue:
+        for name in names:
+            assert queue.add(name)
+
+        workers = [_start(n, db, tmp_path) for n in range(1, WORKERS)]
+        # This one pauses 400 ms after every 5th complete() before logging its
+        # result, so that one kill can land in the ambiguous window on purpose.
+        lingerer = _start(WORKERS, db, tmp_path, "--linger-every", "5", "--linger-ms", "400")
+        workers.append(lingerer)
+        try:
+            # Let the drain get going (the workers take a moment to start).
+            while _taken(workers) < 50:
+                assert time.monotonic() - started < DRAIN_TIMEOUT, "workers did not start"
+                time.sleep(0.02)
+
+            # Kill a live worker every ~0.4 s and start a replacement.  The first
+            # kill hits the lingerer between complete() and its "done" line; the
+            # others hit a random worker, preferably while it holds a task (its
+            # last log line is "took ...").
+            kills = 0
+            while kills < KILLS and queue.counts()["COMPLETED"] < TASKS - 100:
+                if kills == 0:
+                    victim, wanted, steady = lingerer, "intent ", 0.05
+                else:
+                    alive = [w for w in workers if not w.killed and w.process.poll() is None]
+                    victim, wanted, steady = rng.choice(alive), "took ", 0.0
+                seen, since = "", time.monotonic()
+                wait_until = time.monotonic() + (5.0 if kills == 0 else 0.3)
+                while time.monotonic() < wait_until:
+                    last = (victim.lines() or [""])[-1]
+                    if last != seen:
+                        seen, since = last, time.monotonic()
+                    if last.startswith(wanted) and time.monotonic() - since >= steady:
+                        break
+                    time.sleep(0.001)
+                victim.process.send_signal(signal.SIGKILL)
+                victim.killed = True
+                victim.process.wait()
+                kills += 1
+                workers.append(_start(len(workers) + 1, db, tmp_path))
+                time.sleep(0.4)
+
+            deadline = started + DRAIN_TIMEOUT
+            for w in workers:
+                w.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        finally:
+            for w in workers:
+                if w.process.poll() is None:
+                    w.process.kill()
+                    w.process.wait()
+                w.stderr.close()
+        final_counts = queue.counts()
+        statuses = {name: queue.status(name) for name in names}
+    elapsed = time.monotonic() - started
+
+    killed = [w for w in workers if w.killed]
+    assert len(killed) >= 3, f"the drain ended after only {len(killed)} kills; make it longer"
+
+    # Exit codes and stderr.
+    for w in workers:
+        err = w.stderr_path.read_text("utf-8", errors="replace")
+        assert "database is locked" not in err, f"worker {w.number}: {err}"
+        assert "Traceback" not in err, f"worker {w.number}: {err}"
+        if w.killed:
+            assert w.process.returncode == -signal.SIGKILL
+        else:
+            assert w.process.returncode == 0, f"worker {w.number} exited badly: {err}"
+            assert w.lines()[-1] == "exit"
+
+    # Every task is COMPLETED.
+    assert final_counts == {"AVAILABLE": 0, "RESERVED": 0, "COMPLETED": TASKS, "DEAD": 0}
+    assert set(statuses.values()) == {"COMPLETED"}
+
+    # Read the logs: every "intent" is followed by that task's "done" or "false",
+    # except as the very last line of a killed worker (the ambiguous window:
+    # complete() may or may not have committed).
+    done: Counter[str] = Counter()
+    took: Counter[str] = Counter()
+    ambiguous: Counter[str] = Counter()
+    came_back: list[str] = []  # tasks a killed worker held when it died
+    for w in workers:
+        lines = w.lines()
+        assert lines and lines[0].startswith("start "), f"worker {w.number} never started"
+        for i, line in enumerate(lines):
+            kind, _, task = line.partition(" ")
+            if kind == "took":
+                took[task] += 1
+            elif kind == "done":
+                done[task] += 1
+            if kind == "intent":
+                following = lines[i + 1] if i + 1 < len(lines) else None
+                if following is None:
+                    assert w.killed, f"worker {w.number} stopped after {line!r}"
+                    ambiguous[task] += 1
+                else:
+                    assert following in (f"done {task}", f"false {task}"), (w.number, i)
+        if w.killed and lines[-1].startswith("took "):
+            came_back.append(lines[-1].partition(" ")[2])
+
+    assert set(took) == set(names)
+    assert sum(took.values()) >= TASKS
+    # complete() returned True at most once per task ...
+    assert max(done.values()) == 1, [t for t, n in done.items() if n > 1]
+    # ... and exactly once for every task without a "done": those are the tasks
+    # whose only completion was cut off by a SIGKILL between complete() and the
+    # "done" line; the database says COMPLETED, so that complete() committed.
+    no_done = set(names) - set(done)
+    assert no_done <= set(ambiguous), sorted(no_done - set(ambiguous))
+    assert all(ambiguous[task] == 1 for task in no_done)
+    assert set(done) | set(ambiguous) == set(names)
+    # The tasks killed workers held came back after their lease ran out, and were
+    # taken again and completed by another worker.
+    assert came_back, "no worker was killed while it held a task"
+    assert ambiguous, "the lingerer was not killed in the ambiguous window"
+    for task in came_back:
+        assert took[task] >= 2, task
+        assert done[task] == 1, task
+
+    print(
+        f"\n{TASKS} tasks, {len(workers)} worker processes ({len(killed)} killed), "
+        f"{sum(took.values())} reservations, {sum(done.values())} done, "
+        f"{len(ambiguous)} ambiguous ({len(no_done)} of them committed), "
+        f"{len(came_back)} came back after a kill, "
+        f"{elapsed:.1f} s"
+    )
+
+
+def test_demo_command(tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    started = time.monotonic()
+    command = [sys.executable, "-m", "sqlq", "demo", "--db", str(db), "--tasks", "12"]
+    command += ["--workers", "3", "--lease", "1"]
+    proc = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    out = proc.stdout
+    assert "killed worker" in out and "SIGKILL" in out
+    assert "came back after its lease ran out and was completed by worker" in out
+    assert "1 retry" in out
+    assert "(attempt 2)" in out
+    assert "COMPLETED 12" in out
+    assert elapsed < 30, out
+    with sqlq.Queue(db, lease_seconds=1, max_attempts=3, queue="demo") as queue:
+        assert queue.counts() == {"AVAILABLE": 0, "RESERVED": 0, "COMPLETED": 12, "DEAD": 0}
+        for i in range(1, 13):
+            assert queue.status(f"task-{i:03d}") == "COMPLETED"
+    assert not (tmp_path / "sqlq-demo.db").exists()  # --db was used, not the default
