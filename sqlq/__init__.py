@@ -9,6 +9,8 @@ from . import errors
 from .contract import State
 from .durable import Queue
 from .memory import WorkQueue
+from .records import Lease, QueueStats, TaskInfo
+from .retry import Retry
 
-__all__ = ["Queue", "State", "WorkQueue", "errors"]
-__version__ = "0.1.0"
+__all__ = ["Lease", "Queue", "QueueStats", "Retry", "State", "TaskInfo", "WorkQueue", "errors"]
+__version__ = "0.2.0"

@@ -9,21 +9,25 @@ PostgreSQL later) implements them with its own SQL and promises:
   transaction is rolled back and database errors come out as
   :class:`sqlq.errors.StorageError` subclasses with the driver's exception as
   ``__cause__``.  Nothing of a call is visible to others before it commits.
+  Given the caller's own connection in an open transaction, the call runs
+  inside it instead (in a savepoint) and commits or rolls back with it.
 * The transaction's ``now`` is ``max(now, the database's high-water mark)``; the
   mark is raised to it when the transaction commits.
 * Updates are guarded by the state the caller saw (compare-and-set); a guard
   that unexpectedly matches nothing raises :class:`sqlq.errors.InvariantViolation`.
-* Ids handed out by ``insert`` (line position) and ``claim`` (lease id) come
-  from one counter per database that only grows.
+* Line positions, wake-up orders and lease tokens come from one counter per
+  database that only grows; every move to AVAILABLE or WAITING, and every
+  lease, takes the next value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .contract import Number, State
+from .payload import Encoded
+from .retry import Retry
 
 
 class TaskRow(NamedTuple):
@@ -34,7 +38,21 @@ class TaskRow(NamedTuple):
     state: State
     attempts: int
     max_attempts: int
-    lease_id: int | None
+    token: int | None
+    seq: int
+    retry: Retry
+    deadline: Number | None = None
+    run_at: Number | None = None
+    payload: Encoded = None
+    last_error: str | None = None
+    created_at: Number = 0
+    updated_at: Number = 0
+    finished_at: Number | None = None
+
+
+#: A due event: (time, counter, task).  A RESERVED task's lease ran out at that
+#: time; a WAITING task's run_at came.  Sorted by (time, counter).
+Event = tuple[Number, int, TaskRow]
 
 
 class Transaction(Protocol):
@@ -43,38 +61,88 @@ class Transaction(Protocol):
     #: The effective time of the call (never below the database's high-water mark).
     now: Number
 
-    def due_leases(self) -> Iterator[TaskRow]:
-        """RESERVED tasks whose deadline is <= now, by (deadline, lease id)."""
+    def due_events(self, queue: str) -> list[Event]:
+        """Leases with deadline <= now and WAITING tasks with run_at <= now."""
         ...
 
-    def insert(self, queue: str, task_id: str, max_attempts: int) -> bool:
-        """Add an AVAILABLE task at the back of the line; False if the id exists."""
+    def insert(
+        self,
+        queue: str,
+        task_id: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+    ) -> bool:
+        """Add a task: AVAILABLE at the back of the line, or WAITING until ``run_at``.
+
+        False (and no change) if the id exists in the queue.
+        """
         ...
 
-    def claim(self, queue: str, deadline: Number) -> str | None:
-        """Reserve the front AVAILABLE task with a new lease id; its id, or None."""
+    def claim(self, queue: str, deadline: Number) -> tuple[str, int, int, Encoded] | None:
+        """Reserve the front AVAILABLE task: (task id, token, attempt, payload), or None."""
         ...
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
         """The task, or None."""
         ...
 
-    def complete(self, queue: str, task_id: str) -> bool:
-        """RESERVED -> COMPLETED; False (and no change) if the task is not RESERVED."""
+    def complete(self, queue: str, task_id: str, token: int | None) -> bool:
+        """RESERVED (under ``token``, if given) -> COMPLETED; False and no change otherwise."""
         ...
 
-    def release(self, task: TaskRow, state: State) -> None:
-        """End ``task``'s lease: AVAILABLE at the back of the line, or DEAD.
+    def end_lease(
+        self,
+        task: TaskRow,
+        state: State,
+        at: Number,
+        error: str | None,
+        run_at: Number | None = None,
+        attempts_delta: int = 0,
+    ) -> int:
+        """End ``task``'s lease at time ``at``: AVAILABLE, WAITING until ``run_at``, or DEAD.
 
-        Guarded by the task still being RESERVED under ``task.lease_id``.
+        Guarded by the task still being RESERVED under ``task.token``.  Returns the
+        task's new seq (its wake-up order when WAITING).
         """
+        ...
+
+    def extend(self, queue: str, task_id: str, token: int, deadline: Number) -> bool:
+        """Move the deadline of the lease ``token``; False if it is not the current lease."""
+        ...
+
+    def wake(self, task: TaskRow, order: int, at: Number) -> None:
+        """WAITING -> AVAILABLE at the back of the line; guarded by the wake-up ``order``."""
+        ...
+
+    def redrive(self, row_id: int) -> bool:
+        """DEAD -> AVAILABLE at the back of the line with attempts reset."""
+        ...
+
+    def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
+        """(row id, task id) of DEAD tasks, longest dead first."""
+        ...
+
+    def tasks(self, queue: str, state: State | None, limit: int) -> list[TaskRow]:
+        """Tasks (of one state, if given) in the order they were added."""
+        ...
+
+    def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
+        """Delete up to ``batch`` tasks in ``state`` finished at or before ``cutoff``."""
+        ...
+
+    def stats(
+        self, queue: str
+    ) -> tuple[dict[str, int], Number | None, Number | None, Number | None]:
+        """(counts per state, front of line available since, next deadline, next run_at)."""
         ...
 
 
 class Backend(Protocol):
     """A database holding any number of named queues."""
 
-    def transaction(self, now: Number) -> AbstractContextManager[Transaction]:
+    def transaction(self, now: Number, external: Any = None) -> AbstractContextManager[Transaction]:
         """One call: a write transaction at time ``now`` (see the module docstring)."""
         ...
 

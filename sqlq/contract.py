@@ -1,37 +1,51 @@
 """What both faces of the queue agree on: states, transitions, limits, input checks.
 
-A task moves through four states::
+A task is in exactly one of five states::
 
-    add ──> AVAILABLE ──reserve──> RESERVED ──complete──> COMPLETED
-                ^                      │
-                └──── fail / expiry ───┤ (attempts < max_attempts)
-                                       └──> DEAD (attempts == max_attempts)
+    add(delay) ──> WAITING ──(run_at reached)──┐
+                      ^                        v
+    add ─────────────────────────────────> AVAILABLE ──reserve──> RESERVED ──complete──> COMPLETED
+                      │                        ^                      │
+                      └── (retry delay > 0) ───┴── fail / expiry ─────┤ attempts < max_attempts
+                                                                      └──> DEAD (all used)
 
-``reserve`` counts one attempt.  A lease that runs out is handled exactly like
-``fail``.  Nothing leaves COMPLETED or DEAD.
+``reserve`` (or ``claim``) counts one attempt.  A lease that runs out is handled
+exactly like ``fail``.  ``redrive`` sends DEAD tasks back to the line with their
+attempts reset; ``release`` gives a lease back without counting its attempt.
+Nothing else leaves COMPLETED or DEAD.  Without delays and retry backoff no task
+is ever WAITING, and the four states of the core contract are all there is.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
-from .errors import InvalidConfig, InvalidTaskId, InvalidTime
+from . import payload as payloads
+from .errors import InvalidArgument, InvalidConfig, InvalidTaskId, InvalidTime
+from .retry import Retry
 
 
 class State(StrEnum):
     """A task's state; the value is what the database stores and ``status`` returns."""
 
+    WAITING = "WAITING"
     AVAILABLE = "AVAILABLE"
     RESERVED = "RESERVED"
     COMPLETED = "COMPLETED"
     DEAD = "DEAD"
 
 
-def after_failure(attempts: int, max_attempts: int) -> State:
-    """The state a RESERVED task moves to when it fails or its lease runs out."""
-    return State.AVAILABLE if attempts < max_attempts else State.DEAD
+def after_failure(attempts: int, max_attempts: int, delay: Number = 0) -> State:
+    """The state a RESERVED task moves to when it fails or its lease runs out.
+
+    ``delay`` is what its retry policy asks for before the next attempt.
+    """
+    if attempts >= max_attempts:
+        return State.DEAD
+    return State.WAITING if delay > 0 else State.AVAILABLE
 
 
 # --- documented limits -----------------------------------------------------------
@@ -120,3 +134,105 @@ def check_settings(lease_seconds: object, max_attempts: object) -> tuple[Number,
             f"max_attempts must be between 1 and {MAX_ATTEMPTS}, got {max_attempts!r}"
         )
     return lease_seconds, int(max_attempts)
+
+
+#: Longest error text kept with a task; longer texts are cut.
+MAX_ERROR_LENGTH: Final = 4000
+#: Most tasks one batch call (add_many, claim_many) takes.
+MAX_BATCH: Final = 10_000
+#: The error recorded when a lease runs out.
+LEASE_EXPIRED: Final = "lease expired"
+
+
+def check_error(error: object) -> str | None:
+    """The text to record for a failure: a str, or an exception as 'Type: message'."""
+    if error is None:
+        return None
+    if isinstance(error, BaseException):
+        error = f"{type(error).__name__}: {error}"
+    if not isinstance(error, str):
+        raise InvalidArgument(f"error must be a str or an exception, not {type(error).__name__}")
+    if len(error) > MAX_ERROR_LENGTH:
+        error = error[: MAX_ERROR_LENGTH - 1] + "…"
+    return error.encode("utf-8", "replace").decode("utf-8")
+
+
+def check_token(token: object) -> int:
+    if isinstance(token, bool) or not isinstance(token, int) or token < 1:
+        raise InvalidArgument(f"a lease token is a positive int, not {token!r}")
+    return token
+
+
+def check_seconds(seconds: object, what: str) -> Number:
+    """A duration (delay, extension, age): a finite number from 0 to MAX_LEASE_SECONDS."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidArgument(f"{what} must be a number of seconds, not {type(seconds).__name__}")
+    if not 0 <= seconds <= MAX_LEASE_SECONDS:
+        raise InvalidArgument(
+            f"{what} must be between 0 and {MAX_LEASE_SECONDS} seconds, got {seconds!r}"
+        )
+    return seconds
+
+
+def check_count(n: object, what: str, limit: int = MAX_BATCH) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= limit:
+        raise InvalidArgument(f"{what} must be an int from 1 to {limit}, got {n!r}")
+    return n
+
+
+def check_states(states: object, allowed: tuple[State, ...]) -> tuple[State, ...]:
+    if isinstance(states, str):
+        states = (states,)
+    try:
+        found = tuple(State(s) for s in states)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"states must be some of {[s.value for s in allowed]}") from None
+    if not found or any(s not in allowed for s in found):
+        raise InvalidArgument(f"states must be some of {[s.value for s in allowed]}")
+    return found
+
+
+def check_start(delay: object, run_at: object) -> tuple[Number | None, Number | None]:
+    """Validate when a new task may first run: after ``delay`` seconds, or at ``run_at``."""
+    if delay is not None and run_at is not None:
+        raise InvalidArgument("give delay or run_at, not both")
+    return (
+        None if delay is None else check_seconds(delay, "delay"),
+        None if run_at is None else check_time(run_at, "run_at"),
+    )
+
+
+def first_run(now: Number, start: tuple[Number | None, Number | None]) -> Number:
+    """When a task added at ``now`` may first run; later than ``now`` means WAITING."""
+    delay, run_at = start
+    if run_at is not None:
+        return run_at
+    return now if delay is None else min(now + delay, MAX_TIME)
+
+
+def check_retry(retry: object) -> Retry:
+    if retry is None:
+        return Retry()
+    if not isinstance(retry, Retry):
+        raise InvalidConfig(f"retry must be a sqlq.Retry, not {type(retry).__name__}")
+    return retry
+
+
+def check_batch(
+    items: Iterable[str | tuple[str, Any]], max_payload_bytes: int
+) -> list[tuple[str, payloads.Encoded]]:
+    """Validate a whole batch (ids, or (id, payload) pairs) before anything is written."""
+    if isinstance(items, str | bytes):
+        raise InvalidArgument("add_many takes an iterable of ids or (id, payload) pairs")
+    batch = []
+    for item in items:
+        if isinstance(item, tuple):
+            if len(item) != 2:
+                raise InvalidArgument("a batch item is an id or an (id, payload) pair")
+            task_id, payload = item
+        else:
+            task_id, payload = item, None
+        batch.append((check_task_id(task_id), payloads.encode(payload, max_payload_bytes)))
+        if len(batch) > MAX_BATCH:
+            raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks")
+    return batch

@@ -1,30 +1,52 @@
 """Queue: the lease queue of sqlq.contract, durable in a database shared by processes.
 
-Each call is one write transaction on the backend: first every due lease
-expires (in deadline, then reservation order), then the call does its work.
-The logic here decides what happens to a task; the backend only stores it
-(see sqlq.backend for that contract).
+Each call is one write transaction on the backend: first everything due in the
+queue happens (leases run out, WAITING tasks wake up, in the order they fell
+due), then the call does its work.  The logic here decides what happens to a
+task; the backend only stores it (see sqlq.backend for that contract).
 """
 
 from __future__ import annotations
 
+import heapq
 import os
+import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
+from typing import Any
 
-from .backend import Backend, Transaction
+import sqlalchemy as sa
+
+from . import payload as payloads
+from .backend import Backend, Event, TaskRow, Transaction
 from .contract import (
+    LEASE_EXPIRED,
+    MAX_TIME,
     Number,
     State,
     after_failure,
+    check_batch,
+    check_count,
+    check_error,
     check_queue_name,
+    check_retry,
+    check_seconds,
     check_settings,
+    check_start,
+    check_states,
     check_task_id,
     check_time,
+    check_token,
+    first_run,
 )
+from .records import Lease, QueueStats, TaskInfo
+from .retry import Retry
 from .sqlite.backend import SqliteBackend, Synchronous
+
+#: Tasks deleted per transaction by ``purge``, so that no call holds the write lock long.
+PURGE_BATCH = 1000
 
 
 class Queue:
@@ -34,8 +56,8 @@ class Queue:
     Processes' clocks disagree a little, so the database keeps a high-water
     mark of time: a call whose ``now`` is below it is handled at the mark.
 
-    ``max_attempts`` is stored with each task when it is added; ``lease_seconds``
-    applies to the reservations this object makes.
+    ``max_attempts`` and ``retry`` are stored with each task when it is added;
+    ``lease_seconds`` applies to the leases this object hands out.
     """
 
     def __init__(
@@ -45,58 +67,266 @@ class Queue:
         lease_seconds: Number,
         max_attempts: int,
         queue: str = "default",
+        retry: Retry | None = None,
+        max_payload_bytes: int = payloads.DEFAULT_MAX_PAYLOAD_BYTES,
         synchronous: Synchronous = "full",
         busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
         self.queue = check_queue_name(queue)
+        self.retry = check_retry(retry)
+        self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
         self._clock = clock
-        self._backend: Backend = SqliteBackend(
+        self._rng = rng or random.Random()
+        self._sqlite = SqliteBackend(
             path_or_url, synchronous=synchronous, busy_timeout=busy_timeout
         )
+        self._backend: Backend = self._sqlite
 
-    # --- the contract -------------------------------------------------------------
+    @property
+    def engine(self) -> sa.Engine:
+        """A SQLAlchemy engine on the queue's database, for transactional ``add``/``complete``.
 
-    def add(self, task_id: str, now: Number | None = None) -> bool:
-        """Put a new task at the back of the line; False if the id exists in any state."""
+        Its transactions start with ``BEGIN IMMEDIATE`` and it uses the same SQLite
+        library as the queue.  Use it for your own tables in the same file.
+        """
+        return self._sqlite.engine
+
+    # --- the core contract --------------------------------------------------------
+
+    def add(
+        self,
+        task_id: str,
+        now: Number | None = None,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        conn: sa.Connection | None = None,
+    ) -> bool:
+        """Put a new task at the back of the line (or WAITING until its delay is over).
+
+        False, and no change, if the id exists in any state.  With ``conn`` (a
+        connection of ``self.engine`` in an open transaction) the task is added
+        in that transaction: it exists only if the caller commits.
+        """
         task_id = check_task_id(task_id)
-        with self._call(now) as tx:
-            return tx.insert(self.queue, task_id, self.max_attempts)
+        encoded = payloads.encode(payload, self.max_payload_bytes)
+        start = check_start(delay, run_at)
+        with self._call(now, conn) as tx:
+            return self._insert(tx, task_id, encoded, first_run(tx.now, start))
 
     def reserve(self, now: Number | None = None) -> str | None:
         """Lease the front task until ``now + lease_seconds``; None if none is available."""
-        with self._call(now) as tx:
-            return tx.claim(self.queue, tx.now + self.lease_seconds)
+        lease = self.claim(now)
+        return None if lease is None else lease.task_id
 
-    def complete(self, task_id: str, now: Number | None = None) -> bool:
-        """Mark a RESERVED task COMPLETED; False if it is not RESERVED right now."""
-        task_id = check_task_id(task_id)
-        with self._call(now) as tx:
-            return tx.complete(self.queue, task_id)
+    def complete(
+        self,
+        task_id: str,
+        now: Number | None = None,
+        *,
+        token: int | None = None,
+        conn: sa.Connection | None = None,
+    ) -> bool:
+        """Mark a RESERVED task COMPLETED; False if it is not RESERVED right now.
 
-    def fail(self, task_id: str, now: Number | None = None) -> str | None:
-        """Fail a RESERVED task: back of the line, or DEAD once its attempts are used."""
+        With ``token``, only that lease may complete the task; asked again with
+        the token of the lease that completed it, the answer is True again (so a
+        retry after an unknown outcome is safe).  With ``conn``, the completion
+        commits or rolls back with the caller's transaction.
+        """
         task_id = check_task_id(task_id)
+        token = None if token is None else check_token(token)
+        with self._call(now, conn) as tx:
+            if tx.complete(self.queue, task_id, token):
+                return True
+            if token is None:
+                return False
+            task = tx.get(self.queue, task_id)
+            return task is not None and task.state is State.COMPLETED and task.token == token
+
+    def fail(
+        self,
+        task_id: str,
+        now: Number | None = None,
+        *,
+        token: int | None = None,
+        error: object = None,
+    ) -> str | None:
+        """Fail a RESERVED task: AVAILABLE again, WAITING for a retry delay, or DEAD.
+
+        None if the task is not RESERVED (or, with ``token``, not under that lease).
+        ``error`` (a str or an exception) is recorded as the task's last error.
+        """
+        task_id = check_task_id(task_id)
+        token = None if token is None else check_token(token)
+        text = check_error(error)
         with self._call(now) as tx:
             task = tx.get(self.queue, task_id)
             if task is None or task.state is not State.RESERVED:
                 return None
-            state = after_failure(task.attempts, task.max_attempts)
-            tx.release(task, state)
-            return state.value
+            if token is not None and task.token != token:
+                return None
+            return self._end_lease(tx, task, tx.now, text)[0].value
 
     def status(self, task_id: str, now: Number | None = None) -> str | None:
-        """The task's state after due leases expired, or None for an unknown id."""
+        """The task's state after due events, or None for an unknown id."""
         task_id = check_task_id(task_id)
         with self._call(now) as tx:
             task = tx.get(self.queue, task_id)
             return None if task is None else task.state.value
 
-    # --- beyond the contract --------------------------------------------------------
+    # --- leases -------------------------------------------------------------------
+
+    def claim(self, now: Number | None = None) -> Lease | None:
+        """Like ``reserve``, but returns the whole lease: token, attempt, deadline, payload."""
+        with self._call(now) as tx:
+            return self._claim(tx)
+
+    def extend(
+        self,
+        task_id: str,
+        token: int,
+        now: Number | None = None,
+        *,
+        seconds: Number | None = None,
+    ) -> Number | None:
+        """Heartbeat: the lease now ends at ``now + seconds`` (default lease_seconds).
+
+        Returns the new deadline, or None if ``token`` is not the task's current
+        lease (it ran out, ended, or another worker holds the task now).
+        """
+        task_id = check_task_id(task_id)
+        token = check_token(token)
+        length = self.lease_seconds if seconds is None else check_seconds(seconds, "seconds")
+        with self._call(now) as tx:
+            deadline = tx.now + length
+            return deadline if tx.extend(self.queue, task_id, token, deadline) else None
+
+    def release(self, task_id: str, token: int, now: Number | None = None) -> bool:
+        """Give a lease back without counting its attempt: the task goes to the back of the line."""
+        task_id = check_task_id(task_id)
+        token = check_token(token)
+        with self._call(now) as tx:
+            task = tx.get(self.queue, task_id)
+            if task is None or task.state is not State.RESERVED or task.token != token:
+                return False
+            tx.end_lease(task, State.AVAILABLE, tx.now, task.last_error, attempts_delta=-1)
+            return True
+
+    # --- batches --------------------------------------------------------------------
+
+    def add_many(
+        self,
+        items: Iterable[str | tuple[str, Any]],
+        now: Number | None = None,
+        *,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        conn: sa.Connection | None = None,
+    ) -> list[bool]:
+        """``add`` for each item (an id, or an (id, payload) pair), in one transaction."""
+        batch = check_batch(items, self.max_payload_bytes)
+        start = check_start(delay, run_at)
+        with self._call(now, conn) as tx:
+            when = first_run(tx.now, start)
+            return [self._insert(tx, task_id, encoded, when) for task_id, encoded in batch]
+
+    def claim_many(self, n: int, now: Number | None = None) -> list[Lease]:
+        """Up to ``n`` leases from the front of the line, in one transaction."""
+        n = check_count(n, "n")
+        with self._call(now) as tx:
+            leases: list[Lease] = []
+            while len(leases) < n and (lease := self._claim(tx)) is not None:
+                leases.append(lease)
+            return leases
+
+    # --- dead letters, retention, inspection ---------------------------------------
+
+    def info(self, task_id: str, now: Number | None = None) -> TaskInfo | None:
+        """Everything stored about a task, or None."""
+        task_id = check_task_id(task_id)
+        with self._call(now) as tx:
+            task = tx.get(self.queue, task_id)
+            return None if task is None else _info(task)
+
+    def tasks(
+        self, now: Number | None = None, *, state: str | None = None, limit: int = 100
+    ) -> list[TaskInfo]:
+        """Up to ``limit`` tasks (of one state, if given), in the order they were added."""
+        wanted = None if state is None else check_states(state, tuple(State))[0]
+        limit = check_count(limit, "limit")
+        with self._call(now) as tx:
+            return [_info(task) for task in tx.tasks(self.queue, wanted, limit)]
+
+    def dead(self, now: Number | None = None, *, limit: int = 100) -> list[TaskInfo]:
+        """Up to ``limit`` DEAD tasks, the longest dead first."""
+        limit = check_count(limit, "limit")
+        with self._call(now) as tx:
+            found = (tx.get(self.queue, task_id) for _, task_id in tx.dead_ids(self.queue, limit))
+            return [_info(task) for task in found if task is not None]
+
+    def redrive(self, now: Number | None = None, task_ids: Iterable[str] | None = None) -> int:
+        """Send DEAD tasks (the given ones, or all) back to the line with attempts reset.
+
+        Returns how many were redriven; ids that are not DEAD are skipped.  Each
+        call is one transaction; redriving all takes every DEAD task at once.
+        """
+        ids = None if task_ids is None else [check_task_id(t) for t in task_ids]
+        with self._call(now) as tx:
+            if ids is None:
+                rows = [row_id for row_id, _ in tx.dead_ids(self.queue, -1)]
+            else:
+                found = (tx.get(self.queue, task_id) for task_id in ids)
+                rows = [t.row_id for t in found if t is not None and t.state is State.DEAD]
+            return sum(tx.redrive(row_id) for row_id in rows)
+
+    def purge(
+        self,
+        now: Number | None = None,
+        *,
+        states: Iterable[str] = ("COMPLETED",),
+        older_than: Number = 0,
+        batch_size: int = PURGE_BATCH,
+    ) -> int:
+        """Forget COMPLETED (and/or DEAD) tasks finished at least ``older_than`` seconds ago.
+
+        Deletes in transactions of at most ``batch_size`` tasks, so that workers
+        are never held up for long.  Returns how many were removed; their ids
+        can be added again.
+        """
+        chosen = check_states(states, (State.COMPLETED, State.DEAD))
+        age = check_seconds(older_than, "older_than")
+        batch = check_count(batch_size, "batch_size")
+        removed = 0
+        cutoff: Number | None = None
+        for state in chosen:
+            while True:
+                with self._call(now) as tx:
+                    if cutoff is None:  # fixed at the first batch: later ones use the same
+                        cutoff = tx.now - age
+                    deleted = tx.purge(self.queue, state, cutoff, batch)
+                removed += deleted
+                if deleted < batch:
+                    break
+        return removed
+
+    def stats(self, now: Number | None = None) -> QueueStats:
+        """Counts per state, the age of the front of the line, the next deadlines."""
+        with self._call(now) as tx:
+            counts, front, deadline, run_at = tx.stats(self.queue)
+            return QueueStats(
+                counts=counts,
+                oldest_available_age=None if front is None else tx.now - front,
+                next_deadline=deadline,
+                next_run_at=run_at,
+            )
 
     def counts(self) -> dict[str, int]:
-        """Tasks of this queue per state, as last written (leases are expired by calls)."""
+        """Tasks of this queue per state, as of the last call (reads only)."""
         found = self._backend.counts().get(self.queue, {})
         return {state.value: found.get(state.value, 0) for state in State}
 
@@ -117,10 +347,72 @@ class Queue:
     # --- internals ------------------------------------------------------------------
 
     @contextmanager
-    def _call(self, now: Number | None) -> Iterator[Transaction]:
-        """One call: a transaction at ``now`` in which due leases have expired."""
+    def _call(self, now: Number | None, conn: sa.Connection | None = None) -> Iterator[Transaction]:
+        """One call: a transaction at ``now`` in which everything due has happened."""
         now = check_time(self._clock() if now is None else now)
-        with self._backend.transaction(now) as tx:
-            for task in tx.due_leases():
-                tx.release(task, after_failure(task.attempts, task.max_attempts))
+        with self._backend.transaction(now, conn) as tx:
+            events = tx.due_events(self.queue)
+            if events:
+                self._advance(tx, events)
             yield tx
+
+    def _advance(self, tx: Transaction, events: list[Event]) -> None:
+        """Run due events in (time, counter) order.  An expired lease may start a
+        retry delay that is itself already over: that wake-up joins the merge."""
+        later: list[Event] = []
+        i = 0
+        while i < len(events) or later:
+            if later and (i == len(events) or later[0][:2] < events[i][:2]):
+                at, order, task = heapq.heappop(later)
+            else:
+                at, order, task = events[i]
+                i += 1
+            if task.state is State.WAITING:
+                tx.wake(task, order, at)
+                continue
+            _, seq, run_at = self._end_lease(tx, task, at, LEASE_EXPIRED)
+            if run_at is not None and run_at <= tx.now:
+                heapq.heappush(later, (run_at, seq, task._replace(state=State.WAITING, seq=seq)))
+
+    def _end_lease(
+        self, tx: Transaction, task: TaskRow, at: Number, error: str | None
+    ) -> tuple[State, int, Number | None]:
+        """A failed or expired attempt at time ``at``: retry now, retry later, or DEAD.
+
+        Returns the new state, the task's new seq, and when it wakes if WAITING.
+        """
+        delay = task.retry.delay(task.attempts, self._rng)
+        state = after_failure(task.attempts, task.max_attempts, delay)
+        run_at = min(at + delay, MAX_TIME) if state is State.WAITING else None
+        return state, tx.end_lease(task, state, at, error, run_at), run_at
+
+    def _insert(
+        self, tx: Transaction, task_id: str, encoded: payloads.Encoded, run_at: Number
+    ) -> bool:
+        waiting = run_at if run_at > tx.now else None
+        return tx.insert(self.queue, task_id, self.max_attempts, self.retry, encoded, waiting)
+
+    def _claim(self, tx: Transaction) -> Lease | None:
+        deadline = tx.now + self.lease_seconds
+        claimed = tx.claim(self.queue, deadline)
+        if claimed is None:
+            return None
+        task_id, token, attempt, encoded = claimed
+        return Lease(task_id, token, attempt, deadline, payloads.decode(encoded))
+
+
+def _info(task: TaskRow) -> TaskInfo:
+    return TaskInfo(
+        task_id=task.task_id,
+        state=task.state.value,
+        attempts=task.attempts,
+        max_attempts=task.max_attempts,
+        payload=payloads.decode(task.payload),
+        last_error=task.last_error,
+        token=task.token,
+        deadline=task.deadline,
+        run_at=task.run_at,
+        created_at=task.created_at,
+        updated_at=task.updated_at,
+        finished_at=task.finished_at,
+    )

@@ -32,6 +32,14 @@ class InvalidTime(InvalidArgument):
     """A time is not a finite number within the documented limits."""
 
 
+class InvalidPayload(InvalidArgument):
+    """A payload is neither JSON-serialisable nor bytes."""
+
+
+class PayloadTooLarge(InvalidArgument):
+    """A payload's encoded size is above the queue's max_payload_bytes."""
+
+
 class InvalidConfig(InvalidArgument):
     """A queue setting (lease_seconds, max_attempts, queue name, ...) is invalid."""
 

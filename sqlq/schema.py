@@ -9,6 +9,8 @@ nullability, keys, indexes and CHECK constraints), so the two cannot drift.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     CheckConstraint,
     Column,
@@ -20,9 +22,20 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.types import REAL
+from sqlalchemy.types import REAL, UserDefinedType
 
 from .contract import State
+from .retry import KINDS
+
+
+class ANY(UserDefinedType[object]):
+    """SQLite's ANY column type of STRICT tables: any value, stored as given."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "ANY"
+
 
 metadata = MetaData()
 
@@ -50,6 +63,8 @@ clock = Table(
     sqlite_strict=True,
 )
 
+RETRY_KINDS_SQL = ", ".join(f"'{kind}'" for kind in KINDS)
+
 tasks = Table(
     "sqlq_tasks",
     metadata,
@@ -62,26 +77,57 @@ tasks = Table(
     Column("max_attempts", Integer, nullable=False),
     Column("lease_id", Integer, nullable=True),
     Column("deadline", REAL, nullable=True),
+    Column("run_at", REAL, nullable=True),
+    Column("payload", ANY, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("retry_kind", Text, nullable=False, server_default=text("'immediate'")),
+    Column("retry_base", REAL, nullable=False, server_default=text("0")),
+    Column("retry_cap", REAL, nullable=False, server_default=text("0")),
     Column("created_at", REAL, nullable=False),
     Column("updated_at", REAL, nullable=False),
+    Column("finished_at", REAL, nullable=True),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
     CheckConstraint(f"state IN ({STATES_SQL})"),
     CheckConstraint("attempts >= 0"),
     CheckConstraint("max_attempts >= 1"),
+    CheckConstraint(f"retry_kind IN ({RETRY_KINDS_SQL})"),
+    CheckConstraint("retry_base >= 0"),
+    CheckConstraint("retry_cap >= retry_base"),
     CheckConstraint("attempts <= max_attempts"),
     CheckConstraint("(state = 'RESERVED') = (deadline IS NOT NULL)"),
     CheckConstraint("state <> 'RESERVED' OR lease_id IS NOT NULL"),
-    CheckConstraint("state <> 'AVAILABLE' OR attempts < max_attempts"),
+    CheckConstraint("(state = 'WAITING') = (run_at IS NOT NULL)"),
+    CheckConstraint("state NOT IN ('AVAILABLE', 'WAITING') OR attempts < max_attempts"),
     CheckConstraint("state NOT IN ('RESERVED', 'COMPLETED') OR attempts >= 1"),
     CheckConstraint("state <> 'DEAD' OR attempts = max_attempts"),
+    CheckConstraint("(state IN ('COMPLETED', 'DEAD')) = (finished_at IS NOT NULL)"),
+    CheckConstraint("payload IS NULL OR typeof(payload) IN ('text', 'blob')"),
     sqlite_strict=True,
 )
 
 Index("sqlq_tasks_line", tasks.c.queue, tasks.c.state, tasks.c.seq)
 Index(
     "sqlq_tasks_leases",
+    tasks.c.queue,
     tasks.c.deadline,
     tasks.c.lease_id,
     sqlite_where=text("deadline IS NOT NULL"),
 )
+Index(
+    "sqlq_tasks_waiting",
+    tasks.c.queue,
+    tasks.c.run_at,
+    tasks.c.seq,
+    sqlite_where=text("run_at IS NOT NULL"),
+)
+Index(
+    "sqlq_tasks_finished",
+    tasks.c.queue,
+    tasks.c.state,
+    tasks.c.finished_at,
+    sqlite_where=text("finished_at IS NOT NULL"),
+)
+
+#: Read-only views for people at the sqlite3 shell (their SQL is in the migrations).
+VIEWS = ("sqlq_dead_letters", "sqlq_leases", "sqlq_queue_stats")

@@ -15,17 +15,21 @@ Factory = Callable[..., Any]
 
 @pytest.fixture(params=["memory", "sqlite"])
 def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
-    """make_queue(lease_seconds, max_attempts) -> a WorkQueue or a Queue on a new file."""
+    """make_queue(lease_seconds, max_attempts, **options) -> a WorkQueue or a Queue on a new file.
+
+    ``options`` are those both faces take: retry, rng, max_payload_bytes.
+    """
     opened: list[sqlq.Queue] = []
 
-    def make(lease_seconds: float, max_attempts: int) -> Any:
+    def make(lease_seconds: float, max_attempts: int, **options: Any) -> Any:
         if request.param == "memory":
-            return sqlq.WorkQueue(lease_seconds, max_attempts)
+            return sqlq.WorkQueue(lease_seconds, max_attempts, **options)
         queue = sqlq.Queue(
             tmp_path / f"q{len(opened)}.db",
             lease_seconds=lease_seconds,
             max_attempts=max_attempts,
             synchronous="normal",
+            **options,
         )
         opened.append(queue)
         return queue

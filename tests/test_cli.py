@@ -104,7 +104,15 @@ def test_stats_prints_counts_per_queue_and_state(
     assert f"database: {db}" in lines
     assert driver.describe() in out
     header = next(line for line in lines if line.startswith("queue"))
-    assert header.split() == ["queue", "AVAILABLE", "RESERVED", "COMPLETED", "DEAD", "total"]
+    assert header.split() == [
+        "queue",
+        "WAITING",
+        "AVAILABLE",
+        "RESERVED",
+        "COMPLETED",
+        "DEAD",
+        "total",
+    ]
     rows = {line.split()[0]: line.split()[1:] for line in lines[lines.index(header) + 1 :]}
     assert rows == {
         "default": ["3", "1", "2", "1", "7"],

@@ -152,7 +152,13 @@ def test_workers_drain_while_being_killed(tmp_path: Path) -> None:
             assert w.lines()[-1] == "exit"
 
     # Every task is COMPLETED.
-    assert final_counts == {"AVAILABLE": 0, "RESERVED": 0, "COMPLETED": TASKS, "DEAD": 0}
+    assert final_counts == {
+        "WAITING": 0,
+        "AVAILABLE": 0,
+        "RESERVED": 0,
+        "COMPLETED": TASKS,
+        "DEAD": 0,
+    }
     assert set(statuses.values()) == {"COMPLETED"}
 
     # Read the logs: every "intent" is followed by that task's "done" or "false",
@@ -232,7 +238,13 @@ def test_demo_command(tmp_path: Path) -> None:
     assert "COMPLETED 12" in out
     assert elapsed < 30, out
     with sqlq.Queue(db, lease_seconds=1, max_attempts=3, queue="demo") as queue:
-        assert queue.counts() == {"AVAILABLE": 0, "RESERVED": 0, "COMPLETED": 12, "DEAD": 0}
+        assert queue.counts() == {
+            "WAITING": 0,
+            "AVAILABLE": 0,
+            "RESERVED": 0,
+            "COMPLETED": 12,
+            "DEAD": 0,
+        }
         for i in range(1, 13):
             assert queue.status(f"task-{i:03d}") == "COMPLETED"
     assert not (tmp_path / "sqlq-demo.db").exists()  # --db was used, not the default

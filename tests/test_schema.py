@@ -27,11 +27,13 @@ def _reflect(engine: sa.Engine) -> dict[str, Any]:
     inspector = sa.inspect(engine)
     out: dict[str, Any] = {}
     for table in inspector.get_table_names():
+        with engine.connect() as conn:  # declared types as written (SQLAlchemy maps ANY away)
+            declared = conn.exec_driver_sql(
+                'SELECT name, type, NOT "notnull", dflt_value FROM pragma_table_info(?)',
+                (table,),
+            ).all()
         out[table] = {
-            "columns": [
-                (c["name"], str(c["type"]), bool(c["nullable"]))
-                for c in inspector.get_columns(table)
-            ],
+            "columns": [(n, t, bool(nullable), d) for n, t, nullable, d in declared],
             "pk": inspector.get_pk_constraint(table)["constrained_columns"],
             "unique": sorted(
                 tuple(u["column_names"]) for u in inspector.get_unique_constraints(table)
@@ -60,6 +62,7 @@ def _expected() -> dict[str, Any]:
                     c.name,
                     str(c.type.compile(dialect=sa.dialects.sqlite.dialect())),
                     bool(c.nullable) or (c.primary_key and len(table.primary_key.columns) == 1),
+                    None if c.server_default is None else str(c.server_default.arg),  # type: ignore[attr-defined]
                 )
                 for c in table.columns
             ],
@@ -100,8 +103,18 @@ def test_migrations_build_the_declared_schema(db_path: Path) -> None:
     finally:
         engine.dispose()
     assert all(strict[t.name] == 1 for t in schema.metadata.sorted_tables)
+    views = sorted(name for name, kind in _objects(db_path) if kind == "view")
+    assert views == sorted(schema.VIEWS)
     assert [v for v, _ in versions] == [m.version for m in migrate.migrations()]
     assert [c for _, c in versions] == [m.checksum for m in migrate.migrations()]
+
+
+def _objects(path: Path) -> list[tuple[str, str]]:
+    conn = dbapi.connect(str(path))
+    try:
+        return [(name, kind) for name, kind in conn.execute("SELECT name, type FROM sqlite_master")]
+    finally:
+        conn.close()
 
 
 def test_migrations_are_numbered_from_one() -> None:

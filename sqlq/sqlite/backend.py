@@ -23,6 +23,7 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from functools import lru_cache
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -30,7 +31,9 @@ from sqlalchemy.pool import NullPool
 
 from ..backend import TaskRow
 from ..contract import Number, State
-from ..errors import CannotOpen, InvalidConfig, InvariantViolation, QueueClosed
+from ..errors import CannotOpen, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
+from ..payload import Encoded
+from ..retry import Retry
 from . import driver
 from .migrate import check_schema, ensure_schema
 from .queries import Q
@@ -114,6 +117,7 @@ class SqliteBackend:
             },
         )
         sa.event.listen(self._engine, "connect", self._on_connect)
+        sa.event.listen(self._engine, "begin", self._on_begin)
         self._lock = threading.Lock()
         self._fairy: Any = None  # SQLAlchemy's wrapper, owning the DB-API connection
         self._conn: Any = None
@@ -170,8 +174,19 @@ class SqliteBackend:
 
     # --- calls ----------------------------------------------------------------------
 
+    @property
+    def engine(self) -> sa.Engine:
+        return self._engine
+
     @contextmanager
-    def transaction(self, now: Number) -> Iterator[SqliteTransaction]:
+    def transaction(self, now: Number, external: Any = None) -> Iterator[SqliteTransaction]:
+        """One call.  With ``external`` (a SQLAlchemy Connection in an open transaction
+        on this database) the call runs inside the caller's transaction instead."""
+        if external is not None:
+            with self._guard():
+                conn = self._external_connection(external)
+                yield from _within_savepoint(conn, now)
+            return
         with self._lock, self._guard():
             conn = self._connection()
             conn.execute(Q.begin_write)
@@ -188,12 +203,53 @@ class SqliteBackend:
                         conn.execute(Q.rollback)
                 raise
 
+    def _external_connection(self, external: Any) -> Any:
+        if not isinstance(external, sa.Connection):
+            raise InvalidArgument(
+                f"conn must be a SQLAlchemy Connection, not {type(external).__name__}"
+            )
+        if external.engine.dialect.dbapi is not driver.dbapi:
+            raise InvalidArgument(
+                "conn uses another SQLite library than the queue; two SQLite libraries in "
+                "one process do not see each other's locks. Use queue.engine for your connection"
+            )
+        if database_path(external.engine.url.render_as_string(False)) != self.path:
+            raise InvalidArgument(f"conn is not connected to the queue's database {self.path}")
+        if not external.in_transaction():
+            raise InvalidArgument("conn must be in an open transaction (with engine.begin())")
+        conn: Any = external.connection.driver_connection
+        if conn is None or not conn.in_transaction:
+            raise InvalidArgument(
+                "conn's transaction has not begun in SQLite; use queue.engine, whose "
+                "transactions start with BEGIN IMMEDIATE"
+            )
+        return conn
+
+    def _on_begin(self, connection: sa.Connection) -> None:
+        """Transactions on queue.engine take the write lock at once, as the queue's do."""
+        connection.exec_driver_sql(Q.begin_write)
+
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         with self._lock, self._guard():
             for queue, state, count in self._connection().execute(Q.count_states):
                 out.setdefault(queue, {})[state] = count
         return out
+
+
+def _within_savepoint(conn: Any, now: Number) -> Iterator[SqliteTransaction]:
+    conn.execute(Q.savepoint)
+    try:
+        tx = SqliteTransaction(conn, now)
+        yield tx
+        tx.flush()
+    except BaseException:
+        if conn.in_transaction:
+            with suppress(driver.dbapi.Error):
+                conn.execute(Q.rollback_to_savepoint)
+                conn.execute(Q.release_savepoint)
+        raise
+    conn.execute(Q.release_savepoint)
 
 
 class SqliteTransaction:
@@ -219,16 +275,30 @@ class SqliteTransaction:
             if cur.rowcount != 1:
                 raise InvariantViolation("the database clock or counter would have gone down")
 
-    def due_leases(self) -> Iterator[TaskRow]:
-        for row in self._conn.execute(Q.due_leases, {"now": self.now}).fetchall():
-            yield _task_row(row)
+    def due_events(self, queue: str) -> list[tuple[Number, int, TaskRow]]:
+        rows = self._conn.execute(Q.due_events, {"queue": queue, "now": self.now}).fetchall()
+        return [(row[0], row[1], _event_row(row)) for row in rows]
 
-    def insert(self, queue: str, task_id: str, max_attempts: int) -> bool:
+    def insert(
+        self,
+        queue: str,
+        task_id: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+    ) -> bool:
         params = {
             "queue": queue,
             "task_id": task_id,
+            "state": "AVAILABLE" if run_at is None else "WAITING",
             "seq": self._counter + 1,
             "max_attempts": max_attempts,
+            "run_at": run_at,
+            "payload": payload,
+            "retry_kind": retry.kind,
+            "retry_base": retry.base,
+            "retry_cap": retry.cap,
             "now": self.now,
         }
         if self._conn.execute(Q.insert_task, params).rowcount != 1:
@@ -236,42 +306,120 @@ class SqliteTransaction:
         self._next_id()
         return True
 
-    def claim(self, queue: str, deadline: Number) -> str | None:
-        params = {
-            "queue": queue,
-            "lease_id": self._counter + 1,
-            "deadline": deadline,
-            "now": self.now,
-        }
+    def claim(self, queue: str, deadline: Number) -> tuple[str, int, int, Encoded] | None:
+        token = self._counter + 1
+        params = {"queue": queue, "token": token, "deadline": deadline, "now": self.now}
         row = self._conn.execute(Q.claim_front, params).fetchone()
         if row is None:
             return None
         self._next_id()
-        task_id: str = row[0]
-        return task_id
+        task_id, attempts, payload = row
+        return task_id, token, attempts, payload
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
         row = self._conn.execute(Q.get_task, {"queue": queue, "task_id": task_id}).fetchone()
         return None if row is None else _task_row(row)
 
-    def complete(self, queue: str, task_id: str) -> bool:
-        params = {"queue": queue, "task_id": task_id, "now": self.now}
+    def complete(self, queue: str, task_id: str, token: int | None) -> bool:
+        params = {"queue": queue, "task_id": task_id, "token": token, "now": self.now}
         return bool(self._conn.execute(Q.complete_task, params).rowcount == 1)
 
-    def release(self, task: TaskRow, state: State) -> None:
+    def end_lease(
+        self,
+        task: TaskRow,
+        state: State,
+        at: Number,
+        error: str | None,
+        run_at: Number | None = None,
+        attempts_delta: int = 0,
+    ) -> int:
+        """Returns the task's new seq (line position or wake-up order)."""
+        seq = self._next_id() if state in (State.AVAILABLE, State.WAITING) else task.seq
         params = {
             "id": task.row_id,
-            "lease_id": task.lease_id,
+            "token": task.token,
             "state": state.value,
-            "seq": self._next_id() if state is State.AVAILABLE else None,
+            "seq": seq,
+            "run_at": run_at,
+            "attempts_delta": attempts_delta,
+            "error": error,
+            "finished_at": at if state is State.DEAD else None,
+            "at": at,
+        }
+        self._expect_one(Q.end_lease, params, task, "RESERVED under its lease")
+        return seq
+
+    def extend(self, queue: str, task_id: str, token: int, deadline: Number) -> bool:
+        params = {
+            "queue": queue,
+            "task_id": task_id,
+            "token": token,
+            "deadline": deadline,
             "now": self.now,
         }
-        if self._conn.execute(Q.release_lease, params).rowcount != 1:
-            raise InvariantViolation(
-                f"task {task.task_id!r} was not RESERVED under lease {task.lease_id} any more"
-            )
+        return bool(self._conn.execute(Q.extend_lease, params).rowcount == 1)
+
+    def wake(self, task: TaskRow, order: int, at: Number) -> None:
+        params = {"id": task.row_id, "order": order, "seq": self._next_id(), "at": at}
+        self._expect_one(Q.wake_task, params, task, "WAITING")
+
+    def redrive(self, row_id: int) -> bool:
+        params = {"id": row_id, "seq": self._counter + 1, "now": self.now}
+        if self._conn.execute(Q.redrive_task, params).rowcount != 1:
+            return False
+        self._next_id()
+        return True
+
+    def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
+        rows = self._conn.execute(Q.dead_ids, {"queue": queue, "limit": limit}).fetchall()
+        return [(row_id, task_id) for row_id, task_id in rows]
+
+    def tasks(self, queue: str, state: State | None, limit: int) -> list[TaskRow]:
+        if state is None:
+            cur = self._conn.execute(Q.list_tasks, {"queue": queue, "limit": limit})
+        else:
+            params = {"queue": queue, "state": state.value, "limit": limit}
+            cur = self._conn.execute(Q.list_tasks_in_state, params)
+        return [_task_row(row) for row in cur.fetchall()]
+
+    def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
+        params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
+        return int(self._conn.execute(Q.purge_batch, params).rowcount)
+
+    def stats(
+        self, queue: str
+    ) -> tuple[dict[str, int], Number | None, Number | None, Number | None]:
+        params = {"queue": queue}
+        counts = dict.fromkeys((s.value for s in State), 0)
+        counts.update(dict(self._conn.execute(Q.count_queue_states, params).fetchall()))
+        front = self._conn.execute(Q.front_of_line, params).fetchone()
+        (deadline,) = self._conn.execute(Q.next_deadline, params).fetchone()
+        (run_at,) = self._conn.execute(Q.next_run_at, params).fetchone()
+        return counts, None if front is None else front[0], deadline, run_at
+
+    def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
+        if self._conn.execute(sql, params).rowcount != 1:
+            raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
 
 
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
-    row_id, task_id, state, attempts, max_attempts, lease_id = row
-    return TaskRow(row_id, task_id, State(state), attempts, max_attempts, lease_id)
+    (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
+     deadline, run_at, payload, error, created, updated, finished) = row  # fmt: skip
+    return TaskRow(
+        row_id, task_id, State(state), attempts, max_attempts, token, seq,
+        retry_policy(kind, base, cap), deadline, run_at, payload, error,
+        created, updated, finished,
+    )  # fmt: skip
+
+
+def _event_row(row: tuple[Any, ...]) -> TaskRow:
+    _at, _k, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap = row
+    return TaskRow(
+        row_id, task_id, State(state), attempts, max_attempts, token, seq,
+        retry_policy(kind, base, cap),
+    )  # fmt: skip
+
+
+@lru_cache(maxsize=64)
+def retry_policy(kind: Any, base: float, cap: float) -> Retry:
+    return Retry(kind, base, cap)

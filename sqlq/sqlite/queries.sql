@@ -18,6 +18,20 @@ COMMIT
 -- Undo the call's transaction after an error.
 ROLLBACK
 
+-- name: savepoint
+-- Start a call inside the caller's own open transaction (transactional enqueue
+-- and completion): the call's statements can be undone without touching the
+-- caller's.
+SAVEPOINT sqlq_call
+
+-- name: release_savepoint
+-- Keep the call's statements; they commit or roll back with the caller's transaction.
+RELEASE sqlq_call
+
+-- name: rollback_to_savepoint
+-- Undo the call's statements after an error, leaving the caller's transaction open.
+ROLLBACK TO sqlq_call
+
 -- name: read_clock
 -- The database's time high-water mark and the id counter, read at the start of a call.
 SELECT now, counter FROM sqlq_clock WHERE id = 1
@@ -27,56 +41,143 @@ SELECT now, counter FROM sqlq_clock WHERE id = 1
 UPDATE sqlq_clock SET now = :now, counter = :counter
 WHERE id = 1 AND now <= :now AND counter <= :counter
 
--- name: due_leases
--- Every lease that has run out at :now (deadline inclusive), in expiry order:
--- by deadline, then by lease id (the order of reservation).  A range scan of
--- sqlq_tasks_leases.
-SELECT id, task_id, state, attempts, max_attempts, lease_id
+-- name: due_events
+-- What falls due in a queue at :now, in the order it happened: leases whose
+-- deadline has passed (deadline inclusive) and WAITING tasks whose run_at has
+-- come, by time and then by counter (lease token or wait order).  Two range
+-- scans of partial indexes; nothing due means no rows.
+SELECT deadline AS at, lease_id AS k, id, task_id, state, attempts, max_attempts,
+       lease_id, seq, retry_kind, retry_base, retry_cap
 FROM sqlq_tasks
-WHERE deadline <= :now
-ORDER BY deadline, lease_id
+WHERE queue = :queue AND deadline <= :now
+UNION ALL
+SELECT run_at, seq, id, task_id, state, attempts, max_attempts,
+       lease_id, seq, retry_kind, retry_base, retry_cap
+FROM sqlq_tasks
+WHERE queue = :queue AND run_at <= :now
+ORDER BY 1, 2
 
 -- name: insert_task
--- Add a task at the back of its queue's line; does nothing if the id exists in
--- any state (the caller reads the row count).
+-- Add a task, AVAILABLE at the back of the line or WAITING until :run_at; does
+-- nothing if the id exists in any state (the caller reads the row count).
 INSERT INTO sqlq_tasks
-    (queue, task_id, state, seq, attempts, max_attempts, created_at, updated_at)
-VALUES (:queue, :task_id, 'AVAILABLE', :seq, 0, :max_attempts, :now, :now)
+    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
+     retry_kind, retry_base, retry_cap, created_at, updated_at)
+VALUES (:queue, :task_id, :state, :seq, 0, :max_attempts, :run_at, :payload,
+        :retry_kind, :retry_base, :retry_cap, :now, :now)
 ON CONFLICT (queue, task_id) DO NOTHING
 
 -- name: claim_front
 -- Reserve the front of the queue's line in one statement: count an attempt,
--- record the lease and its deadline.  Returns the task id, or no row.
+-- record the lease (its token) and its deadline.  Returns the task, or no row.
 UPDATE sqlq_tasks
-SET state = 'RESERVED', attempts = attempts + 1, lease_id = :lease_id,
+SET state = 'RESERVED', attempts = attempts + 1, lease_id = :token,
     deadline = :deadline, updated_at = :now
 WHERE id = (SELECT id FROM sqlq_tasks
             WHERE queue = :queue AND state = 'AVAILABLE'
             ORDER BY seq LIMIT 1)
   AND state = 'AVAILABLE'
-RETURNING task_id
+RETURNING task_id, attempts, payload
 
 -- name: get_task
--- One task by queue and id.
-SELECT id, task_id, state, attempts, max_attempts, lease_id
+-- One task by queue and id, every column the queue logic and inspection need.
+SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+       retry_base, retry_cap, deadline, run_at, payload, last_error,
+       created_at, updated_at, finished_at
 FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
 -- name: complete_task
--- Mark a task COMPLETED if, and only if, it is RESERVED now.
+-- RESERVED -> COMPLETED, under the given lease if :token is not NULL.
 UPDATE sqlq_tasks
-SET state = 'COMPLETED', deadline = NULL, updated_at = :now
+SET state = 'COMPLETED', deadline = NULL, finished_at = :now, updated_at = :now
 WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED'
+  AND (:token IS NULL OR lease_id = :token)
 
--- name: release_lease
--- End a lease that failed or ran out: back of the line (a new :seq) or DEAD.
+-- name: end_lease
+-- End a lease that failed, ran out or was given back: AVAILABLE (a new :seq),
+-- WAITING (a new :seq as wake-up order, until :run_at) or DEAD (:finished_at).
 -- Compare-and-set on the lease the caller saw; zero rows means the task moved.
 UPDATE sqlq_tasks
-SET state = :state, seq = coalesce(:seq, seq), deadline = NULL, updated_at = :now
-WHERE id = :id AND state = 'RESERVED' AND lease_id = :lease_id
+SET state = :state, seq = coalesce(:seq, seq), run_at = :run_at, deadline = NULL,
+    attempts = attempts + :attempts_delta, last_error = :error,
+    finished_at = :finished_at, updated_at = :at
+WHERE id = :id AND state = 'RESERVED' AND lease_id = :token
+
+-- name: extend_lease
+-- Heartbeat: move the deadline of the task's current lease, if it is :token.
+UPDATE sqlq_tasks
+SET deadline = :deadline, updated_at = :now
+WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED' AND lease_id = :token
+
+-- name: wake_task
+-- WAITING -> AVAILABLE at the back of the line when run_at has come.
+-- Compare-and-set on the wake-up the caller saw.
+UPDATE sqlq_tasks
+SET state = 'AVAILABLE', seq = :seq, run_at = NULL, updated_at = :at
+WHERE id = :id AND state = 'WAITING' AND seq = :order
+
+-- name: redrive_task
+-- DEAD -> AVAILABLE at the back of the line, attempts reset; the last error is kept.
+UPDATE sqlq_tasks
+SET state = 'AVAILABLE', attempts = 0, seq = :seq, finished_at = NULL, updated_at = :now
+WHERE id = :id AND state = 'DEAD'
+
+-- name: dead_ids
+-- DEAD tasks of a queue, the longest dead first (then in the order added).
+SELECT id, task_id FROM sqlq_tasks
+WHERE queue = :queue AND state = 'DEAD'
+ORDER BY finished_at, id
+LIMIT :limit
+
+-- name: list_tasks
+-- Tasks of a queue in the order they were added (all states).
+SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+       retry_base, retry_cap, deadline, run_at, payload, last_error,
+       created_at, updated_at, finished_at
+FROM sqlq_tasks
+WHERE queue = :queue
+ORDER BY id
+LIMIT :limit
+
+-- name: list_tasks_in_state
+-- Tasks of a queue in one state, in the order they were added.
+SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+       retry_base, retry_cap, deadline, run_at, payload, last_error,
+       created_at, updated_at, finished_at
+FROM sqlq_tasks
+WHERE queue = :queue AND state = :state
+ORDER BY id
+LIMIT :limit
+
+-- name: purge_batch
+-- Delete up to :batch tasks of a queue in :state finished at or before :cutoff.
+DELETE FROM sqlq_tasks
+WHERE id IN (SELECT id FROM sqlq_tasks
+             WHERE queue = :queue AND state = :state AND finished_at <= :cutoff
+             ORDER BY finished_at
+             LIMIT :batch)
+
+-- name: count_queue_states
+-- Tasks of one queue per state.
+SELECT state, count(*) FROM sqlq_tasks WHERE queue = :queue GROUP BY state
+
+-- name: front_of_line
+-- When the task at the front of the queue's line became AVAILABLE.
+SELECT updated_at FROM sqlq_tasks
+WHERE queue = :queue AND state = 'AVAILABLE'
+ORDER BY seq LIMIT 1
+
+-- name: next_deadline
+-- The soonest lease deadline of a queue.
+SELECT min(deadline) FROM sqlq_tasks WHERE queue = :queue AND deadline IS NOT NULL
+
+-- name: next_run_at
+-- The soonest wake-up of a WAITING task of a queue.
+SELECT min(run_at) FROM sqlq_tasks WHERE queue = :queue AND run_at IS NOT NULL
 
 -- name: count_states
--- Tasks per queue and state, for stats.
+-- Tasks per queue and state, for the whole file (sqlq stats).
 SELECT queue, state, count(*) FROM sqlq_tasks GROUP BY queue, state ORDER BY queue, state
 
 -- name: list_objects

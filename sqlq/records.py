@@ -1,0 +1,64 @@
+"""What the queue hands out: leases, task details and queue statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .contract import Number
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A reservation: the task, its fencing token, and what the worker needs to run it.
+
+    ``token`` is unique and strictly increasing per database (so per queue).
+    ``complete``, ``fail``, ``extend`` and ``release`` given the token act only
+    while this lease is the task's current one.
+    """
+
+    task_id: str
+    token: int
+    attempt: int
+    deadline: Number
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task as stored, for inspection (``info``, ``tasks``, ``dead``)."""
+
+    task_id: str
+    state: str
+    attempts: int
+    max_attempts: int
+    payload: Any
+    last_error: str | None
+    #: The latest lease's token (also after it ended), or None if never reserved.
+    token: int | None
+    #: When the current lease runs out (RESERVED only).
+    deadline: Number | None
+    #: When the task becomes AVAILABLE (WAITING only).
+    run_at: Number | None
+    created_at: Number
+    updated_at: Number
+    #: When it became COMPLETED or DEAD.
+    finished_at: Number | None
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """A queue at one moment (after due leases expired and due tasks woke)."""
+
+    counts: dict[str, int]
+    #: Seconds the front of the line has been AVAILABLE, or None if nothing is.
+    oldest_available_age: Number | None
+    #: The soonest lease deadline, or None.
+    next_deadline: Number | None
+    #: The soonest time a WAITING task becomes AVAILABLE, or None.
+    next_run_at: Number | None
+
+    @property
+    def leases(self) -> int:
+        """Leases in flight: the RESERVED tasks."""
+        return self.counts["RESERVED"]

@@ -1,0 +1,435 @@
+"""The worker features of the contract, on every face: tokens, heartbeats, delays,
+retry backoff, payloads and errors, dead letters, retention, stats and batches.
+
+With no token, no delay, no backoff and no payload the core contract
+(test_contract.py) holds unchanged; these tests cover what extends it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sqlq import Retry
+from sqlq.errors import (
+    InvalidArgument,
+    InvalidConfig,
+    InvalidPayload,
+    InvalidTaskId,
+    PayloadTooLarge,
+)
+
+Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
+
+
+# --- fencing tokens and heartbeats -------------------------------------------------
+
+
+def test_claim_returns_a_lease_with_a_fresh_increasing_token(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    q.add("a", 0, payload={"n": 1})
+    q.add("b", 0)
+    first = q.claim(1)
+    second = q.claim(1)
+    assert (first.task_id, first.attempt, first.deadline, first.payload) == ("a", 1, 11, {"n": 1})
+    assert (second.task_id, second.payload) == ("b", None)
+    assert second.token > first.token
+    q.fail("a", 2, token=first.token)
+    again = q.claim(3)
+    assert (again.task_id, again.attempt) == ("a", 2)
+    assert again.token > second.token
+    assert q.claim(3) is None
+
+
+def test_a_stale_worker_cannot_complete_a_task_another_worker_holds(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    q.add("job", 0)
+    stale = q.claim(0)  # worker 1; its lease runs out at 5
+    fresh = q.claim(5)  # worker 2 takes the task again at 5
+    assert fresh.task_id == "job" and fresh.token != stale.token
+    assert q.complete("job", 6, token=stale.token) is False
+    assert q.fail("job", 6, token=stale.token) is None
+    assert q.extend("job", stale.token, 6) is None
+    assert q.release("job", stale.token, 6) is False
+    assert q.status("job", 6) == "RESERVED"
+    assert q.complete("job", 7, token=fresh.token) is True
+    assert q.status("job", 7) == "COMPLETED"
+
+
+def test_complete_with_the_winning_token_is_safe_to_retry(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    q.add("job", 0)
+    lease = q.claim(0)
+    assert q.complete("job", 1, token=lease.token) is True
+    assert q.complete("job", 2, token=lease.token) is True  # the same attempt did complete
+    assert q.complete("job", 2, token=lease.token + 1) is False
+    assert q.complete("job", 2) is False  # the core contract: not RESERVED now
+
+
+def test_extend_keeps_a_long_task_leased(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    q.add("long", 0)
+    lease = q.claim(0)
+    assert q.extend("long", lease.token, 8) == 18
+    assert q.status("long", 15) == "RESERVED"
+    assert q.extend("long", lease.token, 17, seconds=30) == 47
+    assert q.status("long", 46) == "RESERVED"
+    assert q.status("long", 47) == "AVAILABLE"  # the extended deadline is inclusive too
+    assert q.extend("long", lease.token, 48) is None
+
+
+def test_extend_after_expiry_fails_even_before_another_claim(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    q.add("t", 0)
+    lease = q.claim(0)
+    assert q.extend("t", lease.token, 10) is None
+    assert q.status("t", 10) == "AVAILABLE"
+
+
+def test_extended_leases_keep_reservation_order_at_equal_deadlines(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    for name in "xyz":
+        q.add(name, 0)
+    x, y, z = q.claim(0), q.claim(0), q.claim(0)
+    # All three now end at 20; expiry order stays the order of reservation.
+    for lease in (z, x, y):
+        q.extend(lease.task_id, lease.token, 10)
+    assert [q.reserve(20) for _ in range(3)] == ["x", "y", "z"]
+
+
+def test_release_gives_the_attempt_back(make_queue: Factory) -> None:
+    q = make_queue(10, 1)
+    q.add("a", 0)
+    q.add("b", 0)
+    lease = q.claim(0)
+    assert q.release("a", lease.token, 1) is True
+    assert q.status("a", 1) == "AVAILABLE"
+    assert q.reserve(2) == "b"  # released to the back of the line
+    again = q.claim(2)
+    assert (again.task_id, again.attempt) == ("a", 1)  # the released attempt did not count
+
+
+@pytest.mark.parametrize("token", [0, -1, "7", 1.5, True, None])
+def test_bad_tokens_are_refused(make_queue: Factory, token: object) -> None:
+    q = make_queue(10, 2)
+    q.add("t", 0)
+    with pytest.raises(InvalidArgument):
+        q.extend("t", token, 0)
+    with pytest.raises(InvalidArgument):
+        q.release("t", token, 0)
+    if token is not None:
+        with pytest.raises(InvalidArgument):
+            q.complete("t", 0, token=token)
+    assert q.status("t", 0) == "AVAILABLE"
+
+
+# --- delays, scheduled tasks, retry backoff -----------------------------------------
+
+
+def test_delayed_task_waits_then_joins_the_back_of_the_line(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    assert q.add("later", 0, delay=5) is True
+    assert q.add("now", 1) is True
+    assert q.status("later", 4) == "WAITING"
+    assert q.reserve(4) == "now"
+    assert q.reserve(4) is None
+    assert q.status("later", 5) == "AVAILABLE"
+    assert q.reserve(5) == "later"
+
+
+def test_run_at_schedules_and_wakes_in_time_order(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    q.add("c", 0, run_at=30)
+    q.add("a", 0, run_at=10)
+    q.add("b", 0, run_at=10)  # same time: the order they were added
+    q.add("past", 5, run_at=1)  # already due: AVAILABLE at once
+    assert q.status("past", 5) == "AVAILABLE"
+    assert [q.reserve(40) for _ in range(4)] == ["past", "a", "b", "c"]
+
+
+def test_delay_zero_is_no_delay(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    q.add("t", 3, delay=0)
+    assert q.status("t", 3) == "AVAILABLE"
+
+
+def test_delay_and_run_at_together_are_refused(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    with pytest.raises(InvalidArgument):
+        q.add("t", 0, delay=1, run_at=5)
+    with pytest.raises(InvalidArgument):
+        q.add("t", 0, delay=-1)
+    assert q.status("t", 0) is None
+
+
+def test_fixed_backoff_after_fail_and_after_expiry(make_queue: Factory) -> None:
+    q = make_queue(10, 3, retry=Retry.fixed(7))
+    q.add("t", 0)
+    q.reserve(0)
+    assert q.fail("t", 2, error="boom") == "WAITING"
+    assert q.status("t", 8) == "WAITING"
+    assert q.status("t", 9) == "AVAILABLE"
+    q.reserve(9)  # lease until 19; expiry at 19 -> waits until 26
+    assert q.status("t", 25) == "WAITING"
+    info = q.info("t", 25)
+    assert (info.run_at, info.last_error, info.attempts) == (26, "lease expired", 2)
+    assert q.status("t", 26) == "AVAILABLE"
+
+
+def test_exponential_backoff_without_jitter_doubles_up_to_the_cap(make_queue: Factory) -> None:
+    q = make_queue(1, 6, retry=Retry.exponential(base=2, cap=10, jitter=False))
+    q.add("t", 0)
+    now, waits = 0, []
+    for _ in range(5):
+        assert q.reserve(now) == "t"
+        assert q.fail("t", now) == "WAITING"
+        run_at = q.info("t", now).run_at
+        waits.append(run_at - now)
+        now = run_at
+    assert waits == [2, 4, 8, 10, 10]
+
+
+def test_exponential_backoff_with_full_jitter_stays_within_bounds(make_queue: Factory) -> None:
+    q = make_queue(1, 50, retry=Retry.exponential(base=1, cap=8), rng=random.Random(3))
+    q.add("t", 0)
+    now, waits = 0, []
+    for attempt in range(1, 40):
+        assert q.reserve(now) == "t"
+        q.fail("t", now)
+        info = q.info("t", now)
+        wait = 0 if info.state == "AVAILABLE" else info.run_at - now
+        assert 0 <= wait <= min(8, 2 ** (attempt - 1))
+        waits.append(wait)
+        now += wait
+    assert len(set(waits)) > 10  # really random
+
+
+def test_expired_lease_whose_backoff_is_already_over_wakes_in_order(make_queue: Factory) -> None:
+    q = make_queue(2, 3, retry=Retry.fixed(1))
+    q.add("a", 0)
+    q.reserve(0)  # lease ends at 2, retry at 3
+    q.add("b", 0, run_at=4)
+    q.add("c", 0, run_at=3)  # wakes at 3 too, but was queued before a's retry began
+    assert [q.reserve(10) for _ in range(3)] == ["c", "a", "b"]
+
+
+def test_backoff_never_delays_dead(make_queue: Factory) -> None:
+    q = make_queue(10, 2, retry=Retry.fixed(100))
+    q.add("t", 0)
+    q.reserve(0)
+    assert q.fail("t", 1) == "WAITING"
+    q.reserve(101)
+    assert q.fail("t", 102) == "DEAD"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: Retry.fixed(-1), lambda: Retry.exponential(5, 1), lambda: Retry.fixed("3")],
+)
+def test_bad_retry_policies_are_refused(make: Callable[[], Retry]) -> None:
+    with pytest.raises(InvalidConfig):
+        make()
+
+
+# --- payloads and errors ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"url": "https://example.com/a.jpg", "sizes": [64, 128], "ok": True, "x": None},
+        [1, 2.5, "three", {"four": [4]}],
+        "just a string with 'quotes' and ; and 日本",
+        12345678901234567890,
+        b"\x00\x01binary\xff",
+        0,
+        False,
+    ],
+)
+def test_payloads_come_back_as_stored(make_queue: Factory, payload: object) -> None:
+    q = make_queue(10, 2)
+    q.add("t", 0, payload=payload)
+    assert q.claim(1).payload == payload
+    assert q.info("t", 1).payload == payload
+
+
+def test_tuples_come_back_as_lists(make_queue: Factory) -> None:
+    q = make_queue(10, 2)
+    q.add("t", 0, payload={"pair": (1, 2)})
+    assert q.claim(0).payload == {"pair": [1, 2]}
+
+
+@pytest.mark.parametrize("payload", [object(), {1, 2}, float("nan"), {"f": lambda: 1}])
+def test_unserialisable_payloads_are_refused_and_nothing_is_added(
+    make_queue: Factory, payload: object
+) -> None:
+    q = make_queue(10, 2)
+    with pytest.raises(InvalidPayload, match="never pickles"):
+        q.add("t", 0, payload=payload)
+    assert q.status("t", 0) is None
+
+
+def test_payload_size_limit(make_queue: Factory) -> None:
+    q = make_queue(10, 2, max_payload_bytes=100)
+    assert q.add("fits", 0, payload="x" * 98) is True  # 100 bytes as JSON
+    with pytest.raises(PayloadTooLarge):
+        q.add("big", 0, payload="x" * 99)
+    with pytest.raises(PayloadTooLarge):
+        q.add("bytes", 0, payload=b"x" * 101)
+    assert q.status("big", 0) is None and q.status("bytes", 0) is None
+
+
+def test_errors_and_attempts_are_recorded(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    q.add("t", 0)
+    q.reserve(0)
+    q.fail("t", 1, error=ValueError("bad input row 7"))
+    info = q.info("t", 1)
+    assert (info.state, info.attempts, info.last_error) == (
+        "AVAILABLE",
+        1,
+        "ValueError: bad input row 7",
+    )
+    q.reserve(2)  # lease until 7
+    assert q.info("t", 7).last_error == "lease expired"
+    q.reserve(8)
+    q.fail("t", 9, error="x" * 10_000)
+    info = q.info("t", 9)
+    assert info.state == "DEAD" and info.attempts == 3
+    assert len(info.last_error) == 4000 and info.last_error.endswith("…")
+    with pytest.raises(InvalidArgument):
+        q.fail("t", 9, error=42)
+
+
+def test_info_of_an_unknown_task_is_none(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    assert q.info("nope", 0) is None
+
+
+# --- dead letters, retention, stats ----------------------------------------------------
+
+
+def _kill(q: Any, task_id: str, now: int, error: str = "boom") -> None:
+    q.add(task_id, now)
+    assert q.reserve(now) == task_id
+    assert q.fail(task_id, now, error=error) == "DEAD"
+
+
+def test_dead_letters_list_count_and_redrive(make_queue: Factory) -> None:
+    q = make_queue(10, 1)
+    _kill(q, "d1", 1, "first")
+    _kill(q, "d2", 2, "second")
+    _kill(q, "d3", 3)
+    q.add("alive", 4)
+    dead = q.dead(5)
+    assert [(d.task_id, d.attempts, d.last_error) for d in dead] == [
+        ("d1", 1, "first"),
+        ("d2", 1, "second"),
+        ("d3", 1, "boom"),
+    ]
+    assert [d.finished_at for d in dead] == [1, 2, 3]
+    assert [d.task_id for d in q.dead(5, limit=2)] == ["d1", "d2"]
+    assert q.stats(5).counts["DEAD"] == 3
+
+    assert q.redrive(6, task_ids=["d2", "alive", "unknown"]) == 1
+    assert q.status("d2", 6) == "AVAILABLE"
+    assert q.info("d2", 6).attempts == 0
+    assert q.info("d2", 6).last_error == "second"  # kept for the record
+    assert q.redrive(7) == 2  # all the rest
+    assert [q.reserve(8) for _ in range(4)] == ["alive", "d2", "d1", "d3"]
+
+
+def test_purge_forgets_old_finished_tasks(make_queue: Factory) -> None:
+    q = make_queue(10, 1)
+    for i, t in enumerate(["c1", "c2", "c3"]):
+        q.add(t, i)
+        q.reserve(i)
+        q.complete(t, i)
+    _kill(q, "dead", 3)
+    q.add("waiting", 3)
+    assert q.purge(10, older_than=8.5) == 2  # c1 and c2 finished at 0 and 1
+    assert q.status("c1", 10) is None and q.status("c3", 10) == "COMPLETED"
+    assert q.purge(10, states=["DEAD"], older_than=100) == 0
+    assert q.purge(10, states=["COMPLETED", "DEAD"]) == 2
+    assert q.stats(10).counts == {
+        "WAITING": 0, "AVAILABLE": 1, "RESERVED": 0, "COMPLETED": 0, "DEAD": 0
+    }  # fmt: skip
+    assert q.add("c1", 11) is True  # a purged id can be used again
+    with pytest.raises(InvalidArgument):
+        q.purge(11, states=["AVAILABLE"])
+
+
+def test_stats(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    empty = q.stats(0)
+    assert empty.oldest_available_age is None and empty.next_deadline is None
+    q.add("a", 1)
+    q.add("b", 2)
+    q.add("c", 2)
+    q.add("later", 2, run_at=50)
+    q.reserve(5)  # a, until 15
+    s = q.stats(7)
+    assert s.counts == {"WAITING": 1, "AVAILABLE": 2, "RESERVED": 1, "COMPLETED": 0, "DEAD": 0}
+    assert s.leases == 1
+    assert s.oldest_available_age == 5  # b has been available since 2
+    assert (s.next_deadline, s.next_run_at) == (15, 50)
+
+
+# --- batches ------------------------------------------------------------------------------
+
+
+def test_add_many_and_claim_many(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    assert q.add_many(["a", ("b", {"n": 2}), "a", "c"], 0) == [True, True, False, True]
+    leases = q.claim_many(2, 1)
+    assert [(x.task_id, x.payload) for x in leases] == [("a", None), ("b", {"n": 2})]
+    assert leases[1].token > leases[0].token
+    assert [x.task_id for x in q.claim_many(10, 1)] == ["c"]
+    assert q.claim_many(10, 1) == []
+
+
+def test_batches_keep_expiry_first_and_fifo(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    q.add_many(["x", "y"], 0)
+    q.claim_many(2, 0)
+    q.add_many(["z"], 1)
+    # At 5 both leases run out (x then y) behind z.
+    assert [x.task_id for x in q.claim_many(3, 5)] == ["z", "x", "y"]
+
+
+def test_add_many_with_delay(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    q.add_many(["a", "b"], 0, delay=10)
+    assert q.claim_many(5, 9) == []
+    assert [x.task_id for x in q.claim_many(5, 10)] == ["a", "b"]
+
+
+def test_a_bad_item_refuses_the_whole_batch(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    with pytest.raises(InvalidTaskId):
+        q.add_many(["ok", 7], 0)
+    with pytest.raises(InvalidPayload):
+        q.add_many(["ok", ("bad", object())], 0)
+    with pytest.raises(InvalidArgument):
+        q.add_many("abc", 0)
+    assert q.status("ok", 0) is None
+    with pytest.raises(InvalidArgument):
+        q.claim_many(0, 0)
+
+
+# --- tasks listing -----------------------------------------------------------------------
+
+
+def test_tasks_lists_by_state_in_the_order_added(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    q.add_many(["a", "b", "c"], 0)
+    q.reserve(0)
+    assert [t.task_id for t in q.tasks(1)] == ["a", "b", "c"]
+    assert [t.task_id for t in q.tasks(1, state="AVAILABLE")] == ["b", "c"]
+    assert [t.task_id for t in q.tasks(1, state="RESERVED")] == ["a"]
+    assert [t.task_id for t in q.tasks(1, limit=1)] == ["a"]
+    with pytest.raises(InvalidArgument):
+        q.tasks(1, state="LOST")
