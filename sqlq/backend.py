@@ -146,6 +146,10 @@ class Backend(Protocol):
         """One call: a write transaction at time ``now`` (see the module docstring)."""
         ...
 
+    def ready(self, queue: str, now: Number) -> bool:
+        """Read only: would a claim at ``now`` find a task?  Takes no write lock."""
+        ...
+
     def counts(self) -> dict[str, dict[str, int]]:
         """Tasks per state, per queue name."""
         ...

@@ -325,6 +325,11 @@ class Queue:
                 next_run_at=run_at,
             )
 
+    def ready(self, now: Number | None = None) -> bool:
+        """Would ``claim`` find a task now?  Reads only and takes no write lock, so
+        idle workers can poll cheaply; changes nothing (the next call does)."""
+        return self._backend.ready(self.queue, check_time(self._clock() if now is None else now))
+
     def counts(self) -> dict[str, int]:
         """Tasks of this queue per state, as of the last call (reads only)."""
         found = self._backend.counts().get(self.queue, {})

@@ -325,6 +325,14 @@ class WorkQueue:
             next_run_at=self._top(self._waiting, _WAITING),
         )
 
+    def ready(self, now: Number) -> bool:
+        """Would ``claim`` find a task now?  Changes nothing (the next call does)."""
+        now = max(check_time(now), self._now)
+        return bool(self._line) or any(
+            (top := self._top(heap, state)) is not None and top <= now
+            for heap, state in ((self._leases, _RESERVED), (self._waiting, _WAITING))
+        )
+
     def counts(self) -> dict[str, int]:
         """Tasks per state, as of the last call."""
         counts = dict.fromkeys((s.value for s in State), 0)

@@ -433,3 +433,17 @@ def test_tasks_lists_by_state_in_the_order_added(make_queue: Factory) -> None:
     assert [t.task_id for t in q.tasks(1, limit=1)] == ["a"]
     with pytest.raises(InvalidArgument):
         q.tasks(1, state="LOST")
+
+
+def test_ready_tells_whether_a_claim_would_find_work(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    assert q.ready(0) is False
+    q.add("later", 0, delay=10)
+    assert q.ready(9) is False
+    assert q.ready(10) is True  # the wake-up is due, though no call has run it yet
+    assert q.claim(10).task_id == "later"
+    assert q.ready(11) is False
+    assert q.ready(15) is True  # its lease ran out at 15
+    assert q.ready(3) is False  # read at the high-water mark, 11: ready moved nothing
+    q.add("now", 16)
+    assert q.ready(16) is True

@@ -229,6 +229,11 @@ class SqliteBackend:
         """Transactions on queue.engine take the write lock at once, as the queue's do."""
         connection.exec_driver_sql(Q.begin_write)
 
+    def ready(self, queue: str, now: Number) -> bool:
+        with self._lock, self._guard():
+            row = self._connection().execute(Q.ready, {"queue": queue, "now": now}).fetchone()
+        return bool(row[0])
+
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         with self._lock, self._guard():

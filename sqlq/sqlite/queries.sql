@@ -57,6 +57,19 @@ FROM sqlq_tasks
 WHERE queue = :queue AND run_at <= :now
 ORDER BY 1, 2
 
+-- name: ready
+-- Read only, outside any write transaction: would a claim on the queue find a
+-- task now?  Something AVAILABLE, a lease run out, or a WAITING task due (at
+-- the later of :now and the database's high-water mark).  Lets idle workers
+-- poll without taking the write lock.
+SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = :queue AND state = 'AVAILABLE')
+    OR EXISTS (SELECT 1 FROM sqlq_tasks
+               WHERE queue = :queue
+                 AND deadline <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)))
+    OR EXISTS (SELECT 1 FROM sqlq_tasks
+               WHERE queue = :queue
+                 AND run_at <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)))
+
 -- name: insert_task
 -- Add a task, AVAILABLE at the back of the line or WAITING until :run_at; does
 -- nothing if the id exists in any state (the caller reads the row count).
