@@ -257,3 +257,37 @@ def test_opening_without_migrating_never_writes(db_path: Path) -> None:
     backend = SqliteBackend(db_path, migrate=False)
     assert backend.counts() == {"default": {"AVAILABLE": 1}}
     backend.close()
+
+
+def test_a_version_1_database_keeps_every_task_through_migration_2(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = migrate.migrations()[:1]
+    monkeypatch.setattr(migrate, "migrations", lambda: first)
+    conn = dbapi.connect(str(db_path), isolation_level=None)
+    migrate.ensure_schema(conn, str(db_path))
+    conn.executemany(
+        "INSERT INTO sqlq_tasks (queue, task_id, state, seq, attempts, max_attempts, lease_id,"
+        " deadline, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+        [
+            ("default", "avail", "AVAILABLE", 5, 1, 3, 4, None, 10),
+            ("default", "held", "RESERVED", 6, 1, 3, 6, 100.0, 11),
+            ("default", "done", "COMPLETED", 2, 1, 3, 2, None, 12),
+            ("mail", "dead", "DEAD", 3, 2, 2, 3, None, 13),
+        ],
+    )
+    conn.execute("UPDATE sqlq_clock SET now = 50, counter = 6")
+    conn.close()
+    monkeypatch.undo()
+
+    q = sqlq.Queue(db_path, lease_seconds=10, max_attempts=3)
+    assert q.status("held", 60) == "RESERVED"
+    assert q.info("done").finished_at == 12
+    assert q.info("avail").attempts == 1
+    assert q.reserve(61) == "avail"
+    assert q.status("held", 100) == "AVAILABLE"  # the old lease still runs out on time
+    q.close()
+    mail = sqlq.Queue(db_path, lease_seconds=10, max_attempts=3, queue="mail")
+    dead = mail.dead()
+    assert [(d.task_id, d.attempts, d.finished_at) for d in dead] == [("dead", 2, 13)]
+    mail.close()
