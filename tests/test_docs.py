@@ -98,3 +98,17 @@ def test_readme_sql_examples_run_in_the_sqlite3_shell(example_db: Path) -> None:
         timeout=30,
     ).stdout.splitlines()
     assert line == ["default|AVAILABLE|4", "default|COMPLETED|1"]
+
+
+def _python_examples() -> list[str]:
+    return _blocks(README, "python")
+
+
+@pytest.mark.parametrize("index", range(len(_python_examples())))
+def test_readme_python_examples_run(
+    index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every ```python block of the README runs on its own, in an empty folder."""
+    monkeypatch.chdir(tmp_path)
+    code = _python_examples()[index]
+    exec(compile(code, f"README.md python example {index + 1}", "exec"), {"__name__": "readme"})
