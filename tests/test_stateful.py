@@ -3,6 +3,9 @@
 * ``DurableVsMemory``: sqlq.Queue (SQLite) against sqlq.WorkQueue, call for call.
 * ``MemoryVsModel``: sqlq.WorkQueue against ``BruteForceQueue`` below, a model
   written to be obviously correct rather than fast.
+* ``FeaturesDurableVsMemory``: Queue against WorkQueue again, with the worker
+  features too: tokens, heartbeats, release, delays, retry backoff, payloads,
+  errors, dead letters, purge, batches and inspection.
 
 Both machines drive time the same way: a current time that moves forward by
 small steps, plus calls that pass a time below it ("late" calls, which the
@@ -176,11 +179,12 @@ class TwoQueues(RuleBasedStateMachine):
             return self.now
         return max(0, self.now - amount)
 
-    def _same(self, name: str, *args: Any, log: bool = True) -> Any:
+    def _same(self, name: str, *args: Any, log: bool = True, **kwargs: Any) -> Any:
         if log:
-            self.log.append(f"{name}({', '.join(map(repr, args))})")
-        left = _outcome(lambda: getattr(self.left, name)(*args))
-        right = _outcome(lambda: getattr(self.right, name)(*args))
+            shown = [*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]
+            self.log.append(f"{name}({', '.join(shown)})")
+        left = _outcome(lambda: getattr(self.left, name)(*args, **kwargs))
+        right = _outcome(lambda: getattr(self.right, name)(*args, **kwargs))
         assert left == right, (
             f"{type(self.left).__name__} answered {left}, "
             f"{type(self.right).__name__} answered {right}; calls: {'; '.join(self.log)}"
@@ -287,3 +291,142 @@ class MemoryVsModel(TwoQueues):
 
 MemoryVsModel.TestCase.settings = settings(max_examples=400, stateful_step_count=60)
 TestMemoryVsModel = MemoryVsModel.TestCase
+
+
+# ---------------------------------------------------------------------------------
+# 3. The worker features: Queue against WorkQueue
+# ---------------------------------------------------------------------------------
+
+retry_policies = st.one_of(
+    st.just(sqlq.Retry.immediate()),
+    st.builds(sqlq.Retry.fixed, st.sampled_from([0.5, 1, 3])),
+    st.builds(
+        lambda base, cap: sqlq.Retry.exponential(base, cap, jitter=False),
+        st.sampled_from([0.5, 1]),
+        st.sampled_from([1, 4]),
+    ),
+)
+payloads = st.one_of(
+    st.none(),
+    st.integers(-5, 5),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.lists(st.integers(0, 3), max_size=3),
+    st.dictionaries(st.sampled_from(["k", "v"]), st.integers(0, 3), max_size=2),
+)
+
+
+class FeaturesDurableVsMemory(TwoQueues):
+    directory: str | None = None
+
+    @initialize(lease_seconds=leases, max_attempts=attempt_limits, retry=retry_policies)
+    def open_queues(self, lease_seconds: int, max_attempts: int, retry: sqlq.Retry) -> None:
+        self.log.append(f"lease_seconds={lease_seconds}, max_attempts={max_attempts}, {retry}")
+        self.directory = tempfile.mkdtemp(prefix="sqlq-stateful-")
+        self.tokens: list[int] = [1, 2]
+        self.left = sqlq.Queue(
+            os.path.join(self.directory, "queue.db"),
+            lease_seconds=lease_seconds,
+            max_attempts=max_attempts,
+            retry=retry,
+            synchronous="normal",
+        )
+        self.right = sqlq.WorkQueue(lease_seconds, max_attempts, retry=retry)
+
+    def teardown(self) -> None:
+        if getattr(self, "left", None) is not None:
+            self.left.close()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _token(self, data: st.DataObject) -> int:
+        return data.draw(st.sampled_from(self.tokens))
+
+    def _remember(self, lease: Any) -> None:
+        if lease is not None:
+            self.tokens.append(lease.token)
+
+    @rule(
+        task_id=task_ids,
+        move=time_moves,
+        payload=payloads,
+        delay=st.sampled_from([None, 0, 1, 2.5]),
+    )
+    def add_with_payload(self, task_id: str, move: Any, payload: Any, delay: Any) -> None:
+        self._same("add", task_id, self._time(move), payload=payload, delay=delay)
+
+    @rule(move=time_moves)
+    def reserve(self, move: tuple[str, float]) -> None:
+        self._same("reserve", self._time(move))
+
+    @rule(move=time_moves)
+    def claim(self, move: Any) -> None:
+        self._remember(self._same("claim", self._time(move)))
+
+    @rule(n=st.integers(1, 3), move=time_moves)
+    def claim_many(self, n: int, move: Any) -> None:
+        for lease in self._same("claim_many", n, self._time(move)):
+            self._remember(lease)
+
+    @rule(items=st.lists(st.tuples(task_ids, payloads), max_size=3), move=time_moves)
+    def add_many(self, items: list[tuple[str, Any]], move: Any) -> None:
+        self._same("add_many", items, self._time(move))
+
+    @rule(task_id=task_ids, move=time_moves, data=st.data())
+    def complete_with_token(self, task_id: str, move: Any, data: st.DataObject) -> None:
+        self._same("complete", task_id, self._time(move), token=self._token(data))
+
+    @rule(task_id=task_ids, move=time_moves, data=st.data(), error=st.sampled_from([None, "boom"]))
+    def fail_with_token(self, task_id: str, move: Any, data: st.DataObject, error: Any) -> None:
+        self._same("fail", task_id, self._time(move), token=self._token(data), error=error)
+
+    @rule(
+        task_id=task_ids, move=time_moves, data=st.data(), seconds=st.sampled_from([None, 0, 2, 5])
+    )
+    def extend(self, task_id: str, move: Any, data: st.DataObject, seconds: Any) -> None:
+        self._same("extend", task_id, self._token(data), self._time(move), seconds=seconds)
+
+    @rule(task_id=task_ids, move=time_moves, data=st.data())
+    def release(self, task_id: str, move: Any, data: st.DataObject) -> None:
+        self._same("release", task_id, self._token(data), self._time(move))
+
+    @rule(task_id=task_ids, move=time_moves)
+    def info(self, task_id: str, move: Any) -> None:
+        self._same("info", task_id, self._time(move))
+
+    @rule(move=time_moves)
+    def stats(self, move: Any) -> None:
+        self._same("stats", self._time(move))
+
+    @rule(move=time_moves, state=st.sampled_from([None, "WAITING", "AVAILABLE", "DEAD"]))
+    def tasks(self, move: Any, state: Any) -> None:
+        self._same("tasks", self._time(move), state=state)
+
+    @rule(move=time_moves)
+    def dead(self, move: Any) -> None:
+        self._same("dead", self._time(move))
+
+    @rule(move=time_moves, ids=st.one_of(st.none(), st.lists(task_ids, max_size=2)))
+    def redrive(self, move: Any, ids: Any) -> None:
+        self._same("redrive", self._time(move), task_ids=ids)
+
+    @rule(
+        move=time_moves,
+        states=st.sampled_from([["COMPLETED"], ["DEAD"], ["COMPLETED", "DEAD"]]),
+        older_than=st.sampled_from([0, 2]),
+    )
+    def purge(self, move: Any, states: list[str], older_than: int) -> None:
+        self._same("purge", self._time(move), states=states, older_than=older_than)
+
+    @rule(move=time_moves)
+    def ready(self, move: Any) -> None:
+        self._same("ready", self._time(move))
+
+
+FeaturesDurableVsMemory.TestCase.settings = settings(
+    max_examples=120,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestFeaturesDurableVsMemory = FeaturesDurableVsMemory.TestCase
