@@ -60,10 +60,9 @@ class Transaction(Protocol):
 
     #: The effective time of the call (never below the database's high-water mark).
     now: Number
-
-    def due_events(self, queue: str) -> list[Event]:
-        """Leases with deadline <= now and WAITING tasks with run_at <= now."""
-        ...
+    #: What fell due in the call's queue by ``now``, read as the call began: leases
+    #: with deadline <= now and WAITING tasks with run_at <= now, in event order.
+    events: list[Event]
 
     def insert(
         self,
@@ -142,8 +141,10 @@ class Transaction(Protocol):
 class Backend(Protocol):
     """A database holding any number of named queues."""
 
-    def transaction(self, now: Number, external: Any = None) -> AbstractContextManager[Transaction]:
-        """One call: a write transaction at time ``now`` (see the module docstring)."""
+    def transaction(
+        self, now: Number, queue: str, external: Any = None
+    ) -> AbstractContextManager[Transaction]:
+        """One call on ``queue``: a write transaction at ``now`` (see the module docstring)."""
         ...
 
     def ready(self, queue: str, now: Number) -> bool:

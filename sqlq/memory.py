@@ -151,6 +151,14 @@ class WorkQueue:
         task.updated_at = task.finished_at = now
         return True
 
+    def complete_and_claim(
+        self, task_id: str, now: Number, *, token: int
+    ) -> tuple[bool, Lease | None]:
+        """``complete(task_id, token=token)`` and ``claim()`` as one call."""
+        token = check_token(token)
+        done = self.complete(task_id, now, token=token)
+        return done, self._claim(self._now)
+
     def fail(
         self, task_id: str, now: Number, *, token: int | None = None, error: object = None
     ) -> str | None:

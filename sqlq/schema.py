@@ -106,7 +106,12 @@ tasks = Table(
     sqlite_strict=True,
 )
 
-Index("sqlq_tasks_line", tasks.c.queue, tasks.c.state, tasks.c.seq)
+Index(
+    "sqlq_tasks_line",
+    tasks.c.queue,
+    tasks.c.seq,
+    sqlite_where=text("state = 'AVAILABLE'"),
+)
 Index(
     "sqlq_tasks_leases",
     tasks.c.queue,

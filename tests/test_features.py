@@ -447,3 +447,18 @@ def test_ready_tells_whether_a_claim_would_find_work(make_queue: Factory) -> Non
     assert q.ready(3) is False  # read at the high-water mark, 11: ready moved nothing
     q.add("now", 16)
     assert q.ready(16) is True
+
+
+def test_complete_and_claim_is_one_call_that_does_both(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    q.add_many(["a", "b"], 0)
+    first = q.claim(0)
+    done, second = q.complete_and_claim("a", 1, token=first.token)
+    assert done is True and second.task_id == "b" and second.token > first.token
+    done, third = q.complete_and_claim("b", 2, token=second.token)
+    assert done is True and third is None
+    assert q.complete_and_claim("b", 3, token=second.token) == (True, None)  # a retry
+    q.add("c", 4)
+    stale, fresh = q.claim(4), None
+    done, fresh = q.complete_and_claim("c", 9, token=stale.token)  # lease ran out at 9
+    assert done is False and fresh.task_id == "c" and fresh.attempt == 2

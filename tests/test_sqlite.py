@@ -144,7 +144,7 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         def plan(sql: str, params: dict[str, object]) -> str:
             return " | ".join(r[-1] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
-        due = plan(Q.due_events, {"queue": "q", "now": 5})
+        due = plan(Q.open_call, {"queue": "q", "now": 5})
         assert "sqlq_tasks_leases" in due and "sqlq_tasks_waiting" in due
         assert "SCAN sqlq_tasks" not in due
         claim = plan(Q.claim_front, {"queue": "q", "token": 1, "deadline": 1, "now": 1})
@@ -286,3 +286,28 @@ def test_an_affected_sqlite_warns(db_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(driver, "version_info", lambda module=None: (3, 40, 1))
     with pytest.warns(driver.SqliteVersionWarning, match="WAL-reset"):
         open_queue(db_path).close()
+
+
+def test_errors_inside_a_call_release_the_lock_and_roll_back(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlq.sqlite.backend as backend
+
+    q = open_queue(db_path, lease_seconds=1)
+    q.add("t", 0)
+    q.reserve(0)
+
+    def broken(row: object) -> object:
+        raise RuntimeError("a bug while reading what fell due")
+
+    monkeypatch.setattr(backend, "_event_row", broken)
+    with pytest.raises(RuntimeError):
+        q.status("t", 5)  # the lease is due: reading the event fails
+    monkeypatch.undo()
+    assert q.status("t", 5) == "AVAILABLE"  # not deadlocked, nothing half-done
+
+    with pytest.raises(RuntimeError), q._call(6) as tx:
+        tx.insert("default", "half", 3, sqlq.Retry(), None, None)
+        raise RuntimeError("a bug in the middle of a call")
+    assert q.status("half", 6) is None  # rolled back, and the lock is free again
+    q.close()

@@ -376,6 +376,13 @@ class FeaturesDurableVsMemory(TwoQueues):
     def complete_with_token(self, task_id: str, move: Any, data: st.DataObject) -> None:
         self._same("complete", task_id, self._time(move), token=self._token(data))
 
+    @rule(task_id=task_ids, move=time_moves, data=st.data())
+    def complete_and_claim(self, task_id: str, move: Any, data: st.DataObject) -> None:
+        _, lease = self._same(
+            "complete_and_claim", task_id, self._time(move), token=self._token(data)
+        )
+        self._remember(lease)
+
     @rule(task_id=task_ids, move=time_moves, data=st.data(), error=st.sampled_from([None, "boom"]))
     def fail_with_token(self, task_id: str, move: Any, data: st.DataObject, error: Any) -> None:
         self._same("fail", task_id, self._time(move), token=self._token(data), error=error)

@@ -58,8 +58,10 @@ DROP TABLE sqlq_tasks;
 
 ALTER TABLE sqlq_tasks_new RENAME TO sqlq_tasks;
 
--- The line of each queue: reserve takes the first AVAILABLE row in seq order.
-CREATE INDEX sqlq_tasks_line ON sqlq_tasks (queue, state, seq);
+-- The line of each queue: claim takes the first row in seq order.  Partial:
+-- only AVAILABLE rows are in it, so completing a task never touches it (in
+-- migration 0001 it held every state as (queue, state, seq)).
+CREATE INDEX sqlq_tasks_line ON sqlq_tasks (queue, seq) WHERE state = 'AVAILABLE';
 
 -- Running leases of each queue in expiry order (deadline, then token).
 CREATE INDEX sqlq_tasks_leases ON sqlq_tasks (queue, deadline, lease_id)

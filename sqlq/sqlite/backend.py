@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from functools import lru_cache
+from types import TracebackType
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -178,30 +179,11 @@ class SqliteBackend:
     def engine(self) -> sa.Engine:
         return self._engine
 
-    @contextmanager
-    def transaction(self, now: Number, external: Any = None) -> Iterator[SqliteTransaction]:
-        """One call.  With ``external`` (a SQLAlchemy Connection in an open transaction
-        on this database) the call runs inside the caller's transaction instead."""
-        if external is not None:
-            with self._guard():
-                conn = self._external_connection(external)
-                yield from _within_savepoint(conn, now)
-            return
-        with self._lock, self._guard():
-            conn = self._connection()
-            conn.execute(Q.begin_write)
-            try:
-                tx = SqliteTransaction(conn, now)
-                yield tx
-                tx.flush()
-                conn.execute(Q.commit)
-            except BaseException:
-                # SQLite may have rolled back already (e.g. on SQLITE_FULL); a blind
-                # ROLLBACK would then raise a second, misleading error.
-                if conn.in_transaction:
-                    with suppress(driver.dbapi.Error):
-                        conn.execute(Q.rollback)
-                raise
+    def transaction(self, now: Number, queue: str, external: Any = None) -> SqliteTransaction:
+        """One call on ``queue`` at ``now``, as a context manager.  With ``external`` (a
+        SQLAlchemy Connection in an open transaction on this database) the call runs
+        inside the caller's transaction, in a savepoint."""
+        return SqliteTransaction(self, now, queue, external)
 
     def _external_connection(self, external: Any) -> Any:
         if not isinstance(external, sa.Connection):
@@ -242,47 +224,117 @@ class SqliteBackend:
         return out
 
 
-def _within_savepoint(conn: Any, now: Number) -> Iterator[SqliteTransaction]:
-    conn.execute(Q.savepoint)
-    try:
-        tx = SqliteTransaction(conn, now)
-        yield tx
-        tx.flush()
-    except BaseException:
-        if conn.in_transaction:
-            with suppress(driver.dbapi.Error):
-                conn.execute(Q.rollback_to_savepoint)
-                conn.execute(Q.release_savepoint)
-        raise
-    conn.execute(Q.release_savepoint)
-
-
 class SqliteTransaction:
-    """One call's statements; see sqlq.backend.Transaction for the contract."""
+    """One call's transaction and statements; see sqlq.backend.Transaction.
 
-    __slots__ = ("_conn", "_counter", "_stored", "now")
+    A class-based context manager (not a generator) because it is on the hot
+    path of every call.  On entry it takes the backend's lock, begins the write
+    transaction (or a savepoint in the caller's) and reads the clock and the
+    due events in one statement; on exit it stores the clock and commits, or
+    rolls back.  DB-API errors leave as sqlq errors, the original as the cause.
+    """
 
-    def __init__(self, conn: Any, now: Number) -> None:
-        self._conn = conn
-        mark, counter = conn.execute(Q.read_clock).fetchone()
-        self.now: Number = now if now >= mark else mark
-        self._counter: int = counter
-        self._stored = (mark, counter)
+    __slots__ = (
+        "_backend",
+        "_conn",
+        "_counter",
+        "_external",
+        "_locked",
+        "_stored",
+        "events",
+        "now",
+        "queue",
+    )
+
+    def __init__(self, backend: SqliteBackend, now: Number, queue: str, external: Any) -> None:
+        self._backend = backend
+        self.now: Number = now
+        self.queue = queue
+        self._external = external
+        self._conn: Any = None
+        self._locked = False
+        self.events: list[tuple[Number, int, TaskRow]] = []
+
+    def __enter__(self) -> SqliteTransaction:
+        backend = self._backend
+        try:
+            if self._external is None:
+                backend._lock.acquire()
+                self._locked = True
+                self._conn = backend._connection()
+                self._conn.execute(Q.begin_write)
+            else:
+                self._conn = backend._external_connection(self._external)
+                self._conn.execute(Q.savepoint)
+            rows = self._conn.execute(Q.open_call, {"queue": self.queue, "now": self.now})
+            rows = rows.fetchall()
+            _, mark, counter = rows[0][:3]
+            if self.now < mark:
+                self.now = mark
+            self._counter: int = counter
+            self._stored = (mark, counter)
+            if len(rows) > 1:
+                self.events = [(row[1], row[2], _event_row(row)) for row in rows[1:]]
+        except BaseException as exc:
+            self._abort()
+            if isinstance(exc, driver.dbapi.Error):
+                raise driver.translate(exc, backend.path) from exc
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc is None:
+                try:
+                    self._flush()
+                    if self._external is None:
+                        self._conn.execute(Q.commit)
+                    else:
+                        self._conn.execute(Q.release_savepoint)
+                except BaseException as error:
+                    self._abort()
+                    if isinstance(error, driver.dbapi.Error):
+                        raise driver.translate(error, self._backend.path) from error
+                    raise
+                return
+            self._abort()
+            if isinstance(exc, driver.dbapi.Error):
+                raise driver.translate(exc, self._backend.path) from exc
+        finally:
+            if self._locked:
+                self._locked = False
+                self._backend._lock.release()
+
+    def _abort(self) -> None:
+        """Undo the call.  SQLite may have rolled back already (e.g. on SQLITE_FULL); a
+        blind ROLLBACK would then raise a second, misleading error."""
+        conn = self._conn
+        if conn is not None and conn.in_transaction:
+            with suppress(driver.dbapi.Error):
+                if self._external is None:
+                    conn.execute(Q.rollback)
+                else:
+                    conn.execute(Q.rollback_to_savepoint)
+                    conn.execute(Q.release_savepoint)
+        if self._locked:
+            self._locked = False
+            self._backend._lock.release()
+
+    def _flush(self) -> None:
+        """Store the high-water mark and counter if they moved."""
+        if (self.now, self._counter) != self._stored:
+            params = {"now": self.now, "counter": self._counter}
+            if self._conn.execute(Q.write_clock, params).rowcount != 1:
+                raise InvariantViolation("the database clock or counter would have gone down")
 
     def _next_id(self) -> int:
         self._counter += 1
         return self._counter
-
-    def flush(self) -> None:
-        """Store the high-water mark and counter if they moved."""
-        if (self.now, self._counter) != self._stored:
-            cur = self._conn.execute(Q.write_clock, {"now": self.now, "counter": self._counter})
-            if cur.rowcount != 1:
-                raise InvariantViolation("the database clock or counter would have gone down")
-
-    def due_events(self, queue: str) -> list[tuple[Number, int, TaskRow]]:
-        rows = self._conn.execute(Q.due_events, {"queue": queue, "now": self.now}).fetchall()
-        return [(row[0], row[1], _event_row(row)) for row in rows]
 
     def insert(
         self,
@@ -418,7 +470,9 @@ def _task_row(row: tuple[Any, ...]) -> TaskRow:
 
 
 def _event_row(row: tuple[Any, ...]) -> TaskRow:
-    _at, _k, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap = row
+    _first, _at, _k, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap = (
+        row
+    )
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         retry_policy(kind, base, cap),

@@ -32,30 +32,33 @@ RELEASE sqlq_call
 -- Undo the call's statements after an error, leaving the caller's transaction open.
 ROLLBACK TO sqlq_call
 
--- name: read_clock
--- The database's time high-water mark and the id counter, read at the start of a call.
-SELECT now, counter FROM sqlq_clock WHERE id = 1
+-- name: open_call
+-- The first statement of every call, after BEGIN: the database clock (its time
+-- high-water mark and id counter) in the first row, then everything due in the
+-- queue at the call's time (the later of :now and the mark) in the order it
+-- fell due: leases whose deadline has passed (deadline inclusive) and WAITING
+-- tasks whose run_at has come, by time and then by counter (lease token or
+-- wake-up order).  Two range scans of partial indexes; usually just the clock.
+SELECT 0 AS first, now AS at, counter AS k, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL
+FROM sqlq_clock WHERE id = 1
+UNION ALL
+SELECT 1, deadline, lease_id, id, task_id, state, attempts, max_attempts, lease_id, seq,
+       retry_kind, retry_base, retry_cap
+FROM sqlq_tasks
+WHERE queue = :queue AND deadline <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1))
+UNION ALL
+SELECT 1, run_at, seq, id, task_id, state, attempts, max_attempts, lease_id, seq,
+       retry_kind, retry_base, retry_cap
+FROM sqlq_tasks
+WHERE queue = :queue AND run_at <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1))
+ORDER BY 1, 2, 3
 
 -- name: write_clock
--- Store the new high-water mark and counter; guarded so neither can go down.
+-- Store the new high-water mark and counter at the end of a call that moved
+-- them; guarded so neither can go down.
 UPDATE sqlq_clock SET now = :now, counter = :counter
 WHERE id = 1 AND now <= :now AND counter <= :counter
-
--- name: due_events
--- What falls due in a queue at :now, in the order it happened: leases whose
--- deadline has passed (deadline inclusive) and WAITING tasks whose run_at has
--- come, by time and then by counter (lease token or wait order).  Two range
--- scans of partial indexes; nothing due means no rows.
-SELECT deadline AS at, lease_id AS k, id, task_id, state, attempts, max_attempts,
-       lease_id, seq, retry_kind, retry_base, retry_cap
-FROM sqlq_tasks
-WHERE queue = :queue AND deadline <= :now
-UNION ALL
-SELECT run_at, seq, id, task_id, state, attempts, max_attempts,
-       lease_id, seq, retry_kind, retry_base, retry_cap
-FROM sqlq_tasks
-WHERE queue = :queue AND run_at <= :now
-ORDER BY 1, 2
 
 -- name: ready
 -- Read only, outside any write transaction: would a claim on the queue find a
