@@ -11,6 +11,18 @@ from .durable import Queue
 from .memory import WorkQueue
 from .records import Lease, QueueStats, TaskInfo
 from .retry import Retry
+from .worker import Worker, WorkerStats
 
-__all__ = ["Lease", "Queue", "QueueStats", "Retry", "State", "TaskInfo", "WorkQueue", "errors"]
+__all__ = [
+    "Lease",
+    "Queue",
+    "QueueStats",
+    "Retry",
+    "State",
+    "TaskInfo",
+    "WorkQueue",
+    "Worker",
+    "WorkerStats",
+    "errors",
+]
 __version__ = "0.2.0"

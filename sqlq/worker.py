@@ -1,0 +1,723 @@
+"""Workers: take tasks from a Queue, run a handler on each, report the outcome.
+
+``Worker(queue, handler).run()`` is the loop every consumer of a queue needs:
+
+* **Claim and report.**  One claim loop (the thread that calls ``run``) takes
+  leases with ``queue.claim()`` and hands them to ``concurrency`` handler
+  threads.  When the handler returns, the task is completed with
+  ``complete(task, token=...)``; when it raises, ``fail(task, token=...,
+  error=exc)`` records the exception text and the queue's retry policy decides
+  what happens next.  Every report carries the lease's token, so a worker whose
+  lease ran out can never complete or fail a task another worker now holds: its
+  report is refused and counted as *lost*.
+* **Heartbeats.**  One monitor thread extends the lease of every running task
+  every ``heartbeat`` seconds (default ``lease_seconds / 3``), so a handler may
+  run far longer than ``lease_seconds`` while its worker lives.  A heartbeat
+  that finds the lease gone (``extend`` returned None: the lease ran out, for
+  instance after the process was stopped for longer than a lease) is logged as
+  a warning; that task's result will be refused.
+* **Idle polling.**  With nothing to claim, the worker asks ``queue.ready()``
+  (a read that takes no write lock) after waits that double from ``poll_min``
+  to ``poll_max``, and claims again only when it says yes.  A new task is thus
+  picked up within about ``poll_max`` and an idle worker costs almost no CPU.
+* **Time limits.**  A handler that runs longer than ``time_limit`` seconds is
+  no longer heartbeated and its task is failed at once with the error "time
+  limit of Xs exceeded", so it is retried (or goes DEAD) by the queue's policy:
+  the attempt counts.  Python cannot kill a thread, so the handler keeps its
+  thread and its slot until it returns; its late complete or fail is then
+  refused by the token (the task already moved on) and only logged.  Handlers
+  that can hang should have timeouts of their own.
+* **Stopping.**  ``stop()`` (thread-safe), SIGTERM or SIGINT (when ``run`` is
+  called in the main thread) stop the claiming; running handlers get ``grace``
+  seconds to finish and report.  Tasks whose handlers are still running after
+  that are **released** with ``queue.release(task, token)``: they go back to
+  the end of the line *without counting the attempt* (the worker gave up on
+  them; the task did not fail), and ``run`` returns.  A second signal skips
+  what is left of the grace period.  Handler threads are daemon threads, so a
+  handler that never returns does not keep the process alive; its late result
+  is ignored.
+* **Errors.**  ``Busy`` from a queue call (the write lock stayed taken longer
+  than the queue's busy_timeout) is logged and the call retried after a short
+  pause.  Any other unexpected error of the claim loop is logged with its
+  traceback; running handlers get their grace period and ``run`` re-raises it.
+
+Delivery is at least once: a worker can finish a handler and die before it
+reports, and the task then runs again.  Handlers must be idempotent.
+
+``serve(db, "package.module:function", ...)`` is what ``sqlq worker`` runs: it
+opens the queue, resolves the handler, sets up logging and runs a Worker.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import logging
+import math
+import os
+import queue as stdqueue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import FrameType
+from typing import Any, TypeVar, cast
+
+from .durable import Queue
+from .errors import Busy, InvalidConfig
+from .records import Lease
+from .sqlite.backend import Synchronous
+
+__all__ = ["Worker", "WorkerStats", "resolve_target", "serve"]
+
+T = TypeVar("T")
+
+#: Pause before a queue call that raised Busy is tried again, in seconds.
+BUSY_PAUSE = 0.2
+#: Longest wait of the thread that calls ``run`` before it looks for a stop request.
+SIGNAL_CHECK = 0.1
+#: Format of the log lines ``serve`` writes to stderr when logging is not configured.
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
+
+_SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did with the leases it claimed.
+
+    Once ``run`` has returned, every claimed task is in exactly one of the other
+    five counts, unless reporting it raised an unexpected error or was still
+    retrying Busy at shutdown (both logged; its lease then runs out).
+    """
+
+    #: Leases claimed.
+    claimed: int = 0
+    #: The handler returned and ``complete`` accepted it.
+    completed: int = 0
+    #: The handler raised and ``fail`` accepted it (retried later, or DEAD).
+    failed: int = 0
+    #: ``complete``/``fail``/``release`` was refused: the lease had been lost.
+    lost: int = 0
+    #: Given back at shutdown, its attempt not counted.
+    released: int = 0
+    #: Failed by the worker because the handler ran past ``time_limit``.
+    timed_out: int = 0
+
+
+class _State(enum.Enum):
+    RUNNING = "running"  # the handler runs; heartbeats keep the lease
+    REPORTING = "reporting"  # the handler returned; complete/fail is being called
+    TIMED_OUT = "timed out"  # failed for its time limit; the handler still runs
+    RELEASED = "released"  # given back at shutdown (or abandoned); results ignored
+
+
+#: States in which a task counts as in flight (a stop waits for them).
+_ACTIVE = (_State.RUNNING, _State.REPORTING)
+
+
+@dataclass(eq=False)
+class _Running:
+    lease: Lease
+    started: float  # time.monotonic()
+    next_beat: float
+    state: _State = _State.RUNNING
+    lost: bool = False
+
+
+class Worker:
+    """Runs ``handler`` on the tasks of ``queue``; see the module docstring.
+
+    ``handler`` gets the task's payload (or, with ``with_lease=True``, the whole
+    :class:`sqlq.Lease`).  Its return value is ignored; an exception fails the
+    task.  A Worker runs once: call ``run`` a single time.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        handler: Callable[[Any], object],
+        *,
+        concurrency: int = 1,
+        heartbeat: float | None = None,
+        time_limit: float | None = None,
+        grace: float = 30.0,
+        poll_min: float = 0.005,
+        poll_max: float = 0.05,
+        with_lease: bool = False,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if not callable(handler):
+            raise InvalidConfig(f"handler must be callable, not {type(handler).__name__}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidConfig(f"concurrency must be an int of at least 1, got {concurrency!r}")
+        lease_seconds = float(queue.lease_seconds)
+        if heartbeat is None:
+            if lease_seconds <= 0:
+                raise InvalidConfig(
+                    "the queue's lease_seconds is 0, so leases cannot be kept alive; "
+                    "open the queue with a positive lease_seconds"
+                )
+            heartbeat = lease_seconds / 3
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.heartbeat = _positive(heartbeat, "heartbeat")
+        self.time_limit = None if time_limit is None else _positive(time_limit, "time_limit")
+        self.grace = _positive(grace, "grace", zero=True)
+        self.poll_min = _positive(poll_min, "poll_min")
+        self.poll_max = _positive(poll_max, "poll_max")
+        if self.poll_max < self.poll_min:
+            raise InvalidConfig(f"poll_max ({poll_max}) must not be below poll_min ({poll_min})")
+        if not isinstance(with_lease, bool):
+            raise InvalidConfig(f"with_lease must be a bool, not {type(with_lease).__name__}")
+        self.with_lease = with_lease
+        self.log = logger if logger is not None else logging.getLogger("sqlq.worker")
+        if self.heartbeat >= lease_seconds:
+            self.log.warning(
+                "heartbeat (%gs) is not shorter than lease_seconds (%gs): "
+                "leases will run out between heartbeats",
+                self.heartbeat,
+                lease_seconds,
+            )
+
+        # Everything below is guarded by _cond.  An RLock, because a signal
+        # handler calling stop() runs in the main thread, which may hold it.
+        self._cond = threading.Condition(threading.RLock())
+        self._stats = WorkerStats()
+        self._running: dict[int, _Running] = {}  # by lease token
+        self._free = concurrency  # handler threads without a task
+        self._stopping = False
+        self._stop_at: float | None = None
+        self._hurry = False  # skip what is left of the grace period
+        self._returned = False  # run() is returning: no more queue calls
+        self._monitor_exit = False
+        self._started = False
+        self._work: stdqueue.SimpleQueue[_Running | None] = stdqueue.SimpleQueue()
+        self._monitor: threading.Thread | None = None
+
+    # --- the public face ----------------------------------------------------------
+
+    @property
+    def stats(self) -> WorkerStats:
+        """A snapshot of the counts so far."""
+        with self._cond:
+            return replace(self._stats)
+
+    def stop(self) -> None:
+        """Ask ``run`` to stop: no more claims, running handlers get ``grace`` seconds.
+
+        Thread-safe, and safe to call before ``run`` starts or more than once.
+        """
+        with self._cond:
+            if not self._stopping:
+                self._stopping = True
+                self._stop_at = time.monotonic()
+            self._cond.notify_all()
+
+    def run(
+        self, *, stop_when_idle: bool = False, install_signal_handlers: bool = True
+    ) -> WorkerStats:
+        """Claim and handle tasks until stopped; return what was done.
+
+        With ``stop_when_idle``, also return once a claim finds nothing, no
+        handler is running and ``ready()`` says nothing is waiting.  SIGTERM and
+        SIGINT handlers are installed only in the main thread and only for the
+        duration of the call.
+        """
+        with self._cond:
+            if self._started:
+                raise RuntimeError("a Worker runs once; make a new one")
+            self._started = True
+        previous: dict[int, _SignalHandler] = {}
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self._start_threads()
+            self.log.info(
+                "worker started: queue %r, concurrency %d, lease %gs, heartbeat %gs, "
+                "time limit %s, grace %gs",
+                self.queue.queue,
+                self.concurrency,
+                self.queue.lease_seconds,
+                self.heartbeat,
+                "none" if self.time_limit is None else f"{self.time_limit:g}s",
+                self.grace,
+            )
+            try:
+                self._claim_loop(stop_when_idle)
+            except BaseException as exc:
+                if not isinstance(exc, KeyboardInterrupt):
+                    self.log.error("worker error; stopping", exc_info=True)
+                with self._cond:
+                    self._stopping = True
+                    if self._stop_at is None:
+                        self._stop_at = time.monotonic()
+                    # Interrupted without our signal handler: no grace period.
+                    self._hurry = self._hurry or isinstance(exc, KeyboardInterrupt)
+                self._drain()
+                raise
+            self._drain()
+        finally:
+            self._stop_threads()
+            for signum, handler in previous.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+            stats = self.stats
+            self.log.info(
+                "worker stopped: %d claimed, %d completed, %d failed, %d lost, %d released, "
+                "%d timed out",
+                stats.claimed,
+                stats.completed,
+                stats.failed,
+                stats.lost,
+                stats.released,
+                stats.timed_out,
+            )
+        return stats
+
+    # --- the claim loop -------------------------------------------------------------
+
+    def _claim_loop(self, stop_when_idle: bool) -> None:
+        idle: float | None = None  # the current idle wait, or None if not idle
+        while True:
+            with self._cond:
+                while not self._stopping and self._free == 0:
+                    self._wait()
+                if self._stopping:
+                    return
+            if idle is not None:
+                if self._wait_for_stop(idle):
+                    return
+                idle = min(idle * 2, self.poll_max)
+                if not self._ready():
+                    if stop_when_idle and self._in_flight() == 0:
+                        self.log.debug("queue %r is idle; stopping", self.queue.queue)
+                        return
+                    continue
+            lease = self._queue_call(self.queue.claim)
+            if isinstance(lease, _Busy):
+                continue
+            if lease is None:
+                if stop_when_idle and self._in_flight() == 0 and not self._ready():
+                    self.log.debug("queue %r is idle; stopping", self.queue.queue)
+                    return
+                if idle is None:
+                    idle = self.poll_min
+                continue
+            idle = None
+            self._dispatch(lease)
+
+    def _dispatch(self, lease: Lease) -> None:
+        now = time.monotonic()
+        entry = _Running(lease, started=now, next_beat=now + self.heartbeat)
+        with self._cond:
+            self._stats.claimed += 1
+            self._free -= 1
+            self._running[lease.token] = entry
+            self._cond.notify_all()  # the monitor schedules its heartbeat
+        self.log.debug("claimed task %r (attempt %d)", lease.task_id, lease.attempt)
+        self._work.put(entry)
+
+    def _ready(self) -> bool:
+        try:
+            return self.queue.ready()
+        except Busy:  # readers are not blocked in WAL mode; be safe anyway
+            self.log.warning("queue %r is busy; will retry", self.queue.queue)
+            return True
+
+    def _in_flight(self) -> int:
+        with self._cond:
+            return sum(e.state in _ACTIVE for e in self._running.values())
+
+    def _wait_for_stop(self, seconds: float) -> bool:
+        """Wait ``seconds`` or until stop() is called; True if it was."""
+        end = time.monotonic() + seconds
+        with self._cond:
+            while not self._stopping and (left := end - time.monotonic()) > 0:
+                self._wait(left)
+            return self._stopping
+
+    def _wait(self, seconds: float | None = None) -> None:
+        """Wait on _cond (held) for a notification, ``seconds`` at most, and never
+        longer than SIGNAL_CHECK: a signal delivered to another thread runs its
+        Python handler only once the main thread runs Python code again."""
+        self._cond.wait(SIGNAL_CHECK if seconds is None else min(seconds, SIGNAL_CHECK))
+
+    def _queue_call(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T | _Busy:
+        """``call(*args, **kwargs)``, or _BUSY (logged, after a pause) if it raised Busy."""
+        try:
+            return call(*args, **kwargs)
+        except Busy as exc:
+            self._log_busy(exc)
+            self._wait_for_stop(BUSY_PAUSE)
+            return _BUSY
+
+    def _log_busy(self, exc: Busy) -> None:
+        self.log.warning("queue %r busy (%s); retrying in %gs", self.queue.queue, exc, BUSY_PAUSE)
+
+    def _persist(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T | _Busy:
+        """``call`` retried while it raises Busy, until run() gives up (then _BUSY)."""
+        while True:
+            try:
+                return call(*args, **kwargs)
+            except Busy as exc:
+                self._log_busy(exc)
+            with self._cond:
+                if self._returned:
+                    return _BUSY
+            time.sleep(BUSY_PAUSE)
+
+    # --- handler threads ----------------------------------------------------------------
+
+    def _start_threads(self) -> None:
+        name = f"sqlq-worker-{self.queue.queue}"
+        for i in range(self.concurrency):
+            threading.Thread(target=self._handler_thread, name=f"{name}-{i}", daemon=True).start()
+        self._monitor = threading.Thread(
+            target=self._monitor_thread, name=f"{name}-monitor", daemon=True
+        )
+        self._monitor.start()
+
+    def _stop_threads(self) -> None:
+        with self._cond:
+            self._monitor_exit = True
+            self._returned = True
+            self._cond.notify_all()
+        for _ in range(self.concurrency):
+            self._work.put(None)  # a stuck handler's thread takes its one when it is done
+        if self._monitor is not None and self._monitor.is_alive():
+            self._monitor.join()
+
+    def _handler_thread(self) -> None:
+        while (entry := self._work.get()) is not None:
+            try:
+                arg = entry.lease if self.with_lease else entry.lease.payload
+                error: BaseException | None = None
+                try:
+                    self.handler(arg)
+                except BaseException as exc:  # a handler's SystemExit fails its task too
+                    error = exc
+                self._report(entry, error)
+            except BaseException:
+                self.log.error(
+                    "worker error while reporting task %r", entry.lease.task_id, exc_info=True
+                )
+            finally:
+                with self._cond:
+                    self._running.pop(entry.lease.token, None)
+                    self._free += 1
+                    self._cond.notify_all()
+
+    def _report(self, entry: _Running, error: BaseException | None) -> None:
+        lease = entry.lease
+        with self._cond:
+            prior = entry.state
+            if self._returned or prior is _State.RELEASED:
+                self.log.warning(
+                    "handler of task %r returned after the worker gave the task up; "
+                    "its result is ignored",
+                    lease.task_id,
+                )
+                return
+            entry.state = _State.REPORTING
+        late = prior is _State.TIMED_OUT
+        if error is None:
+            done = self._persist(self.queue.complete, lease.task_id, token=lease.token)
+            if isinstance(done, _Busy):
+                return
+            if done:
+                self._count("completed")
+                if late:  # cannot happen: the time limit failed the lease already
+                    self.log.warning("task %r completed after its time limit", lease.task_id)
+                else:
+                    self.log.debug("task %r completed", lease.task_id)
+            elif late:
+                self.log.warning(
+                    "task %r: handler returned after its time limit; result refused",
+                    lease.task_id,
+                )
+            else:
+                self._count("lost")
+                self.log.warning(
+                    "task %r: completion refused, the lease (token %d) was lost",
+                    lease.task_id,
+                    lease.token,
+                )
+            return
+        if not late:
+            self.log.warning(
+                "task %r failed on attempt %d: %s: %s",
+                lease.task_id,
+                lease.attempt,
+                type(error).__name__,
+                error,
+            )
+            self.log.debug("traceback of task %r", lease.task_id, exc_info=error)
+        state = self._persist(self.queue.fail, lease.task_id, token=lease.token, error=error)
+        if isinstance(state, _Busy):
+            return
+        if state is not None:
+            self._count("failed")
+            self.log.debug("task %r is now %s", lease.task_id, state)
+        elif late:
+            self.log.warning(
+                "task %r: handler raised after its time limit; result refused", lease.task_id
+            )
+        else:
+            self._count("lost")
+            self.log.warning(
+                "task %r: failure refused, the lease (token %d) was lost",
+                lease.task_id,
+                lease.token,
+            )
+
+    def _count(self, what: str) -> None:
+        with self._cond:
+            setattr(self._stats, what, getattr(self._stats, what) + 1)
+
+    # --- heartbeats and time limits -----------------------------------------------------
+
+    def _monitor_thread(self) -> None:
+        while True:
+            try:
+                if not self._monitor_round():
+                    return
+            except BaseException:
+                self.log.error("worker error in the heartbeat thread", exc_info=True)
+                with self._cond:
+                    if self._monitor_exit:
+                        return
+                    self._cond.wait(BUSY_PAUSE)
+
+    def _monitor_round(self) -> bool:
+        """Wait for the next heartbeat or time limit due, then do it; False to exit."""
+        with self._cond:
+            if self._monitor_exit:
+                return False
+            now = time.monotonic()
+            beats, limits, soonest = [], [], math.inf
+            for entry in self._running.values():
+                if entry.state is not _State.RUNNING or entry.lost:
+                    continue
+                if self.time_limit is not None:
+                    if now >= entry.started + self.time_limit:
+                        entry.state = _State.TIMED_OUT
+                        limits.append(entry)
+                        continue
+                    soonest = min(soonest, entry.started + self.time_limit)
+                if now >= entry.next_beat:
+                    beats.append(entry)
+                else:
+                    soonest = min(soonest, entry.next_beat)
+            if not beats and not limits:
+                self._cond.wait(None if soonest == math.inf else soonest - now)
+                return True
+        for entry in limits:
+            self._time_out(entry)
+        for entry in beats:
+            self._beat(entry)
+        return True
+
+    def _beat(self, entry: _Running) -> None:
+        lease = entry.lease
+        started = time.monotonic()
+        with self._cond:
+            if entry.state is not _State.RUNNING:
+                return  # finished, timed out or given back since the round began
+        try:
+            deadline = self.queue.extend(lease.task_id, lease.token)
+        except Busy as exc:
+            self.log.warning("heartbeat of task %r: queue busy (%s)", lease.task_id, exc)
+            with self._cond:
+                entry.next_beat = time.monotonic() + min(BUSY_PAUSE, self.heartbeat)
+            return
+        except Exception:
+            self.log.error("heartbeat of task %r failed", lease.task_id, exc_info=True)
+            with self._cond:
+                entry.next_beat = time.monotonic() + min(BUSY_PAUSE, self.heartbeat)
+            return
+        with self._cond:
+            entry.next_beat = started + self.heartbeat
+            if deadline is not None or entry.state is not _State.RUNNING:
+                return  # extended, or the handler finished meanwhile
+            entry.lost = True
+        self.log.warning(
+            "task %r: lease (token %d) lost; another worker may run the task, "
+            "and this handler's result will be refused",
+            lease.task_id,
+            lease.token,
+        )
+
+    def _time_out(self, entry: _Running) -> None:
+        lease = entry.lease
+        limit = self.time_limit
+        self.log.warning(
+            "task %r exceeded its time limit of %gs; failing it (the handler keeps running "
+            "until it returns, and its result will be refused)",
+            lease.task_id,
+            limit,
+        )
+        state = self._persist(
+            self.queue.fail,
+            lease.task_id,
+            token=lease.token,
+            error=f"time limit of {limit:g}s exceeded",
+        )
+        if isinstance(state, _Busy):
+            return
+        self._count("timed_out" if state is not None else "lost")
+        if state is None:
+            self.log.warning("task %r: the lease was already lost", lease.task_id)
+
+    # --- stopping ---------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        with self._cond:
+            again = self._stopping
+            if again:
+                self._hurry = True
+        if again:
+            self.log.warning("%s again: giving running tasks back now", name)
+        else:
+            self.log.info("%s: stopping; running handlers have %gs to finish", name, self.grace)
+        self.stop()
+
+    def _drain(self) -> None:
+        """Let running handlers finish within the grace period, then release the rest."""
+        with self._cond:
+            start = self._stop_at if self._stop_at is not None else time.monotonic()
+            end = start + self.grace
+
+            def settled() -> bool:
+                return self._hurry or not any(e.state in _ACTIVE for e in self._running.values())
+
+            while not settled() and (left := end - time.monotonic()) > 0:
+                self._wait(left)
+            give_back = [e for e in self._running.values() if e.state is _State.RUNNING]
+            for entry in self._running.values():
+                if entry.state in (_State.RUNNING, _State.TIMED_OUT):
+                    entry.state = _State.RELEASED
+        for entry in give_back:
+            lease = entry.lease
+            try:
+                done = self._queue_call(self.queue.release, lease.task_id, lease.token)
+                if isinstance(done, _Busy):
+                    done = self._queue_call(self.queue.release, lease.task_id, lease.token)
+            except Exception:
+                self.log.error("could not release task %r", lease.task_id, exc_info=True)
+                continue
+            if done is True:
+                self._count("released")
+                self.log.warning(
+                    "task %r still running after the grace period; released (its attempt "
+                    "is not counted)",
+                    lease.task_id,
+                )
+            elif done is False:
+                self._count("lost")
+                self.log.warning("task %r: release refused, the lease was lost", lease.task_id)
+        with self._cond:
+            self._returned = True  # reports retrying Busy give up
+            self._monitor_exit = True
+            self._cond.notify_all()
+            while any(e.state is _State.REPORTING for e in self._running.values()):
+                self._wait()
+
+
+class _Busy:
+    """A queue call raised Busy (a sentinel, distinct from every call's answers)."""
+
+
+_BUSY = _Busy()
+
+
+def _positive(value: object, what: str, *, zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidConfig(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        bound = "0 or more" if zero else "more than 0"
+        raise InvalidConfig(f"{what} must be a finite number of seconds {bound}, got {value!r}")
+    return float(value)
+
+
+# --- the command line's entry point --------------------------------------------------------
+
+
+def resolve_target(target: str) -> Callable[[Any], object]:
+    """The callable named by ``"package.module:function"`` (or ``module:Class.method``)."""
+    if not isinstance(target, str):
+        raise InvalidConfig(f"handler target must be a str, not {type(target).__name__}")
+    module_name, colon, path = target.partition(":")
+    if not colon or not module_name or not path:
+        raise InvalidConfig(f"handler target {target!r} must look like 'package.module:function'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidConfig(
+            f"handler target {target!r}: cannot import module {module_name!r} ({exc})"
+        ) from exc
+    for part in path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise InvalidConfig(
+                f"handler target {target!r}: {module_name!r} has no attribute {path!r}"
+            ) from None
+    if not callable(obj):
+        raise InvalidConfig(f"handler target {target!r} is a {type(obj).__name__}, not callable")
+    handler: Callable[[Any], object] = obj
+    return handler
+
+
+def _cwd_importable() -> None:
+    """Let ``module:function`` name modules in the current directory, as ``python -m``
+    does (the ``sqlq`` console script does not put it on sys.path).  Appended, so
+    it never shadows an installed package."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+
+
+def serve(
+    db: str,
+    target: str,
+    *,
+    queue: str = "default",
+    concurrency: int = 1,
+    lease_seconds: float = 30.0,
+    max_attempts: int = 5,
+    time_limit: float | None = None,
+    grace: float = 30.0,
+    stop_when_idle: bool = False,
+    synchronous: str = "full",
+) -> int:
+    """Run a worker on queue ``queue`` of the database ``db`` until stopped; exit code 0.
+
+    ``target`` names the handler, ``"package.module:function"``; modules in
+    the current directory can be named.  Logs go to stderr (INFO and up) unless
+    the root logger already has handlers.  Stops on SIGTERM or SIGINT when run
+    in the main thread (see the module docstring).
+    """
+    if synchronous not in ("full", "normal"):
+        raise InvalidConfig(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
+    _cwd_importable()
+    handler = resolve_target(target)
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=LOG_FORMAT)
+    with Queue(
+        db,
+        lease_seconds=lease_seconds,
+        max_attempts=max_attempts,
+        queue=queue,
+        synchronous=cast(Synchronous, synchronous),
+    ) as opened:
+        worker = Worker(
+            opened, handler, concurrency=concurrency, time_limit=time_limit, grace=grace
+        )
+        worker.run(stop_when_idle=stop_when_idle)
+    return 0

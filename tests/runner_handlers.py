@@ -1,0 +1,44 @@
+"""Handlers for the worker tests that run in real processes (tests/test_worker.py).
+
+The worker processes run ``sqlq.worker.serve(DB, "runner_handlers:handle", ...)``
+with this folder on PYTHONPATH.  The payload says what to do::
+
+    {"task": id, "log": path, "sleep": seconds, "pidfile": path, "hang": seconds}
+
+``handle`` appends ``start <task> <pid>`` to the log, then (with "pidfile", the
+first time only) writes its pid to that file and sleeps "hang" seconds (the test
+kills the process meanwhile), sleeps "sleep" seconds, and appends
+``done <task> <pid>`` just before it returns.  The log is opened with O_APPEND
+and each line is one os.write, so a written line survives a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def _append(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def handle(payload: dict[str, Any]) -> None:
+    task, log, pid = payload["task"], payload["log"], os.getpid()
+    _append(log, f"start {task} {pid}")
+    pidfile = payload.get("pidfile")
+    if pidfile is not None:
+        try:
+            fd = os.open(pidfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            pass  # a later attempt: the first handler's process was killed
+        else:
+            os.write(fd, f"{pid}\n".encode())
+            os.close(fd)
+            time.sleep(payload.get("hang", 60.0))
+    time.sleep(payload.get("sleep", 0.0))
+    _append(log, f"done {task} {pid}")

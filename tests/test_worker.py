@@ -1,0 +1,528 @@
+"""sqlq.worker: the claim loop, heartbeats, time limits, stopping, and real processes.
+
+Leases here are 0.5 to 1 s so that everything about them happens within a few
+seconds; the real-process tests run the handlers of tests/runner_handlers.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+import sqlq
+from sqlq.errors import Busy, InvalidConfig
+from sqlq.worker import Worker, WorkerStats, resolve_target
+
+TESTS = Path(__file__).resolve().parent
+HANDLERS = "runner_handlers:handle"
+
+
+@pytest.fixture
+def open_queue(db_path: Path) -> Iterator[Callable[..., sqlq.Queue]]:
+    """open_queue(lease_seconds=1.0, max_attempts=5) -> a Queue on the test's database.
+
+    Each call opens another Queue object on the same file, as another process would.
+    """
+    opened: list[sqlq.Queue] = []
+
+    def make(lease_seconds: float = 1.0, max_attempts: int = 5) -> sqlq.Queue:
+        queue = sqlq.Queue(
+            db_path, lease_seconds=lease_seconds, max_attempts=max_attempts, synchronous="normal"
+        )
+        opened.append(queue)
+        return queue
+
+    yield make
+    for queue in opened:
+        queue.close()
+
+
+def _in_thread(worker: Worker, **options: Any) -> tuple[threading.Thread, list[Any]]:
+    """Run ``worker.run(**options)`` in a thread; the list gets its result (or exception)."""
+    out: list[Any] = []
+
+    def target() -> None:
+        try:
+            out.append(worker.run(**options))
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == level]
+
+
+# --- in one process ------------------------------------------------------------------
+
+
+def test_drains_the_queue_with_threads_and_retries_failures(
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="sqlq.worker")
+    queue = open_queue(lease_seconds=1.0, max_attempts=3)
+    queue.add_many([(f"t{i}", {"n": i}) for i in range(30)] + [("bad", {"n": -1})])
+    seen: list[int] = []
+    lock = threading.Lock()
+    running = peak = 0
+
+    def handler(payload: dict[str, int]) -> None:
+        nonlocal running, peak
+        with lock:
+            seen.append(payload["n"])
+            running += 1
+            peak = max(peak, running)
+        try:
+            if payload["n"] == -1:
+                raise ValueError("no good: -1")
+            time.sleep(0.02)
+        finally:
+            with lock:
+                running -= 1
+
+    before = signal.getsignal(signal.SIGTERM)
+    stats = Worker(queue, handler, concurrency=3).run(stop_when_idle=True)
+
+    assert signal.getsignal(signal.SIGTERM) is before  # restored
+    assert sorted(n for n in seen if n >= 0) == list(range(30))  # each handled once
+    assert seen.count(-1) == 3
+    assert stats == WorkerStats(claimed=33, completed=30, failed=3)
+    assert 2 <= peak <= 3
+    assert queue.counts() == {
+        "WAITING": 0,
+        "AVAILABLE": 0,
+        "RESERVED": 0,
+        "COMPLETED": 30,
+        "DEAD": 1,
+    }
+    bad = queue.info("bad")
+    assert bad is not None
+    assert (bad.state, bad.attempts) == ("DEAD", 3)
+    assert bad.last_error == "ValueError: no good: -1"
+    warnings = _messages(caplog, logging.WARNING)
+    assert sum("'bad' failed on attempt" in m for m in warnings) == 3
+    assert not _messages(caplog, logging.ERROR)  # a failing handler is not a worker error
+    assert any("worker started" in m for m in _messages(caplog, logging.INFO))
+
+
+def test_heartbeats_keep_a_long_handler_s_lease(open_queue: Callable[..., sqlq.Queue]) -> None:
+    queue = open_queue(lease_seconds=0.5)
+    queue.add("long", payload=2.0)
+    stats = Worker(queue, time.sleep).run(stop_when_idle=True)  # 4 leases long
+    assert stats == WorkerStats(claimed=1, completed=1)
+    info = queue.info("long")
+    assert info is not None
+    assert (info.state, info.attempts, info.last_error) == ("COMPLETED", 1, None)
+
+
+def test_a_stale_worker_cannot_complete(
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Worker A's heartbeat (1 s) comes after its lease (0.5 s) ran out; worker B
+    takes the task and completes it; A's heartbeat finds the lease lost, and A's
+    completion is refused."""
+    caplog.set_level(logging.INFO, logger="sqlq.worker")
+    first, second = open_queue(lease_seconds=0.5), open_queue(lease_seconds=0.5)
+    first.add("t", payload="work")
+    started, b_done = threading.Event(), threading.Event()
+    handled: list[str] = []
+
+    def stale(payload: str) -> None:
+        start = time.monotonic()
+        handled.append("A")
+        started.set()
+        assert b_done.wait(10)
+        time.sleep(max(0.0, start + 1.3 - time.monotonic()))  # past A's first heartbeat
+
+    worker_a = Worker(first, stale, heartbeat=1.0)
+    thread, out = _in_thread(worker_a, stop_when_idle=True)
+    assert started.wait(10)
+    time.sleep(0.6)  # A's lease runs out
+    stats_b = Worker(second, lambda p: handled.append("B")).run(stop_when_idle=True)
+    b_done.set()
+    thread.join(10)
+
+    assert stats_b == WorkerStats(claimed=1, completed=1)
+    assert out == [WorkerStats(claimed=1, lost=1)]
+    assert handled == ["A", "B"]
+    info = second.info("t")
+    assert info is not None
+    assert (info.state, info.attempts, info.last_error) == ("COMPLETED", 2, "lease expired")
+    warnings = _messages(caplog, logging.WARNING)
+    assert any("leases will run out between heartbeats" in m for m in warnings)
+    assert any("'t': lease (token" in m and "lost" in m for m in warnings)
+    assert any("'t': completion refused" in m for m in warnings)
+
+
+def test_time_limit_fails_the_task_and_the_late_result_is_refused(
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="sqlq.worker")
+    queue = open_queue(lease_seconds=1.0, max_attempts=3)
+    queue.add("slow", payload=1.0)
+    attempts: list[tuple[int, float]] = []
+
+    def handler(lease: sqlq.Lease) -> None:
+        attempts.append((lease.attempt, time.monotonic()))
+        if lease.attempt == 1:
+            time.sleep(lease.payload)
+
+    start = time.monotonic()
+    stats = Worker(queue, handler, time_limit=0.3, with_lease=True).run(stop_when_idle=True)
+
+    assert stats == WorkerStats(claimed=2, completed=1, timed_out=1)
+    info = queue.info("slow")
+    assert info is not None
+    assert (info.state, info.attempts) == ("COMPLETED", 2)
+    assert info.last_error == "time limit of 0.3s exceeded"
+    # Attempt 1 kept the only slot until its handler returned, 1 s after it began.
+    assert [a for a, _ in attempts] == [1, 2]
+    assert attempts[1][1] - start >= 1.0
+    warnings = _messages(caplog, logging.WARNING)
+    assert any("exceeded its time limit of 0.3s" in m for m in warnings)
+    assert any("returned after its time limit; result refused" in m for m in warnings)
+
+
+def test_stop_lets_short_handlers_finish_and_releases_the_rest(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    queue = open_queue(lease_seconds=1.0)
+    queue.add("quick", payload=0.3)
+    queue.add("stuck", payload=None)
+    both, unblock = threading.Barrier(3), threading.Event()
+    returned = threading.Event()
+
+    def handler(payload: float | None) -> None:
+        both.wait(10)
+        if payload is None:
+            unblock.wait(10)
+            returned.set()
+        else:
+            time.sleep(payload)
+
+    worker = Worker(queue, handler, concurrency=2, grace=1.0)
+    thread, out = _in_thread(worker)
+    both.wait(10)
+    stopped = time.monotonic()
+    worker.stop()
+    thread.join(10)
+    took = time.monotonic() - stopped
+
+    assert out == [WorkerStats(claimed=2, completed=1, released=1)]
+    assert 0.9 <= took < 3.0  # the grace period, then the release
+    quick, stuck = queue.info("quick"), queue.info("stuck")
+    assert quick is not None and stuck is not None
+    assert (quick.state, quick.attempts) == ("COMPLETED", 1)
+    assert (stuck.state, stuck.attempts) == ("AVAILABLE", 0)  # the attempt is not counted
+    unblock.set()  # the abandoned handler returns: its result is ignored
+    assert returned.wait(10)
+    time.sleep(0.1)
+    assert queue.status("stuck") == "AVAILABLE"
+
+
+def test_sigterm_in_the_main_thread_stops_the_worker(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    queue = open_queue(lease_seconds=1.0)
+    queue.add("t", payload=None)
+    started, unblock = threading.Event(), threading.Event()
+
+    def handler(payload: None) -> None:
+        started.set()
+        unblock.wait(10)
+
+    def send() -> None:
+        if started.wait(10):  # the worker's signal handlers are installed by now
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    threading.Thread(target=send, daemon=True).start()
+    try:
+        stats = Worker(queue, handler, grace=0.2).run()
+    finally:
+        unblock.set()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    assert stats == WorkerStats(claimed=1, released=1)
+    info = queue.info("t")
+    assert info is not None
+    assert (info.state, info.attempts) == ("AVAILABLE", 0)
+
+
+def test_idle_polling_is_capped_and_picks_up_new_tasks_quickly(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    queue = open_queue(lease_seconds=1.0)
+    polls = 0
+    ready = queue.ready
+
+    def counting_ready(now: float | None = None) -> bool:
+        nonlocal polls
+        polls += 1
+        return ready(now)
+
+    queue.ready = counting_ready  # type: ignore[method-assign]
+    handled = threading.Event()
+    worker = Worker(queue, lambda p: handled.set(), poll_min=0.005, poll_max=0.05)
+    thread, out = _in_thread(worker)
+    time.sleep(1.0)
+    assert polls <= 40  # about 25 (doubling from 5 ms to 50 ms, then 20 a second)
+    added = time.monotonic()
+    queue.add("new")
+    assert handled.wait(5)
+    latency = time.monotonic() - added
+    worker.stop()
+    thread.join(10)
+    assert out == [WorkerStats(claimed=1, completed=1)]
+    assert latency < 0.5  # about poll_max
+
+
+def test_busy_is_logged_and_retried(
+    open_queue: Callable[..., sqlq.Queue],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sqlq.worker")
+    queue = open_queue()
+    queue.add("t")
+    claim, complete = queue.claim, queue.complete
+    fails = Counter({"claim": 2, "complete": 1})
+
+    def flaky(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if fails[name] > 0:
+                fails[name] -= 1
+                raise Busy("the write lock was not free within busy_timeout")
+            return call(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(queue, "claim", flaky("claim", claim))
+    monkeypatch.setattr(queue, "complete", flaky("complete", complete))
+    stats = Worker(queue, lambda p: None).run(stop_when_idle=True)
+    assert stats == WorkerStats(claimed=1, completed=1)
+    assert queue.status("t") == "COMPLETED"
+    assert sum("busy" in m for m in _messages(caplog, logging.WARNING)) == 3
+    assert not _messages(caplog, logging.ERROR)
+
+
+def test_an_unexpected_error_is_logged_and_raised(
+    open_queue: Callable[..., sqlq.Queue],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    queue = open_queue()
+
+    def broken(now: float | None = None) -> sqlq.Lease | None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(queue, "claim", broken)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        Worker(queue, lambda p: None).run(stop_when_idle=True)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is not None
+
+
+def test_settings_are_checked(open_queue: Callable[..., sqlq.Queue]) -> None:
+    queue = open_queue()
+    bad: list[dict[str, Any]] = [
+        {"concurrency": 0},
+        {"concurrency": True},
+        {"concurrency": 1.5},
+        {"heartbeat": 0},
+        {"heartbeat": math.nan},
+        {"time_limit": -1},
+        {"time_limit": math.inf},
+        {"grace": -0.1},
+        {"poll_min": 0},
+        {"poll_min": 0.5, "poll_max": 0.1},
+        {"with_lease": 1},
+    ]
+    for options in bad:
+        with pytest.raises(InvalidConfig):
+            Worker(queue, print, **options)
+    with pytest.raises(InvalidConfig, match="callable"):
+        Worker(queue, "print")  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfig, match="lease_seconds"):
+        Worker(open_queue(lease_seconds=0), print)
+    worker = Worker(queue, print)
+    worker.run(stop_when_idle=True)
+    with pytest.raises(RuntimeError, match="runs once"):
+        worker.run(stop_when_idle=True)
+
+
+def test_handler_targets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(TESTS))
+    import runner_handlers
+
+    assert resolve_target(HANDLERS) is runner_handlers.handle
+    assert resolve_target("os.path:join") is os.path.join
+    assert resolve_target("pathlib:Path.cwd") == Path.cwd  # a dotted path after the colon
+    for target, message in [
+        ("runner_handlers", "must look like 'package.module:function'"),
+        (":handle", "must look like"),
+        ("runner_handlers:", "must look like"),
+        ("no_such_module_here:f", "cannot import module 'no_such_module_here'"),
+        ("runner_handlers:nope", "has no attribute 'nope'"),
+        ("os:sep", "not callable"),
+    ]:
+        with pytest.raises(InvalidConfig, match=message):
+            resolve_target(target)
+
+
+# --- real processes --------------------------------------------------------------------
+
+
+def _serve(db: Path, stderr: IO[bytes], **options: Any) -> subprocess.Popen[bytes]:
+    """A worker process: ``sqlq.worker.serve(db, "runner_handlers:handle", **options)``."""
+    code = (
+        "import sys; from sqlq.worker import serve; "
+        f"sys.exit(serve({str(db)!r}, {HANDLERS!r}, **{options!r}))"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH")) if p)
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=stderr, env=env
+    )
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> int:
+    process.send_signal(signal.SIGTERM)
+    return process.wait(15)
+
+
+@pytest.mark.processes
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_an_idle_worker_process_sleeps_and_wakes_up(
+    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
+) -> None:
+    queue = open_queue()  # creates the database before the worker opens it
+    log = tmp_path / "handled.log"
+    err_path = tmp_path / "worker.stderr"
+    with err_path.open("wb") as stderr:
+        process = _serve(db_path, stderr, lease_seconds=1.0, synchronous="normal")
+        try:
+            _wait_for(lambda: b"worker started" in err_path.read_bytes(), 30, "the worker")
+            cpu, wall = _cpu_seconds(process.pid), time.monotonic()
+            time.sleep(2.0)
+            used = (_cpu_seconds(process.pid) - cpu) / (time.monotonic() - wall)
+            assert used < 0.05, f"an idle worker used {used:.1%} of a core"
+
+            added = time.monotonic()
+            queue.add("new", payload={"task": "new", "log": str(log)})
+            _wait_for(lambda: queue.status("new") == "COMPLETED", 5, "the new task")
+            assert time.monotonic() - added < 1.0
+            assert _stop(process) == 0
+        finally:
+            process.kill()
+            process.wait()
+    text = err_path.read_text()
+    assert "worker stopped: 1 claimed, 1 completed" in text
+    assert "ERROR" not in text and "Traceback" not in text
+
+
+@pytest.mark.processes
+def test_worker_processes_survive_a_kill_and_keep_long_tasks(
+    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
+) -> None:
+    """Three worker processes (two handler threads each).  One is SIGKILLed in the
+    middle of a task, which another worker completes after the lease; a task three
+    leases long completes on its first attempt; no task completes twice."""
+    lease = 1.0
+    queue = open_queue(lease_seconds=lease, max_attempts=10)
+    log, pidfile = tmp_path / "handled.log", tmp_path / "victim.pid"
+    options = {"lease_seconds": lease, "concurrency": 2, "grace": 10.0, "synchronous": "normal"}
+    stderr_paths = [tmp_path / f"worker{i}.stderr" for i in range(3)]
+    stderrs = [p.open("wb") for p in stderr_paths]
+    processes = [_serve(db_path, f, **options) for f in stderrs]
+
+    def payload(task: str, **extra: Any) -> dict[str, Any]:
+        return {"task": task, "log": str(log), **extra}
+
+    try:
+        _wait_for(
+            lambda: all(b"worker started" in p.read_bytes() for p in stderr_paths),
+            30,
+            "the workers to start",
+        )
+        queue.add("victim", payload=payload("victim", pidfile=str(pidfile), hang=60.0))
+        queue.add_many([(f"a{i}", payload(f"a{i}", sleep=0.02 + i % 4 * 0.01)) for i in range(30)])
+        _wait_for(
+            lambda: pidfile.exists() and pidfile.read_text().endswith("\n"), 30, "the victim's pid"
+        )
+        victim_pid = int(pidfile.read_text())
+        victim = next(p for p in processes if p.pid == victim_pid)
+        victim.send_signal(signal.SIGKILL)
+        assert victim.wait(10) == -signal.SIGKILL
+        killed_at = time.monotonic()
+
+        queue.add("stuck", payload=payload("stuck", sleep=3 * lease))
+        queue.add_many([(f"b{i}", payload(f"b{i}", sleep=0.02)) for i in range(10)])
+        _wait_for(lambda: queue.counts()["COMPLETED"] == 42, 30, "every task to complete")
+        assert time.monotonic() - killed_at >= 3 * lease  # "stuck" took three leases
+
+        survivors = [p for p in processes if p is not victim]
+        assert [_stop(p) for p in survivors] == [0, 0]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+        for f in stderrs:
+            f.close()
+
+    events: dict[str, list[tuple[str, int]]] = {}
+    for line in log.read_text().splitlines():
+        kind, task, pid = line.split()
+        events.setdefault(task, []).append((kind, int(pid)))
+    assert len(events) == 42
+    retried = []
+    for task, seen in events.items():
+        info = queue.info(task)
+        assert info is not None and info.state == "COMPLETED", task
+        by_survivors = [kind for kind, pid in seen if pid != victim_pid]
+        # A survivor handles a task at most once, and only what the victim did runs twice.
+        assert by_survivors in ([], ["start", "done"]), (task, seen)
+        if info.attempts > 1:
+            retried.append(task)
+            assert info.attempts == 2 and by_survivors == ["start", "done"], (task, seen)
+    # The victim held at most two leases (two handler threads) when it was killed.
+    assert "victim" in retried and len(retried) <= 2
+    assert events["victim"][0] == ("start", victim_pid)
+    victim_info = queue.info("victim")
+    assert victim_info is not None and victim_info.last_error == "lease expired"
+    stuck = queue.info("stuck")
+    assert stuck is not None and (stuck.attempts, stuck.last_error) == (1, None)
+    assert [kind for kind, pid in events["stuck"]] == ["start", "done"]
+    for i, path in enumerate(stderr_paths):
+        text = path.read_text()
+        assert "Traceback" not in text, (i, text)
+        if processes[i] is not victim:
+            assert "worker stopped" in text, (i, text)
