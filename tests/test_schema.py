@@ -160,6 +160,9 @@ def test_a_newer_schema_is_refused_untouched(db_path: Path) -> None:
     with pytest.raises(SchemaTooNew, match="upgrade sqlq"):
         sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
     assert _digest(db_path) == before
+    # The refused open closed its connection: no -wal or -shm file is left behind.
+    left = {p.name for p in db_path.parent.iterdir()}
+    assert not left & {f"{db_path.name}-wal", f"{db_path.name}-shm"}, left
 
 
 def test_an_older_database_is_migrated_forward(

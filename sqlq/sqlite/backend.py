@@ -124,12 +124,16 @@ class SqliteBackend:
         self._conn: Any = None
         self._closed = False
         _live_backends.add(self)
-        with self._guard():
-            conn = self._connection()
-            if migrate:
-                self.schema_version = ensure_schema(conn, self.path)
-            else:
-                self.schema_version = check_schema(conn, self.path)
+        try:
+            with self._guard():
+                conn = self._connection()
+                if migrate:
+                    self.schema_version = ensure_schema(conn, self.path)
+                else:
+                    self.schema_version = check_schema(conn, self.path)
+        except BaseException:
+            self.close()  # a refused file keeps no connection (nor -wal/-shm files)
+            raise
 
     # --- connections --------------------------------------------------------------
 
