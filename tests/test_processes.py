@@ -106,7 +106,16 @@ def test_workers_drain_while_being_killed(tmp_path: Path) -> None:
                 if kills == 0:
                     victim, wanted, steady = lingerer, "intent ", 0.05
                 else:
-                    alive = [w for w in workers if not w.killed and w.process.poll() is None]
+                    # Only workers that have started (a replacement may still be
+                    # importing; killing it then would prove nothing).
+                    alive = [
+                        w
+                        for w in workers
+                        if not w.killed and w.process.poll() is None and w.lines()
+                    ]
+                    if not alive:
+                        time.sleep(0.05)
+                        continue
                     victim, wanted, steady = rng.choice(alive), "took ", 0.0
                 seen, since = "", time.monotonic()
                 wait_until = time.monotonic() + (5.0 if kills == 0 else 0.3)
