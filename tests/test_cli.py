@@ -1,54 +1,155 @@
-"""The `sqlq` command line: help, `sqlq stats`, the demo's guards, README coverage."""
+"""The `sqlq` command line: every subcommand against real databases made with sqlq.Queue.
+
+Outputs are checked against what the Queue API says; --json output is parsed.
+Files that are missing, empty, foreign or of another schema must come out of
+every command exactly as they went in.
+"""
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import hashlib
+import importlib.util
 import json
+import os
+import re
 import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import sqlq
 from sqlq import cli, demo
-from sqlq.sqlite import driver
+from sqlq.cli import common
+from sqlq.sqlite import driver, migrate
+from sqlq.sqlite.driver import dbapi
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SUBCOMMANDS = sorted(cli.subcommands())
+STATES = ["WAITING", "AVAILABLE", "RESERVED", "COMPLETED", "DEAD"]
+LONG_ERROR = "ValueError: " + "x" * 100 + "\nsecond line of the error"
 
 
-def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    *args: str, cwd: Path | None = None, input: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sqlq", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
         cwd=cwd,
+        input=input,
+        env=env,
     )
 
 
+def _cli(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _json(capsys: pytest.CaptureFixture[str], *args: object) -> Any:
+    code, out, err = _cli(capsys, *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
 def _fill(path: Path) -> None:
-    """Two queues with tasks in every state (leases long enough not to run out)."""
+    """Two queues with tasks in every state (leases long enough not to run out).
+
+    default: d0 d1 COMPLETED, d2 DEAD (with a long error), d3 RESERVED, d4 d5 d6
+    AVAILABLE (d4 has a JSON payload, d5 a bytes one).  emails: e0 RESERVED, e1
+    e2 AVAILABLE, e3 WAITING for an hour.
+    """
     with sqlq.Queue(path, lease_seconds=3600, max_attempts=1) as q:
         for i in range(7):
-            q.add(f"d{i}")
+            payload: Any = {"n": i, "tags": ["a", "b"]} if i == 4 else None
+            q.add(f"d{i}", payload=b"\x00\x01binary" if i == 5 else payload)
         for _ in range(4):
             q.reserve()
         assert q.complete("d0") and q.complete("d1")
-        assert q.fail("d2") == "DEAD"
+        assert q.fail("d2", error=LONG_ERROR) == "DEAD"
     with sqlq.Queue(path, lease_seconds=3600, max_attempts=2, queue="emails") as q:
         for i in range(3):
             q.add(f"e{i}")
         q.reserve()
+        q.add("e3", delay=3600)
 
 
-# --- help ---------------------------------------------------------------------------
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "q.db"
+    _fill(path)
+    return path
 
 
-def test_subcommands_are_demo_and_stats() -> None:
-    assert SUBCOMMANDS == ["demo", "stats"]
+def _queue(path: Path, name: str = "default") -> sqlq.Queue:
+    return sqlq.Queue(path, lease_seconds=3600, max_attempts=1, queue=name)
+
+
+def _task_json(info: sqlq.TaskInfo, queue: str = "default") -> dict[str, Any]:
+    """What --json must print for a task: every TaskInfo field, bytes as base64."""
+    expected: dict[str, Any] = {"queue": queue, **dataclasses.asdict(info)}
+    if isinstance(info.payload, bytes):
+        expected["payload"] = base64.b64encode(info.payload).decode()
+        expected["payload_type"] = "bytes"
+    else:
+        expected["payload_type"] = "none" if info.payload is None else "json"
+    return expected
+
+
+def _snapshot(path: Path) -> tuple[str, list[str]]:
+    """The file's bytes (digest) and the names in its folder."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
+    return digest, sorted(p.name for p in path.parent.iterdir())
+
+
+def _version_1(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sqlq database at schema version 1 with one task."""
+    with monkeypatch.context() as m:
+        first = migrate.migrations()[:1]
+        m.setattr(migrate, "migrations", lambda: first)
+        conn = dbapi.connect(str(path), isolation_level=None)
+        migrate.ensure_schema(conn, str(path))
+        conn.execute(
+            "INSERT INTO sqlq_tasks (queue, task_id, state, seq, attempts, max_attempts, "
+            "created_at, updated_at) VALUES ('default', 'old', 'AVAILABLE', 1, 0, 3, 0, 0)"
+        )
+        conn.execute("UPDATE sqlq_clock SET counter = 1")
+        conn.close()
+    assert migrate.latest_version() > 1
+
+
+def _foreign(path: Path, kind: str) -> None:
+    if kind == "text":
+        path.write_text("hello, I am not a database\n" * 100)
+    elif kind == "empty":
+        path.touch()
+    elif kind == "no tables":
+        with sqlite3.connect(path) as conn:
+            conn.execute("PRAGMA user_version = 7")
+        conn.close()
+    else:
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE notes (body TEXT)")
+            conn.execute("INSERT INTO notes VALUES ('keep me')")
+        conn.close()
+
+
+# --- help -----------------------------------------------------------------------------------
+
+
+def test_subcommands_are_the_documented_set() -> None:
+    expected = ["add", "dead", "demo", "list", "migrate", "purge", "redrive", "show", "stats"]
+    assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 
 def test_help_via_python_m() -> None:
@@ -56,7 +157,7 @@ def test_help_via_python_m() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: sqlq")
     for name in SUBCOMMANDS:
-        assert name in proc.stdout
+        assert re.search(rf"^    {name} ", proc.stdout, re.M), name
 
 
 def test_help_via_console_script() -> None:
@@ -73,10 +174,20 @@ def test_subcommand_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([name, "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: sqlq {name}")
-    help_text = cli.build_parser().format_help()
-    summary = cli.subcommands()[name].description
-    assert summary and summary.split()[0] in out
-    assert name in help_text  # listed, with its help line, in `sqlq --help`
+    subparser = cli.subcommands()[name]
+    summary = subparser.description
+    assert summary and len(summary) > 80 and summary.split()[0] in out
+    assert name in cli.build_parser().format_help()  # listed, with its help line
+    for action in subparser._actions:  # every argument and option is explained
+        assert action.help and len(action.help) > 10, (name, action.dest)
+
+
+@pytest.mark.parametrize("name", sorted(set(SUBCOMMANDS) - {"demo", "worker"}))
+def test_every_command_that_prints_data_has_json(name: str) -> None:
+    options = {o for a in cli.subcommands()[name]._actions for o in a.option_strings}
+    assert "--json" in options
+    if name not in ("stats", "migrate"):  # those two cover the whole file
+        assert "--queue" in options
 
 
 def test_no_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,49 +201,198 @@ def test_readme_mentions_every_subcommand() -> None:
     assert not missing, f"README.md does not mention: {', '.join('sqlq ' + m for m in missing)}"
 
 
-# --- sqlq stats ---------------------------------------------------------------------
+def test_readme_command_line_section_has_a_row_per_subcommand() -> None:
+    text = README.read_text("utf-8")
+    match = re.search(r"^## Command line\n(.*?)(?=^## )", text, re.S | re.M)
+    assert match, "README.md has no '## Command line' section"
+    rows = re.findall(r"^\| `sqlq (\w+)", match.group(1), re.M)
+    assert sorted(rows) == SUBCOMMANDS
+
+
+# --- files that must be left alone ----------------------------------------------------------
+
+NEEDS_DB = {
+    "stats": [],
+    "list": [],
+    "show": ["d0"],
+    "dead": [],
+    "redrive": ["--all"],
+    "purge": [],
+    "worker": ["somewhere.handlers:handle"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS_DB))
+def test_a_missing_database_is_exit_2_and_is_not_created(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "missing.db"
+    code, out, err = _cli(capsys, name, db, *NEEDS_DB[name])
+    assert code == 2
+    assert out == ""
+    assert f"sqlq {name}: error:" in err and "no such file" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stats_of_a_missing_file_via_python_m(tmp_path: Path) -> None:
+    proc = _run("stats", str(tmp_path / "missing.db"))
+    assert proc.returncode == 2
+    assert "no such file" in proc.stderr
+    assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["stats", "list", "migrate"])
+def test_a_directory_is_exit_2(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, name, tmp_path)
+    assert code == 2
+    assert "directory" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        (name, kind)
+        for name in [*sorted(NEEDS_DB), "add", "migrate"]
+        for kind in ["text", "foreign sqlite", "empty", "no tables"]
+        # migrate turns an empty SQLite file into a sqlq database (tested below)
+        if not (name == "migrate" and kind in ("empty", "no tables"))
+    ],
+)
+def test_files_that_are_not_sqlq_databases_are_refused_untouched(
+    name: str, kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "other.db"
+    _foreign(db, kind)
+    before = _snapshot(db)
+    extra = ["t1"] if name == "add" else NEEDS_DB.get(name, [])
+    code, out, err = _cli(capsys, name, db, *extra)
+    assert code == 1, err
+    assert out == ""
+    assert err.startswith(f"sqlq {name}: error:")
+    assert any(
+        words in err for words in ("not a sqlq database", "not a database", "not created by sqlq")
+    ), err
+    assert "Traceback" not in err
+    assert _snapshot(db) == before
+    if kind == "empty":
+        assert "empty" in err
+
+
+@pytest.mark.parametrize("name", ["stats", "list", "show", "dead"])
+def test_inspecting_an_older_schema_is_refused_without_migrating(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "old.db"
+    _version_1(db, monkeypatch)
+    before = _snapshot(db)
+    code, out, err = _cli(capsys, name, db, *(["old"] if name == "show" else []))
+    assert code == 1
+    assert out == ""
+    assert "schema version 1" in err and f"sqlq migrate {db}" in err
+    assert _snapshot(db) == before
+
+
+def test_a_newer_schema_is_refused_by_every_command(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conn = dbapi.connect(str(db), isolation_level=None)
+    conn.execute(
+        "INSERT INTO sqlq_migrations VALUES (?, 'future', '', 0)", (migrate.latest_version() + 1,)
+    )
+    conn.close()
+    before = _snapshot(db)
+    for name, args in [*NEEDS_DB.items(), ("add", ["t"]), ("migrate", [])]:
+        code, _, err = _cli(capsys, name, db, *args)
+        assert code == 1, (name, err)
+        assert "upgrade sqlq" in err, (name, err)
+    assert _snapshot(db) == before
+
+
+# --- sqlq stats -----------------------------------------------------------------------------
+
+
+def _stats_tables(out: str) -> tuple[list[str], dict[str, list[str]], dict[str, list[str]]]:
+    """The counts table's header, its rows, and the rows of the second table, by queue."""
+    blocks = out.split("\n\n")
+    counts, details = blocks[1].splitlines(), blocks[2].splitlines()
+    header = counts[0].split()
+    rows = {line.split()[0]: line.split()[1:] for line in counts[1:]}
+    return header, rows, {re.split(r"\s{2,}", ln)[0]: re.split(r"\s{2,}", ln) for ln in details}
 
 
 def test_stats_prints_counts_per_queue_and_state(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db = tmp_path / "q.db"
-    _fill(db)
-    assert cli.main(["stats", str(db)]) == 0
-    out = capsys.readouterr().out
+    code, out, _ = _cli(capsys, "stats", db)
+    assert code == 0
     lines = out.splitlines()
     assert f"database: {db}" in lines
     assert driver.describe() in out
-    header = next(line for line in lines if line.startswith("queue"))
-    assert header.split() == [
-        "queue",
-        "WAITING",
-        "AVAILABLE",
-        "RESERVED",
-        "COMPLETED",
-        "DEAD",
-        "total",
-    ]
-    rows = {line.split()[0]: line.split()[1:] for line in lines[lines.index(header) + 1 :]}
+    assert f"schema:   version {migrate.latest_version()}" in lines
+    header, rows, details = _stats_tables(out)
+    assert header == ["queue", *STATES, "total"]
     assert rows == {
-        "default": ["3", "1", "2", "1", "7"],
-        "emails": ["2", "1", "0", "0", "3"],
+        "default": ["0", "3", "1", "2", "1", "7"],
+        "emails": ["1", "2", "1", "0", "0", "4"],
     }
+    assert details["queue"] == [
+        "queue",
+        "oldest available",
+        "leases",
+        "next deadline",
+        "next run_at",
+    ]
+    assert details["default"][2:] == ["1", "in 59m59s", "-"]
+    assert details["emails"][2] == "1"
+    assert details["emails"][4] == "in 59m59s"
+    assert re.fullmatch(r"\d+\.\ds", details["default"][1])
 
 
-def test_stats_json_matches_queue_counts(
+def test_stats_json_matches_the_queue_api(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = time.time()
+    document = _json(capsys, "stats", db)
+    assert document["database"] == str(db)
+    assert document["sqlite"] == driver.describe()
+    assert document["schema_version"] == migrate.latest_version()
+    assert before <= document["now"] <= time.time()
+    assert set(document["queues"]) == set(document["stats"]) == {"default", "emails"}
+    for name, counts in document["queues"].items():
+        with _queue(db, name) as q:
+            assert counts == q.counts()
+            stats = q.stats()
+        details = document["stats"][name]
+        assert counts == stats.counts
+        assert details["total"] == sum(counts.values())
+        assert details["leases"] == stats.leases == 1
+        assert details["next_deadline"] == stats.next_deadline
+        assert details["next_run_at"] == stats.next_run_at
+        assert stats.oldest_available_age is not None
+        assert 0 <= details["oldest_available_age"] <= stats.oldest_available_age
+
+
+def test_stats_reads_only_and_shows_overdue_leases(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = tmp_path / "q.db"
-    _fill(db)
-    assert cli.main(["stats", str(db), "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
-    assert document["database"] == str(db)
-    assert document["sqlite"] == driver.describe()
-    assert set(document["queues"]) == {"default", "emails"}
-    for name, counts in document["queues"].items():
-        with sqlq.Queue(db, lease_seconds=3600, max_attempts=1, queue=name) as q:
-            assert counts == q.counts()
+    with sqlq.Queue(db, lease_seconds=10, max_attempts=3) as q:
+        q.add("a", now=1000)
+        q.reserve(now=1000)  # its lease ran out long ago by the wall clock
+    conn = dbapi.connect(str(db))
+    tables = "SELECT * FROM sqlq_tasks", "SELECT * FROM sqlq_clock"
+    rows_before = [conn.execute(sql).fetchall() for sql in tables]
+    code, out, _ = _cli(capsys, "stats", db)
+    assert code == 0
+    _, rows, details = _stats_tables(out)
+    assert rows["default"][2] == "1"  # RESERVED, as last written
+    assert details["default"][3].endswith("ago (overdue)")
+    assert _json(capsys, "stats", db)["stats"]["default"]["next_deadline"] == 1010
+    assert [conn.execute(sql).fetchall() for sql in tables] == rows_before
+    conn.close()
+    with _queue(db) as q:  # the next call on the queue releases the lease
+        assert q.status("a") == "AVAILABLE"
 
 
 def test_stats_of_a_database_without_tasks(
@@ -142,56 +402,508 @@ def test_stats_of_a_database_without_tasks(
     sqlq.Queue(db, lease_seconds=1, max_attempts=1).close()
     assert cli.main(["stats", str(db)]) == 0
     assert "no tasks" in capsys.readouterr().out
-    assert cli.main(["stats", "--json", str(db)]) == 0
-    assert json.loads(capsys.readouterr().out)["queues"] == {}
+    document = _json(capsys, "stats", db)
+    assert document["queues"] == document["stats"] == {}
 
 
-def test_stats_of_a_missing_file_is_exit_2_and_creates_nothing(tmp_path: Path) -> None:
-    db = tmp_path / "missing.db"
-    proc = _run("stats", str(db))
-    assert proc.returncode == 2
-    assert "no such file" in proc.stderr
-    assert proc.stdout == ""
-    assert list(tmp_path.iterdir()) == []
+# --- sqlq add -------------------------------------------------------------------------------
 
 
-def test_stats_of_a_directory_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["stats", str(tmp_path)]) == 2
-    assert "directory" in capsys.readouterr().err
+def test_add_ids_with_a_payload_skips_existing_ones(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _cli(capsys, "add", db, "n1", "n2", "d0", "--payload", '{"k": [1, 2]}')
+    assert code == 0
+    assert out == "added 2 tasks to queue 'default'; 1 already existed\n"
+    document = _json(capsys, "add", db, "n2", "n3", "--queue", "emails", "--max-attempts", "7")
+    assert document == {
+        "database": str(db),
+        "queue": "emails",
+        "created": False,
+        "added": 2,
+        "existed": 0,
+    }
+    with _queue(db) as q:
+        n1 = q.info("n1")
+        assert n1 is not None and n1.payload == {"k": [1, 2]}
+        assert n1.state == "AVAILABLE" and n1.max_attempts == 5  # the default
+        assert q.info("d0").state == "COMPLETED"  # type: ignore[union-attr]
+    with _queue(db, "emails") as q:
+        n3 = q.info("n3")
+        assert n3 is not None and n3.payload is None and n3.max_attempts == 7
 
 
-def test_stats_of_an_empty_file_is_refused_and_left_empty(
+def test_add_creates_a_missing_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "new.db"
+    code, out, _ = _cli(capsys, "add", db, "a")
+    assert code == 0
+    assert out.splitlines() == [
+        f"created {db}",
+        "added 1 task to queue 'default'; 0 already existed",
+    ]
+    with _queue(db) as q:
+        assert q.counts()["AVAILABLE"] == 1
+    code, _, err = _cli(capsys, "add", tmp_path / "no" / "such" / "folder.db", "a")
+    assert code == 2 and "no such folder" in err
+    assert not (tmp_path / "no").exists()
+
+
+def test_add_migrates_an_older_sqlq_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "old.db"
+    _version_1(db, monkeypatch)
+    assert _json(capsys, "add", db, "new", "old")["added"] == 1
+    with _queue(db) as q:
+        assert [t.task_id for t in q.tasks()] == ["old", "new"]
+
+
+def test_add_with_delay_or_run_at_is_waiting(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = time.time()
+    assert _cli(capsys, "add", db, "later", "--delay", "120")[0] == 0
+    assert _cli(capsys, "add", db, "at", "--run-at", "4000000000")[0] == 0
+    with _queue(db) as q:
+        later, at = q.info("later"), q.info("at")
+    assert later is not None and later.state == "WAITING" and later.run_at is not None
+    assert before + 120 <= later.run_at <= time.time() + 120
+    assert at is not None and at.state == "WAITING" and at.run_at == 4_000_000_000
+    code, _, err = _cli(capsys, "add", db, "x", "--delay", "1", "--run-at", "5")
+    assert code == 2 and "not allowed with" in err
+
+
+def test_add_payload_file_as_json_or_raw_bytes(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "payload.json"
+    source.write_text('{"photo": "p.jpg", "sizes": [64, 128]}\n')
+    assert _cli(capsys, "add", db, "j", "--payload-file", source)[0] == 0
+    blob = tmp_path / "payload.bin"
+    blob.write_bytes(bytes(range(256)))
+    assert _cli(capsys, "add", db, "b", "--payload-file", blob, "--raw")[0] == 0
+    with _queue(db) as q:
+        assert q.info("j").payload == {"photo": "p.jpg", "sizes": [64, 128]}  # type: ignore[union-attr]
+        assert q.info("b").payload == bytes(range(256))  # type: ignore[union-attr]
+    code, _, err = _cli(capsys, "add", db, "c", "--payload-file", blob)
+    assert code == 2 and "not UTF-8" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--payload", "{oops"], "not valid JSON"),
+        (["--payload-file", "/no/such/file"], "No such file"),
+        (["--raw"], "--raw goes with --payload-file"),
+        (["--from-file", "/no/such/file"], "No such file"),
+        (["--delay", "-1"], "must be at least 0"),
+    ],
+)
+def test_add_refuses_bad_input_with_exit_2_and_changes_nothing(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "new.db"
+    code, out, err = _cli(capsys, "add", db, "t1", *args)
+    assert code == 2
+    assert out == ""
+    assert message in err
+    assert not db.exists()
+
+
+def test_add_needs_ids_or_a_file(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _cli(capsys, "add", db)
+    assert code == 2
+    assert "usage: sqlq add" in err and "give at least one TASK_ID" in err
+
+
+def test_add_of_an_invalid_id_is_a_sqlq_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db = tmp_path / "empty.db"
-    db.touch()
-    assert cli.main(["stats", str(db)]) == 1
-    assert "empty" in capsys.readouterr().err
-    assert db.stat().st_size == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]
+    db = tmp_path / "new.db"
+    code, _, err = _cli(capsys, "add", db, "ok", "x" * 2000)
+    assert code == 1
+    assert "sqlq add: error: TASK_ID:" in err and "limit" in err
+    assert not db.exists()  # refused before the database was created
+    _fill(db)
+    code, _, err = _cli(capsys, "add", db, "ok", "")
+    assert code == 1 and "must not be empty" in err
+    with _queue(db) as q:
+        assert q.info("ok") is None  # refused whole
 
 
-@pytest.mark.parametrize("kind", ["text", "foreign sqlite"])
-def test_stats_of_a_file_that_is_not_a_sqlq_database_is_exit_1(
-    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_add_from_a_file_with_an_invalid_id_names_the_lines(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db = tmp_path / "other.db"
-    if kind == "text":
-        db.write_text("hello, I am not a database\n" * 100)
-    else:
-        with sqlite3.connect(db) as conn:
-            conn.execute("CREATE TABLE notes (body TEXT)")
-        sqlite3.connect(db).close()
-    before = db.read_bytes()
-    assert cli.main(["stats", str(db)]) == 1
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.startswith("sqlq stats: error:")
-    assert "Traceback" not in captured.err
-    assert db.read_bytes() == before
+    source = tmp_path / "ids.txt"
+    source.write_text("h1\n" + "h2\n" + "y" * 2000 + "\n")
+    code, _, err = _cli(capsys, "add", db, "--from-file", source)
+    assert code == 1
+    assert f"{source}, lines 1-3:" in err and "nothing was added" in err
+    with _queue(db) as q:
+        assert q.info("h1") is None  # its batch was refused whole
 
 
-# --- sqlq demo (its guards; the demo itself runs in test_processes.py) ---------------
+def test_add_from_a_big_file_in_batches_with_progress(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "PROGRESS_SECONDS", 0.0)
+    lines = []
+    for i in range(2500):
+        if i % 3 == 0:
+            lines.append(json.dumps({"id": f"f{i}", "payload": {"i": i}}))
+        elif i % 3 == 1:
+            lines.append(f"  f{i}  ")
+        else:
+            lines.append(json.dumps({"id": f"f{i}"}))
+        if i % 500 == 0:
+            lines.append("")
+    lines.append("d0")  # exists already
+    source = tmp_path / "ids.txt"
+    source.write_text("\n".join(lines) + "\n")
+    code, out, err = _cli(capsys, "add", db, "first", "--from-file", source, "--payload", '"dflt"')
+    assert code == 0, err
+    assert out == "added 2501 tasks to queue 'default'; 1 already existed\n"
+    progress = [ln for ln in err.splitlines() if ln.startswith("sqlq add: ")]
+    assert len(progress) >= 2 and progress[-1].startswith("sqlq add: 2502 tasks so far")
+    with _queue(db) as q:
+        added = q.tasks(limit=10_000)
+    ids = [t.task_id for t in added]
+    assert ids[7:] == ["first", *(f"f{i}" for i in range(2500))]  # the order of the file
+    payloads = {t.task_id: t.payload for t in added}
+    assert payloads["f0"] == {"i": 0}
+    assert payloads["f1"] == "dflt" and payloads["f2"] == "dflt" and payloads["first"] == "dflt"
+
+
+def test_add_from_stdin(db: Path) -> None:
+    proc = _run(
+        "add", str(db), "--from-file", "-", "--json", input='s1\n{"id": "s2", "payload": 5}\n'
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["added"] == 2
+    with _queue(db) as q:
+        assert q.info("s2").payload == 5  # type: ignore[union-attr]
+
+
+def test_add_from_a_file_with_a_bad_line_keeps_the_lines_before_it(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "ids.txt"
+    source.write_text('g1\ng2\n{"id": "g3", "colour": "red"}\ng4\n')
+    code, out, err = _cli(capsys, "add", db, "--from-file", source)
+    assert code == 2
+    assert out == ""
+    assert f"{source}, line 3:" in err and "the tasks before it were added (2 new" in err
+    with _queue(db) as q:
+        assert q.info("g2") is not None and q.info("g4") is None
+
+
+# --- sqlq list ------------------------------------------------------------------------------
+
+
+def test_list_shows_the_tasks_in_the_order_added(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _cli(capsys, "list", db)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["task_id", "state", "attempts", "last_error"]
+    with _queue(db) as q:
+        tasks = q.tasks()
+    assert [ln.split()[:3] for ln in lines[1:]] == [
+        [t.task_id, t.state, f"{t.attempts}/{t.max_attempts}"] for t in tasks
+    ]
+    dead_line = next(ln for ln in lines if ln.startswith("d2 "))
+    assert "ValueError: xxx" in dead_line and dead_line.endswith("...")
+    assert "second line" not in out  # shortened to one line in the table
+
+
+def test_list_json_matches_the_queue_api(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, "list", db, "--queue", "emails")
+    with _queue(db, "emails") as q:
+        expected = [_task_json(t, "emails") for t in q.tasks()]
+    assert document == {
+        "database": str(db),
+        "queue": "emails",
+        "state": None,
+        "limit": 100,
+        "tasks": expected,
+    }
+    document = _json(capsys, "list", db, "--state", "dead")
+    assert [t["task_id"] for t in document["tasks"]] == ["d2"]
+    assert document["tasks"][0]["last_error"] == LONG_ERROR  # in full
+    document = _json(capsys, "list", db, "--state", "AVAILABLE", "--limit", "2")
+    assert [t["task_id"] for t in document["tasks"]] == ["d4", "d5"]
+    assert document["tasks"][1]["payload"] == base64.b64encode(b"\x00\x01binary").decode()
+
+
+def test_list_says_when_there_is_more_or_nothing(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _cli(capsys, "list", db, "--limit", "3")
+    assert code == 0
+    assert out.splitlines()[-1] == "(the first 3 tasks; --limit N shows more)"
+    assert _cli(capsys, "list", db, "--queue", "nobody")[1] == "no tasks in queue 'nobody'\n"
+    code, _, err = _cli(capsys, "list", db, "--state", "LOST")
+    assert code == 2 and "not a state" in err
+    assert _cli(capsys, "list", db, "--limit", "0")[0] == 2
+
+
+# --- sqlq show ------------------------------------------------------------------------------
+
+
+def test_show_prints_every_field(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, "show", db, "d4")
+    assert code == 0
+    names = [ln.split(":")[0] for ln in out.splitlines() if not ln.startswith(" ")]
+    fields = [f.name for f in dataclasses.fields(sqlq.TaskInfo)]
+    assert set(fields) <= set(names) and "queue" in names
+    assert '"tags": [' in out  # the payload, pretty-printed
+    code, out, _ = _cli(capsys, "show", db, "d5")
+    assert "payload:      8 bytes of binary data" in out
+    code, out, _ = _cli(capsys, "show", db, "d2")
+    assert "second line of the error" in out  # the last error in full
+    assert re.search(r"^finished_at:  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(", out, re.M)
+
+
+@pytest.mark.parametrize("task_id", ["d2", "d3", "d4", "d5", "d6"])
+def test_show_json_matches_the_queue_api(
+    task_id: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = _json(capsys, "show", db, task_id)
+    with _queue(db) as q:
+        info = q.info(task_id)
+    assert info is not None
+    assert document == {"database": str(db), **_task_json(info)}
+
+
+def test_show_of_an_unknown_task_is_exit_1(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _cli(capsys, "show", db, "e1")  # in another queue
+    assert code == 1
+    assert out == ""
+    assert err == "sqlq show: error: no task 'e1' in queue 'default'\n"
+    assert _json(capsys, "show", db, "e1", "--queue", "emails")["state"] == "AVAILABLE"
+
+
+# --- sqlq dead / redrive --------------------------------------------------------------------
+
+
+def test_dead_lists_dead_letters(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, "dead", db)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["task_id", "attempts", "died", "last_error"]
+    assert lines[1].split()[:2] == ["d2", "1/1"] and "ValueError: xxx" in lines[1]
+    document = _json(capsys, "dead", db)
+    with _queue(db) as q:
+        assert document["tasks"] == [_task_json(t) for t in q.dead()]
+    assert _cli(capsys, "dead", db, "--queue", "emails")[1] == "no dead tasks in queue 'emails'\n"
+
+
+def test_redrive_given_ids_or_all(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=3600, max_attempts=1) as q:
+        q.add_many(["a", "b", "c", "live"])
+        for task in ("a", "b", "c"):
+            assert q.reserve() == task
+            q.fail(task)
+    code, out, _ = _cli(capsys, "redrive", db, "a", "live", "nope")
+    assert code == 0
+    assert out == (
+        "redrove 1 dead task back to the line of queue 'default' (2 given ids not DEAD, skipped)\n"
+    )
+    assert _json(capsys, "redrive", db, "--all") == {
+        "database": str(db),
+        "queue": "default",
+        "redriven": 2,
+        "skipped": None,
+    }
+    with _queue(db) as q:
+        assert q.counts()["DEAD"] == 0
+        assert [(t.task_id, t.attempts) for t in q.tasks(state="AVAILABLE")] == [
+            ("a", 0),
+            ("b", 0),
+            ("c", 0),
+            ("live", 0),
+        ]
+        assert [q.reserve() for _ in range(4)] == ["live", "a", "b", "c"]  # the line's order
+    assert _json(capsys, "redrive", db, "--all")["redriven"] == 0
+
+
+@pytest.mark.parametrize("args", [[], ["a", "--all"]])
+def test_redrive_needs_ids_or_all(
+    args: list[str], db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "redrive", db, *args)
+    assert code == 2
+    assert "usage: sqlq redrive" in err
+    with _queue(db) as q:
+        assert q.counts()["DEAD"] == 1
+
+
+# --- sqlq purge -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("45", 45), ("1.5", 1.5), ("45s", 45), ("30m", 1800), ("12h", 43200), ("7d", 604800),
+     ("1h30m", 5400), ("2w", 1209600), ("0", 0)],
+)  # fmt: skip
+def test_durations(text: str, seconds: float) -> None:
+    assert common.duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "7x", "d", "-5", "1h 2", "nan", "inf", "1e30"])
+def test_bad_durations(text: str, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _cli(capsys, "purge", db, f"--older-than={text}")
+    assert code == 2
+    assert "--older-than" in err
+
+
+def test_purge_removes_completed_tasks_by_default(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _cli(capsys, "purge", db, "--older-than", "1h")
+    assert code == 0
+    assert out == "removed 0 COMPLETED tasks that finished at least 1h ago from queue 'default'\n"
+    code, out, _ = _cli(capsys, "purge", db)
+    assert out == "removed 2 COMPLETED tasks from queue 'default'\n"
+    with _queue(db) as q:
+        assert q.counts()["COMPLETED"] == 0 and q.counts()["DEAD"] == 1
+        assert q.add("d0")  # a purged id can be added again
+
+
+def test_purge_dead_and_both_json(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, "purge", db, "--dead")
+    assert document == {
+        "database": str(db),
+        "queue": "default",
+        "older_than": 0.0,
+        "removed": {"DEAD": 1},
+        "total": 1,
+        "vacuum": None,
+    }
+    document = _json(capsys, "purge", db, "--dead", "--completed")
+    assert document["removed"] == {"COMPLETED": 2, "DEAD": 0} and document["total"] == 2
+    with _queue(db) as q:
+        assert q.counts() == {
+            "WAITING": 0,
+            "AVAILABLE": 3,
+            "RESERVED": 1,
+            "COMPLETED": 0,
+            "DEAD": 0,
+        }
+
+
+def test_purge_with_vacuum_shrinks_the_file_and_shows_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "PROGRESS_SECONDS", 0.0)
+    db = tmp_path / "big.db"
+    with sqlq.Queue(db, lease_seconds=3600, max_attempts=1, synchronous="normal") as q:
+        q.add_many([(f"t{i}", {"pad": "x" * 500}) for i in range(6000)])
+        while leases := q.claim_many(1000):
+            for lease in leases:
+                q.complete(lease.task_id, token=lease.token)
+        q.add("keep")
+    size = db.stat().st_size
+    document = _json(capsys, "purge", db, "--vacuum")
+    assert document["removed"] == {"COMPLETED": 6000}
+    before, after = document["vacuum"]["before"], document["vacuum"]["after"]
+    assert before >= size > 3_000_000 and after < size / 10
+    assert db.stat().st_size == after
+    with _queue(db) as q:
+        assert [t.task_id for t in q.tasks()] == ["keep"]
+    code, out, _ = _cli(capsys, "purge", db, "--vacuum")
+    assert code == 0 and "vacuum: the file went from" in out
+
+
+# --- sqlq migrate ---------------------------------------------------------------------------
+
+
+def test_migrate_creates_a_database_and_reports_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "new.db"
+    latest = migrate.latest_version()
+    code, out, _ = _cli(capsys, "migrate", db)
+    assert code == 0
+    assert out == f"schema version 0 -> {latest} (created the database): {db}\n"
+    assert _json(capsys, "migrate", db) == {
+        "database": str(db),
+        "created": False,
+        "before": latest,
+        "after": latest,
+        "latest": latest,
+    }
+    assert _cli(capsys, "stats", db)[0] == 0
+
+
+def test_migrate_an_older_database_and_an_empty_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "old.db"
+    _version_1(db, monkeypatch)
+    document = _json(capsys, "migrate", db)
+    assert (document["before"], document["after"]) == (1, migrate.latest_version())
+    with _queue(db) as q:
+        assert q.info("old") is not None
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    code, out, _ = _cli(capsys, "migrate", empty)
+    assert code == 0 and "(set up the empty file)" in out
+    assert _cli(capsys, "list", empty)[1] == "no tasks in queue 'default'\n"
+
+
+# --- sqlq worker ----------------------------------------------------------------------------
+
+HANDLERS = """
+import os
+
+def handle(payload):
+    if payload.get("fail"):
+        raise ValueError(f"refused task {payload['n']}")
+    with open(os.environ["HANDLED_LOG"], "a") as log:
+        log.write(f"{payload['n']}\\n")
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sqlq.worker") is None, reason="no sqlq.worker yet")
+def test_worker_drains_the_queue_and_exits(tmp_path: Path) -> None:
+    (tmp_path / "cli_test_handlers.py").write_text(HANDLERS)
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=2, queue="jobs") as q:
+        q.add_many([(f"t{i}", {"n": i, "fail": i in (3, 7)}) for i in range(20)])
+    log = tmp_path / "handled.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+        "HANDLED_LOG": str(log),
+    }
+    args = ["--queue", "jobs", "--concurrency", "3", "--lease", "10", "--grace", "5", "--burst"]
+    proc = _run("worker", str(db), "cli_test_handlers:handle", *args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=2, queue="jobs") as q:
+        assert q.counts() == {
+            "WAITING": 0,
+            "AVAILABLE": 0,
+            "RESERVED": 0,
+            "COMPLETED": 18,
+            "DEAD": 2,
+        }
+        dead = {t.task_id: t for t in q.dead()}
+    assert set(dead) == {"t3", "t7"}
+    assert dead["t3"].attempts == 2 and "refused task 3" in (dead["t3"].last_error or "")
+    assert sorted(map(int, log.read_text().split())) == [i for i in range(20) if i not in (3, 7)]
+
+
+@pytest.mark.parametrize("target", ["nocolon", "mod:", ":fn", "bad-mod:fn", "mod:fn()"])
+def test_worker_rejects_a_malformed_handler(
+    target: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "worker", db, target)
+    assert code == 2
+    assert "not a handler" in err
+
+
+# --- sqlq demo (its guards; the demo itself runs in test_processes.py) -------------------------
 
 
 @pytest.mark.parametrize(
@@ -214,7 +926,7 @@ def test_demo_does_not_delete_other_databases(
     _fill(db)
     assert cli.main(["demo", "--db", str(db)]) == 2
     assert "not deleting it" in capsys.readouterr().err
-    with sqlq.Queue(db, lease_seconds=3600, max_attempts=1) as q:
+    with _queue(db) as q:
         assert q.counts()["AVAILABLE"] == 3
 
 

@@ -1,0 +1,91 @@
+"""The `sqlq` command (``sqlq.cli:main``; `python -m sqlq` runs the same).
+
+Subcommands, one module per kind:
+
+* reading.py: `stats`, `list`, `show`, `dead` (never create or migrate a file)
+* adding.py: `add` (creates a missing file)
+* maintenance.py: `redrive`, `purge`, `migrate`
+* running.py: `worker`, `demo`
+
+Exit codes: 0 success; 1 a sqlq error (sqlq.errors.SqlqError: the database
+could not be read or written, is not a sqlq database, an unknown task, ...);
+2 a usage error (bad arguments, a missing file, unreadable input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..errors import SqlqError
+from . import adding, maintenance, reading, running
+from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, UsageError, error
+from .running import DEMO_DB
+
+__all__ = ["DEMO_DB", "EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "subcommands"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `sqlq` command (one subparser per subcommand)."""
+    parser = argparse.ArgumentParser(
+        prog="sqlq",
+        description=(
+            "sqlq: a durable work queue with leases and retries, stored in SQLite. "
+            "Each command has its own --help."
+        ),
+        epilog=(
+            "exit codes: 0 success, 1 a sqlq error (the database failed or refused, "
+            "an unknown task, ...), 2 a usage error or a missing file"
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"sqlq {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    adding.register_add(commands)
+    running.register(commands)
+    reading.register(commands)
+    maintenance.register(commands)
+    maintenance.register_migrate(commands)
+    running.register_demo(commands)
+    return parser
+
+
+def subcommands(
+    parser: argparse.ArgumentParser | None = None,
+) -> dict[str, argparse.ArgumentParser]:
+    """The subcommands of ``parser`` (default: the `sqlq` parser), by name."""
+    parser = parser or build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        code: int = args.handler(args)
+    except UsageError as exc:
+        subcommands(parser)[args.command].print_usage(sys.stderr)
+        error(args.command, str(exc))
+        return exc.code
+    except CliError as exc:
+        error(args.command, str(exc))
+        return exc.code
+    except SqlqError as exc:
+        error(args.command, str(exc))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        error(args.command, "interrupted")
+        return 130
+    except BrokenPipeError:  # e.g. `sqlq list DB | head`: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_ERROR
+    return code

@@ -1,0 +1,274 @@
+"""`sqlq add`: add tasks from the command line, a file or stdin.
+
+`add` creates a missing database (its folder must exist).  An existing file
+must be a sqlq database; an older schema is migrated, as sqlq.Queue does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+from .. import payload as payloads
+from ..contract import MAX_ATTEMPTS, check_task_id
+from ..durable import Queue
+from ..errors import InvalidArgument
+from .common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Progress,
+    UsageError,
+    add_database,
+    add_json,
+    add_queue,
+    open_queue,
+    plural,
+    positive_int,
+    print_json,
+    seconds,
+    sqlq_file,
+    unix_time,
+)
+
+#: Tasks per add_many call (one transaction each) when adding from a file.
+ADD_BATCH = 1000
+
+
+def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    add = commands.add_parser(
+        "add",
+        help="add tasks to a queue (creates the database if it does not exist)",
+        description=(
+            "Add tasks to the back of a queue's line, or WAITING until --delay or --run-at. "
+            "An id that exists in any state is skipped (so running the same add twice is "
+            "safe). Prints how many were added and how many already existed. A missing "
+            "database file is created with the current schema (its folder must exist); an "
+            "existing file must be a sqlq database."
+        ),
+    )
+    add_database(add, "created if missing")
+    add.add_argument(
+        "task_ids", metavar="TASK_ID", nargs="*", help="ids of tasks to add (and/or --from-file)"
+    )
+    add_queue(add)
+    payload = add.add_mutually_exclusive_group()
+    payload.add_argument(
+        "--payload",
+        metavar="JSON",
+        help="a JSON value given to every task that has no payload of its own",
+    )
+    payload.add_argument(
+        "--payload-file",
+        metavar="PATH",
+        help="like --payload, the JSON read from a file ('-' = stdin)",
+    )
+    add.add_argument(
+        "--raw",
+        action="store_true",
+        help="with --payload-file: the file's bytes as they are (a bytes payload), not JSON",
+    )
+    when = add.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay",
+        metavar="SECONDS",
+        type=seconds(),
+        help="the tasks are WAITING for this many seconds before they join the line",
+    )
+    when.add_argument(
+        "--run-at",
+        metavar="UNIX_TIME",
+        type=unix_time,
+        help="the tasks are WAITING until this Unix time",
+    )
+    add.add_argument(
+        "--max-attempts",
+        metavar="N",
+        type=positive_int(1, MAX_ATTEMPTS),
+        default=5,
+        help="attempts each task gets before it is DEAD, stored with it (default %(default)s)",
+    )
+    add.add_argument(
+        "--from-file",
+        metavar="PATH",
+        help=(
+            "read tasks from a file ('-' = stdin), one a line: a task id (surrounding "
+            'whitespace ignored), or a JSON object {"id": ..., "payload": ...} for a line '
+            "starting with '{'. Blank lines are skipped. Added in batches of "
+            f"{ADD_BATCH}, one transaction each, with progress on stderr; if a line is "
+            "refused, the lines before it stay added and a rerun skips them"
+        ),
+    )
+    add_json(add, "the counts")
+    add.set_defaults(handler=_add)
+
+
+def _add(args: argparse.Namespace) -> int:
+    if not args.task_ids and args.from_file is None:
+        raise UsageError("give at least one TASK_ID, or --from-file PATH")
+    if args.raw and args.payload_file is None:
+        raise UsageError("--raw goes with --payload-file")
+    if args.from_file == "-" and args.payload_file == "-":
+        raise UsageError("--from-file and --payload-file cannot both read stdin")
+    default = _default_payload(args)
+    try:  # refused before a database is created
+        for task_id in args.task_ids:
+            check_task_id(task_id)
+        payloads.encode(default, payloads.DEFAULT_MAX_PAYLOAD_BYTES)
+    except InvalidArgument as exc:
+        raise CliError(f"TASK_ID: {exc}; nothing was added") from exc
+    path = os.path.abspath(args.db)
+    created = not os.path.exists(path)
+    if created:
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            raise CliError(f"{args.db}: no such folder {folder}", EXIT_USAGE)
+    else:
+        sqlq_file(args.db, allow_older=True)
+    counts = {"added": 0, "existed": 0}
+    progress = Progress("add")
+
+    def add_batch(queue: Queue, batch: list[Any], where: str) -> None:
+        try:
+            results = queue.add_many(batch, delay=args.delay, run_at=args.run_at)
+        except InvalidArgument as exc:
+            raise CliError(f"{where}: {exc}{_so_far(counts)}") from exc
+        added = sum(results)
+        counts["added"] += added
+        counts["existed"] += len(results) - added
+        progress.update(
+            f"{counts['added'] + counts['existed']} tasks so far: {counts['added']} added, "
+            f"{counts['existed']} already existed"
+        )
+
+    # The input file is opened first: if it cannot be read, no database is created.
+    with (
+        _open_input(args.from_file) as source,
+        open_queue(path, args.queue, args.max_attempts) as q,
+    ):
+        items = [t if default is None else (t, default) for t in args.task_ids]
+        for start in range(0, len(items), ADD_BATCH):
+            add_batch(q, items[start : start + ADD_BATCH], "TASK_ID")
+        if source is not None:
+            batch: list[Any] = []
+            first = 1
+            for number, line in enumerate(source, 1):
+                try:
+                    item = _parse_line(line, default)
+                except ValueError as exc:
+                    if batch:
+                        add_batch(q, batch, f"{args.from_file}, lines {first}-{number - 1}")
+                    raise CliError(
+                        f"{args.from_file}, line {number}: {exc}{_so_far(counts)}", EXIT_USAGE
+                    ) from None
+                if item is None:
+                    continue
+                if not batch:
+                    first = number
+                batch.append(item)
+                if len(batch) == ADD_BATCH:
+                    add_batch(q, batch, f"{args.from_file}, lines {first}-{number}")
+                    batch = []
+            if batch:
+                add_batch(q, batch, f"{args.from_file}, lines {first}-{number}")
+
+    if args.json:
+        print_json({"database": path, "queue": args.queue, "created": created, **counts})
+        return EXIT_OK
+    if created:
+        print(f"created {path}")
+    print(
+        f"added {plural(counts['added'], 'task')} to queue {args.queue!r}; "
+        f"{counts['existed']} already existed"
+    )
+    return EXIT_OK
+
+
+def _so_far(counts: dict[str, int]) -> str:
+    if not counts["added"] and not counts["existed"]:
+        return "; nothing was added"
+    return (
+        f"; the tasks before it were added ({counts['added']} new, {counts['existed']} "
+        "already existed) and a rerun skips them"
+    )
+
+
+def _default_payload(args: argparse.Namespace) -> Any:
+    if args.payload is not None:
+        return _json(args.payload, "--payload")
+    if args.payload_file is None:
+        return None
+    try:
+        if args.payload_file == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(args.payload_file, "rb") as f:
+                data = f.read()
+    except OSError as exc:
+        raise CliError(f"--payload-file: {exc.strerror}: {args.payload_file}", EXIT_USAGE) from None
+    if args.raw:
+        return data
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise CliError(
+            f"--payload-file {args.payload_file}: not UTF-8 text (--raw stores bytes as they are)",
+            EXIT_USAGE,
+        ) from None
+    return _json(text, f"--payload-file {args.payload_file}")
+
+
+def _json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{where}: not valid JSON ({exc})", EXIT_USAGE) from None
+
+
+@contextmanager
+def _open_input(name: str | None) -> Iterator[TextIO | None]:
+    """The --from-file input (None without one); '-' is stdin, read as UTF-8."""
+    if name is None:
+        yield None
+        return
+    if name == "-":
+        source: TextIO = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig")
+    else:
+        try:
+            source = open(name, encoding="utf-8-sig")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise CliError(f"--from-file: {exc.strerror}: {name}", EXIT_USAGE) from None
+    try:
+        yield source
+    except UnicodeDecodeError:
+        raise CliError(f"--from-file {name}: not UTF-8 text", EXIT_USAGE) from None
+    finally:
+        if isinstance(source, io.TextIOWrapper) and name == "-":
+            source.detach()  # leave sys.stdin open
+        else:
+            source.close()
+
+
+def _parse_line(line: str, default: Any) -> str | tuple[str, Any] | None:
+    """A line of --from-file as an add_many item; None for a blank line."""
+    text = line.strip()
+    if not text:
+        return None
+    if not text.startswith("{"):
+        return text if default is None else (text, default)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"a line starting with '{{' must be a JSON object ({exc})") from None
+    if not isinstance(obj, dict) or "id" not in obj or not set(obj) <= {"id", "payload"}:
+        raise ValueError('a JSON line is {"id": ..., "payload": ...} (payload optional)')
+    if not isinstance(obj["id"], str):
+        raise ValueError(f"the id must be a JSON string, not {json.dumps(obj['id'])}")
+    payload = obj.get("payload", default)
+    return obj["id"] if payload is None else (obj["id"], payload)

@@ -1,0 +1,360 @@
+"""What the subcommands share: argument types, database checks, output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from ..contract import MAX_BATCH, MAX_LEASE_SECONDS, MAX_TIME, State, check_queue_name
+from ..durable import Queue
+from ..errors import InvalidConfig, NotASqlqDatabase, SchemaError, SchemaTooNew
+from ..records import TaskInfo
+from ..sqlite import driver
+from ..sqlite.migrate import applied_version, latest_version
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+#: Seconds between two progress lines on stderr (tests set it to 0).
+PROGRESS_SECONDS = 1.0
+
+
+class CliError(Exception):
+    """A failure the command reports as ``sqlq <command>: error: <message>``."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class UsageError(CliError):
+    """Arguments that argparse cannot check alone; reported with the command's usage (exit 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE)
+
+
+# --- argument types -------------------------------------------------------------------
+
+
+def _typed(name: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    parse.__name__ = name  # argparse names the type in "invalid <name> value" messages
+    return parse
+
+
+def positive_int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
+        return value
+
+    return _typed("int", parse)
+
+
+def seconds(
+    minimum: float = 0.0, maximum: float = MAX_LEASE_SECONDS, *, allow_minimum: bool = True
+) -> Callable[[str], float]:
+    """A number of seconds in [minimum, maximum] (or (minimum, maximum])."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        low_ok = value >= minimum if allow_minimum else value > minimum
+        if not (math.isfinite(value) and low_ok and value <= maximum):
+            low = "at least" if allow_minimum else "more than"
+            raise argparse.ArgumentTypeError(
+                f"must be {low} {minimum:g} and at most {maximum:g}, got {text}"
+            )
+        return value
+
+    return _typed("seconds", parse)
+
+
+_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([wdhms])", re.I)
+
+
+def duration(text: str) -> float:
+    """Seconds as a number (``90``, ``1.5``) or with units: ``7d``, ``12h``, ``30m``, ``1h30m``."""
+    spec = text.strip()
+    try:
+        value = float(spec)
+    except ValueError:
+        parts = _PART.findall(spec)
+        if not parts or _PART.sub("", spec).strip():
+            raise argparse.ArgumentTypeError(
+                f"not a duration: {text!r} (use seconds, or e.g. 7d, 12h, 30m, 45s, 1h30m)"
+            ) from None
+        value = sum(float(n) * _UNITS[unit.lower()] for n, unit in parts)
+    if not (math.isfinite(value) and 0 <= value <= MAX_LEASE_SECONDS):
+        raise argparse.ArgumentTypeError(
+            f"must be from 0 to {MAX_LEASE_SECONDS} seconds, got {text!r}"
+        )
+    return value
+
+
+duration.__name__ = "duration"
+
+
+def unix_time(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a Unix time in seconds: {text!r}") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_TIME):
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_TIME}, got {text}")
+    return value
+
+
+unix_time.__name__ = "Unix time"
+
+
+def queue_name(text: str) -> str:
+    try:
+        return check_queue_name(text)
+    except InvalidConfig as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+queue_name.__name__ = "queue name"
+
+
+def state_name(text: str) -> str:
+    try:
+        return State(text.upper()).value
+    except ValueError:
+        names = ", ".join(s.value for s in State)
+        raise argparse.ArgumentTypeError(f"not a state: {text!r} (one of {names})") from None
+
+
+state_name.__name__ = "state"
+
+
+def add_database(parser: argparse.ArgumentParser, note: str) -> None:
+    parser.add_argument("db", metavar="DB", help=f"the database file; {note}")
+
+
+def add_queue(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--queue",
+        metavar="NAME",
+        type=queue_name,
+        default="default",
+        help="the queue inside the file (default: %(default)s)",
+    )
+
+
+def add_json(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help=f"print {what} as one JSON document on stdout"
+    )
+
+
+def add_limit(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--limit",
+        metavar="N",
+        type=positive_int(1, MAX_BATCH),
+        default=100,
+        help=f"show at most N {what} (1 to {MAX_BATCH}; default %(default)s)",
+    )
+
+
+# --- the database file ------------------------------------------------------------------
+
+MIGRATE_HINT = "run `sqlq migrate {path}` to migrate it"
+
+
+def existing_file(arg: str, creates: str = "") -> str:
+    """The absolute path of an existing regular file, else a CliError with exit 2."""
+    path = os.path.abspath(arg)
+    if not os.path.exists(path):
+        hint = f" ({creates})" if creates else ""
+        raise CliError(f"{arg}: no such file{hint}", EXIT_USAGE)
+    if os.path.isdir(path):
+        raise CliError(f"{arg}: is a directory, not a database file", EXIT_USAGE)
+    return path
+
+
+@contextmanager
+def plain_connection(path: str) -> Iterator[Any]:
+    """A DB-API connection of sqlq's SQLite library, autocommit, errors as sqlq errors.
+
+    Connecting creates a missing file: callers check that it exists first.
+    """
+    try:
+        conn = driver.dbapi.connect(path, isolation_level=None, timeout=30.0)
+    except driver.dbapi.Error as exc:
+        raise driver.translate(exc, path) from exc
+    try:
+        yield conn
+    except driver.dbapi.Error as exc:
+        raise driver.translate(exc, path) from exc
+    finally:
+        conn.close()
+
+
+def check_sqlq_file(conn: Any, path: str, *, allow_older: bool) -> int:
+    """The schema version of an existing sqlq database; refuses anything else unchanged.
+
+    An empty file or a SQLite file without sqlq's tables is refused (only
+    `sqlq migrate` turns one into a sqlq database), and so is a newer schema.
+    An older schema is refused unless ``allow_older`` (the command then opens a
+    sqlq.Queue, which migrates it as the library always does).
+    """
+    if os.path.getsize(path) == 0:
+        raise NotASqlqDatabase(
+            f"{path}: the file is empty, not a sqlq database "
+            f"(`sqlq migrate {path}` turns it into one)"
+        )
+    version = applied_version(conn, path)
+    if version == 0:
+        raise NotASqlqDatabase(f"{path}: not a sqlq database (it has no sqlq tables)")
+    if version > latest_version():
+        raise SchemaTooNew(
+            f"{path}: the database is at schema version {version}, but this sqlq "
+            f"knows versions up to {latest_version()}; upgrade sqlq"
+        )
+    if version < latest_version() and not allow_older:
+        raise SchemaError(
+            f"{path}: the database is at schema version {version}, older than this sqlq's "
+            f"{latest_version()}; {MIGRATE_HINT.format(path=path)}"
+        )
+    return version
+
+
+def sqlq_file(arg: str, *, allow_older: bool, creates: str = "") -> str:
+    """The absolute path of an existing sqlq database (see check_sqlq_file)."""
+    path = existing_file(arg, creates)
+    driver.warn_if_affected()
+    with plain_connection(path) as conn:
+        check_sqlq_file(conn, path, allow_older=allow_older)
+    return path
+
+
+def open_queue(path: str, name: str, max_attempts: int = 1) -> Queue:
+    """A sqlq.Queue for the commands (lease_seconds only matters to claim, never called)."""
+    return Queue(path, lease_seconds=30, max_attempts=max_attempts, queue=name)
+
+
+# --- output -------------------------------------------------------------------------------
+
+
+def print_json(document: Any) -> None:
+    print(json.dumps(document, indent=2))  # ASCII: safe on any terminal encoding
+
+
+def error(command: str, message: str) -> None:
+    print(f"sqlq {command}: error: {message}", file=sys.stderr, flush=True)
+
+
+def payload_json(payload: Any) -> tuple[str, Any]:
+    """(payload_type, JSON value): "none", "json" (the value) or "bytes" (base64 text)."""
+    if payload is None:
+        return "none", None
+    if isinstance(payload, bytes):
+        return "bytes", base64.b64encode(payload).decode("ascii")
+    return "json", payload
+
+
+def task_json(info: TaskInfo, queue: str) -> dict[str, Any]:
+    """Every field of a TaskInfo as JSON, with the queue and the payload's type."""
+    document: dict[str, Any] = {"queue": queue, **dataclasses.asdict(info)}
+    document["payload_type"], document["payload"] = payload_json(info.payload)
+    return document
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def printable(text: str) -> str:
+    """``text`` as is if it prints on one line, else its Python repr."""
+    return text if text.isprintable() else repr(text)
+
+
+def shorten(text: str | None, width: int = 60) -> str:
+    """One line of at most ``width`` characters (for tables)."""
+    if text is None:
+        return "-"
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def span(seconds: float) -> str:
+    """A duration for people: 0.4s, 12s, 4m05s, 3h04m, 2d03h; 7d, 1h, 5m when even."""
+    seconds = abs(seconds)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    for unit, size, small, small_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if whole >= size:
+            rest = whole % size // small_size
+            return f"{whole // size}{unit}" + (f"{rest:02d}{small}" if rest else "")
+    rest = whole % 60
+    return f"{whole // 60}m" + (f"{rest:02d}s" if rest else "")
+
+
+def moment(t: float | None, now: float) -> str:
+    """A Unix time for people: '2024-05-01 12:00:00 UTC (in 29s)'; '-' for None."""
+    if t is None:
+        return "-"
+    stamp = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    relative = f"in {span(t - now)}" if t > now else f"{span(now - t)} ago"
+    return f"{stamp} ({relative})"
+
+
+def relative(t: float | None, now: float) -> str:
+    """A Unix time relative to ``now`` only: 'in 29s', '3m05s ago'; '-' for None."""
+    if t is None:
+        return "-"
+    return f"in {span(t - now)}" if t > now else f"{span(now - t)} ago"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> None:
+    """Print aligned columns; the columns numbered in ``right`` align right."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        cells = [
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
+
+
+class Progress:
+    """Progress lines on stderr for long runs: at most one per PROGRESS_SECONDS."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.started = self.last = time.monotonic()
+        self.shown = False
+
+    def due(self) -> bool:
+        return time.monotonic() - self.last >= PROGRESS_SECONDS
+
+    def update(self, message: str) -> None:
+        if self.due():
+            self.last = time.monotonic()
+            self.shown = True
+            print(f"sqlq {self.command}: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,301 @@
+"""Maintenance: `sqlq redrive`, `sqlq purge` and `sqlq migrate`.
+
+`redrive` and `purge` need an existing sqlq database and migrate an older
+schema, as sqlq.Queue does.  `migrate` creates or migrates a database
+explicitly, and is the only command that turns an empty file into a sqlq
+database.  Files that are not sqlq databases are refused unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..contract import State
+from ..errors import SchemaTooNew
+from ..sqlite.backend import SqliteBackend
+from ..sqlite.migrate import applied_version, latest_version
+from ..sqlite.queries import Q
+from .common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Progress,
+    UsageError,
+    add_database,
+    add_json,
+    add_queue,
+    duration,
+    open_queue,
+    plain_connection,
+    plural,
+    print_json,
+    span,
+    sqlq_file,
+)
+
+WRITE_NOTE = "it must exist (it is not created) and be a sqlq database; an older schema is migrated"
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`sqlq redrive` and `sqlq purge` (migrate is listed apart, see build_parser)."""
+    _register_redrive(commands)
+    _register_purge(commands)
+
+
+# --- sqlq redrive --------------------------------------------------------------------------
+
+
+def _register_redrive(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    redrive = commands.add_parser(
+        "redrive",
+        help="send dead tasks back to the line with their attempts reset",
+        description=(
+            "Send DEAD tasks of a queue (the given ids, or --all) to the back of the "
+            "line with their attempts reset to 0. Given ids that are not DEAD are skipped. "
+            "Prints how many went back. One transaction."
+        ),
+    )
+    add_database(redrive, WRITE_NOTE)
+    redrive.add_argument("task_ids", metavar="TASK_ID", nargs="*", help="ids of DEAD tasks")
+    redrive.add_argument("--all", action="store_true", help="every DEAD task of the queue")
+    add_queue(redrive)
+    add_json(redrive, "the counts")
+    redrive.set_defaults(handler=_redrive)
+
+
+def _redrive(args: argparse.Namespace) -> int:
+    if bool(args.task_ids) == args.all:
+        raise UsageError("give the TASK_IDs to redrive, or --all (not both)")
+    path = sqlq_file(args.db, allow_older=True, creates="redrive does not create databases")
+    ids = None if args.all else list(dict.fromkeys(args.task_ids))
+    with open_queue(path, args.queue) as queue:
+        redriven = queue.redrive(task_ids=ids)
+    skipped = None if ids is None else len(ids) - redriven
+    if args.json:
+        print_json(
+            {"database": path, "queue": args.queue, "redriven": redriven, "skipped": skipped}
+        )
+        return EXIT_OK
+    note = f" ({plural(skipped, 'given id')} not DEAD, skipped)" if skipped else ""
+    print(f"redrove {plural(redriven, 'dead task')} back to the line of queue {args.queue!r}{note}")
+    return EXIT_OK
+
+
+# --- sqlq purge ----------------------------------------------------------------------------
+
+
+def _register_purge(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    purge = commands.add_parser(
+        "purge",
+        help="delete finished tasks (COMPLETED, and/or DEAD) and optionally shrink the file",
+        description=(
+            "Delete the finished tasks of a queue: COMPLETED ones by default, DEAD ones with "
+            "--dead, both with --completed --dead. Their ids can be added again. Deletes in "
+            "transactions of 1000 tasks, so workers are never held up for long, and prints "
+            "progress on stderr for long runs. Deleting does not shrink the file: SQLite "
+            "reuses the free pages; --vacuum gives them back to the operating system."
+        ),
+    )
+    add_database(purge, WRITE_NOTE)
+    add_queue(purge)
+    purge.add_argument("--completed", action="store_true", help="delete COMPLETED tasks")
+    purge.add_argument("--dead", action="store_true", help="delete DEAD tasks (dead letters)")
+    purge.add_argument(
+        "--older-than",
+        metavar="AGE",
+        type=duration,
+        default=0.0,
+        help=(
+            "only tasks that finished at least AGE ago: seconds, or a number with a unit "
+            "(7d, 12h, 30m, 45s, 1h30m; w, d, h, m, s). Default 0: every finished task"
+        ),
+    )
+    purge.add_argument(
+        "--vacuum",
+        action="store_true",
+        help=(
+            "afterwards run SQLite's VACUUM and a WAL checkpoint to shrink the file. VACUUM "
+            "rewrites the whole database (it needs free disk space about the size of the "
+            "file) and holds the write lock meanwhile: workers wait (up to their busy "
+            "timeout) until it is done"
+        ),
+    )
+    add_json(purge, "the counts")
+    purge.set_defaults(handler=_purge)
+
+
+def _purge(args: argparse.Namespace) -> int:
+    path = sqlq_file(args.db, allow_older=True, creates="purge does not create databases")
+    states = [
+        s for s, wanted in ((State.COMPLETED, args.completed), (State.DEAD, args.dead)) if wanted
+    ] or [State.COMPLETED]
+    removed: dict[str, int] = {}
+    start = time.time()  # one cutoff for every state: start - older_than
+    progress = Progress("purge")
+    with open_queue(path, args.queue) as queue:
+        for state in states:
+
+            def purge_state(state: State = state) -> int:
+                return queue.purge(start, states=(state,), older_than=args.older_than)
+
+            removed[state.value] = _with_progress(
+                purge_state, progress, path, args.queue, state, removed
+            )
+    total = sum(removed.values())
+    sizes = _vacuum(path) if args.vacuum else None
+    if args.json:
+        print_json(
+            {
+                "database": path,
+                "queue": args.queue,
+                "older_than": args.older_than,
+                "removed": removed,
+                "total": total,
+                "vacuum": None if sizes is None else {"before": sizes[0], "after": sizes[1]},
+            }
+        )
+        return EXIT_OK
+    age = f" that finished at least {span(args.older_than)} ago" if args.older_than else ""
+    parts = " and ".join(f"{n} {state}" for state, n in removed.items())
+    print(f"removed {parts} tasks{age} from queue {args.queue!r}")
+    if sizes is not None:
+        print(f"vacuum: the file went from {_size(sizes[0])} to {_size(sizes[1])}")
+    return EXIT_OK
+
+
+def _with_progress(
+    purge: Callable[[], int],
+    progress: Progress,
+    path: str,
+    queue: str,
+    state: State,
+    removed: dict[str, int],
+) -> int:
+    """Run ``purge`` in a thread; meanwhile report on stderr about how far it got.
+
+    Queue.purge reports nothing until it is done, so the progress is estimated from
+    the queue's count of ``state`` (workers finishing tasks meanwhile make it an
+    underestimate).
+    """
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(("ok", purge()))
+        except BaseException as exc:  # handed to the main thread
+            outcome.append(("error", exc))
+
+    with plain_connection(path) as conn:
+
+        def count() -> int:
+            rows = dict(conn.execute(Q.count_queue_states, {"queue": queue}).fetchall())
+            return int(rows.get(state.value, 0))
+
+        before = count()
+        thread = threading.Thread(target=run, name="sqlq-purge", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(timeout=0.2)
+            if thread.is_alive() and progress.due():
+                done = sum(removed.values()) + max(0, before - count())
+                progress.update(f"removed about {done} tasks so far")
+    kind, value = outcome[0]
+    if kind == "error":
+        raise value
+    return int(value)
+
+
+def _files(path: str) -> int:
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+def _vacuum(path: str) -> tuple[int, int]:
+    """VACUUM, then a checkpoint that moves the result into the file and truncates the WAL."""
+    before = _files(path)
+    with plain_connection(path) as conn:
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    return before, _files(path)
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    size = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            break
+        size /= 1024
+    return f"{size:.1f} {unit}"
+
+
+# --- sqlq migrate --------------------------------------------------------------------------
+
+
+def register_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    migrate = commands.add_parser(
+        "migrate",
+        help="create a database, or migrate one to the current schema",
+        description=(
+            "Create the database (if the file does not exist or is empty) or migrate it to "
+            "the schema of this sqlq, and print the schema version before and after (0 for "
+            "a new file). A database already at the current version is left as it is. "
+            "Files that are not sqlq databases, and databases of a newer sqlq, are refused "
+            "unchanged. Migrating is also what opening a sqlq.Queue does; this command "
+            "does it explicitly, e.g. before starting workers after an upgrade."
+        ),
+    )
+    migrate.add_argument(
+        "db", metavar="DB", help="the database file (created if missing; its folder must exist)"
+    )
+    add_json(migrate, "the versions")
+    migrate.set_defaults(handler=_migrate)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    path = os.path.abspath(args.db)
+    if os.path.isdir(path):
+        raise CliError(f"{args.db}: is a directory, not a database file", EXIT_USAGE)
+    if not os.path.isdir(os.path.dirname(path)):
+        raise CliError(f"{args.db}: no such folder {os.path.dirname(path)}", EXIT_USAGE)
+    created = not os.path.exists(path)
+    before = 0
+    if not created and os.path.getsize(path) > 0:
+        with plain_connection(path) as conn:
+            before = applied_version(conn, path)  # refuses foreign files, writes nothing
+    if before > latest_version():
+        # Refused here rather than by SqliteBackend, which leaves its connection open
+        # when it refuses a file.
+        raise SchemaTooNew(
+            f"{path}: the database is at schema version {before}, but this sqlq "
+            f"knows versions up to {latest_version()}; upgrade sqlq"
+        )
+    backend = SqliteBackend(path)  # creates or migrates (refusing a newer schema)
+    after = backend.schema_version
+    backend.close()
+    if args.json:
+        print_json(
+            {
+                "database": path,
+                "created": created,
+                "before": before,
+                "after": after,
+                "latest": latest_version(),
+            }
+        )
+        return EXIT_OK
+    if created:
+        what = "created the database"
+    elif before == after:
+        what = "already current"
+    elif before == 0:
+        what = "set up the empty file"
+    else:
+        what = "migrated"
+    print(f"schema version {before} -> {after} ({what}): {path}")
+    return EXIT_OK

@@ -1,0 +1,309 @@
+"""The commands that inspect a database: `sqlq stats`, `sqlq list`, `sqlq show`, `sqlq dead`.
+
+None of them creates, migrates or changes the schema of a file.  `stats` only
+reads; `list`, `show` and `dead` make the same calls as sqlq.Queue.tasks, .info
+and .dead, which (like every queue call) first apply what fell due: leases that
+ran out are released and WAITING tasks whose time came become AVAILABLE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from ..contract import State
+from ..records import TaskInfo
+from ..sqlite import driver
+from ..sqlite.queries import Q
+from .common import (
+    EXIT_OK,
+    CliError,
+    add_database,
+    add_json,
+    add_limit,
+    add_queue,
+    check_sqlq_file,
+    existing_file,
+    moment,
+    open_queue,
+    plain_connection,
+    print_json,
+    printable,
+    relative,
+    shorten,
+    span,
+    sqlq_file,
+    state_name,
+    table,
+    task_json,
+)
+
+READ_ONLY_NOTE = "it must exist and be a sqlq database at the current schema; it is not created"
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    stats = commands.add_parser(
+        "stats",
+        help="tasks per queue and state, the front of each line, leases, the SQLite in use",
+        description=(
+            "Show every queue in the database: its tasks per state, how long the front of "
+            "its line has waited, its leases in flight, the soonest lease deadline and the "
+            "soonest wake-up of a WAITING task. Also shows the SQLite library in use. "
+            "stats only reads, in one snapshot, and never takes the write lock, so it is "
+            "safe to run in a loop next to busy workers. It shows "
+            "the tasks as last written: a lease that ran out is still counted as RESERVED "
+            "(its deadline shown as overdue) until the next call on its queue releases it."
+        ),
+    )
+    add_database(stats, READ_ONLY_NOTE)
+    add_json(stats, "the database, its queues and their figures")
+    stats.set_defaults(handler=_stats)
+
+    lister = commands.add_parser(
+        "list",
+        help="the tasks of a queue in the order they were added",
+        description=(
+            "List the tasks of a queue in the order they were added, with their state, "
+            "attempts and last error (shortened to one line; --json gives every field in "
+            "full). Like every queue call, it first applies what fell due (leases that ran "
+            "out, WAITING tasks whose time came), so it takes the write lock briefly."
+        ),
+    )
+    add_database(lister, READ_ONLY_NOTE)
+    add_queue(lister)
+    lister.add_argument(
+        "--state",
+        type=state_name,
+        metavar="STATE",
+        help=f"only tasks in this state ({', '.join(s.value for s in State)})",
+    )
+    add_limit(lister, "tasks")
+    add_json(lister, "the tasks (every field of each)")
+    lister.set_defaults(handler=_list)
+
+    show = commands.add_parser(
+        "show",
+        help="everything stored about one task",
+        description=(
+            "Show every field of one task: state, attempts, lease token and deadline, when "
+            "it runs (WAITING), timestamps, the full last error and the payload "
+            "(pretty-printed JSON; for a bytes payload only its size, --json gives it as "
+            "base64). Exit 1 if the queue has no such task. Like every queue call, it first "
+            "applies what fell due."
+        ),
+    )
+    add_database(show, READ_ONLY_NOTE)
+    show.add_argument("task_id", metavar="TASK_ID", help="the task's id")
+    add_queue(show)
+    add_json(show, "the task")
+    show.set_defaults(handler=_show)
+
+    dead = commands.add_parser(
+        "dead",
+        help="the dead letters of a queue: tasks that used all their attempts",
+        description=(
+            "List the DEAD tasks of a queue, the longest dead first, with their attempts, "
+            "when they died and their last error. `sqlq redrive` sends them back to the "
+            "line. Like every queue call, it first applies what fell due."
+        ),
+    )
+    add_database(dead, READ_ONLY_NOTE)
+    add_queue(dead)
+    add_limit(dead, "dead tasks")
+    add_json(dead, "the dead tasks (every field of each)")
+    dead.set_defaults(handler=_dead)
+
+
+# --- sqlq stats --------------------------------------------------------------------------
+
+
+def _stats(args: argparse.Namespace) -> int:
+    path = existing_file(args.db, "stats does not create databases")
+    driver.warn_if_affected()
+    now = time.time()  # of the ages; Queue.stats takes max(this, the database clock)
+    with plain_connection(path) as conn:
+        conn.execute("BEGIN")  # a read transaction: one snapshot, never the write lock
+        try:
+            version = check_sqlq_file(conn, path, allow_older=False)
+            found: dict[str, dict[str, int]] = {}
+            for queue, state, count in conn.execute(Q.count_states):
+                found.setdefault(queue, {})[state] = count
+            fronts: dict[str, tuple[Any, Any, Any]] = {}
+            for queue in found:
+                params = {"queue": queue}
+                front = conn.execute(Q.front_of_line, params).fetchone()
+                (deadline,) = conn.execute(Q.next_deadline, params).fetchone()
+                (run_at,) = conn.execute(Q.next_run_at, params).fetchone()
+                fronts[queue] = (None if front is None else front[0], deadline, run_at)
+        finally:
+            if conn.in_transaction:
+                conn.execute(Q.rollback)
+
+    queues: dict[str, dict[str, int]] = {}
+    details: dict[str, dict[str, Any]] = {}
+    for queue in sorted(found):
+        counts = {state.value: found[queue].get(state.value, 0) for state in State}
+        # A state this version does not know (a newer schema) is shown, not dropped.
+        counts.update({s: n for s, n in sorted(found[queue].items()) if s not in counts})
+        queues[queue] = counts
+        front, deadline, run_at = fronts[queue]
+        details[queue] = {
+            "total": sum(counts.values()),
+            "oldest_available_age": None if front is None else max(0.0, now - front),
+            "leases": counts[State.RESERVED.value],
+            "next_deadline": deadline,
+            "next_run_at": run_at,
+        }
+
+    if args.json:
+        print_json(
+            {
+                "database": path,
+                "sqlite": driver.describe(),
+                "schema_version": version,
+                "now": now,
+                "queues": queues,
+                "stats": details,
+            }
+        )
+        return EXIT_OK
+
+    print(f"database: {path}")
+    print(f"sqlite:   {driver.describe()}")
+    print(f"schema:   version {version}")
+    if not queues:
+        print("no tasks")
+        return EXIT_OK
+    print()
+    columns = list(dict.fromkeys(s for counts in queues.values() for s in counts))
+    rows = [
+        [name, *(str(c.get(s, 0)) for s in columns), str(details[name]["total"])]
+        for name, c in queues.items()
+    ]
+    table(["queue", *columns, "total"], rows, right=range(1, len(columns) + 2))
+    print()
+    rows = []
+    for name, d in details.items():
+        age = d["oldest_available_age"]
+        deadline = relative(d["next_deadline"], now)
+        if d["next_deadline"] is not None and d["next_deadline"] <= now:
+            deadline += " (overdue)"
+        rows.append(
+            [
+                name,
+                "-" if age is None else span(age),
+                str(d["leases"]),
+                deadline,
+                relative(d["next_run_at"], now),
+            ]
+        )
+    table(["queue", "oldest available", "leases", "next deadline", "next run_at"], rows)
+    return EXIT_OK
+
+
+# --- sqlq list / show / dead ---------------------------------------------------------------
+
+
+def _list(args: argparse.Namespace) -> int:
+    path = sqlq_file(args.db, allow_older=False, creates="list does not create databases")
+    with open_queue(path, args.queue) as queue:
+        tasks = queue.tasks(state=args.state, limit=args.limit)
+    if args.json:
+        print_json(
+            {
+                "database": path,
+                "queue": args.queue,
+                "state": args.state,
+                "limit": args.limit,
+                "tasks": [task_json(t, args.queue) for t in tasks],
+            }
+        )
+        return EXIT_OK
+    which = f" in state {args.state}" if args.state else ""
+    if not tasks:
+        print(f"no tasks{which} in queue {args.queue!r}")
+        return EXIT_OK
+    rows = [
+        [printable(t.task_id), t.state, f"{t.attempts}/{t.max_attempts}", shorten(t.last_error)]
+        for t in tasks
+    ]
+    table(["task_id", "state", "attempts", "last_error"], rows)
+    if len(tasks) == args.limit:
+        print(f"(the first {args.limit} tasks{which}; --limit N shows more)")
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    path = sqlq_file(args.db, allow_older=False, creates="show does not create databases")
+    with open_queue(path, args.queue) as queue:
+        info = queue.info(args.task_id)
+    if info is None:
+        raise CliError(f"no task {args.task_id!r} in queue {args.queue!r}")
+    if args.json:
+        print_json({"database": path, **task_json(info, args.queue)})
+        return EXIT_OK
+    for name, value in _fields(info, args.queue, time.time()):
+        lines = value.splitlines() or [""]
+        print(f"{name + ':':<14}{lines[0]}")
+        for line in lines[1:]:
+            print(" " * 14 + line)
+    return EXIT_OK
+
+
+def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
+    if info.payload is None:
+        payload = "none"
+    elif isinstance(info.payload, bytes):
+        payload = f"{len(info.payload)} bytes of binary data (--json shows them as base64)"
+    else:
+        payload = json.dumps(info.payload, indent=2, ensure_ascii=False)
+    return [
+        ("task_id", printable(info.task_id)),
+        ("queue", printable(queue)),
+        ("state", info.state),
+        ("attempts", str(info.attempts)),
+        ("max_attempts", str(info.max_attempts)),
+        ("token", "-" if info.token is None else str(info.token)),
+        ("deadline", moment(info.deadline, now)),
+        ("run_at", moment(info.run_at, now)),
+        ("created_at", moment(info.created_at, now)),
+        ("updated_at", moment(info.updated_at, now)),
+        ("finished_at", moment(info.finished_at, now)),
+        ("last_error", "-" if info.last_error is None else info.last_error),
+        ("payload", payload),
+    ]
+
+
+def _dead(args: argparse.Namespace) -> int:
+    path = sqlq_file(args.db, allow_older=False, creates="dead does not create databases")
+    with open_queue(path, args.queue) as queue:
+        tasks = queue.dead(limit=args.limit)
+    if args.json:
+        print_json(
+            {
+                "database": path,
+                "queue": args.queue,
+                "limit": args.limit,
+                "tasks": [task_json(t, args.queue) for t in tasks],
+            }
+        )
+        return EXIT_OK
+    if not tasks:
+        print(f"no dead tasks in queue {args.queue!r}")
+        return EXIT_OK
+    now = time.time()
+    rows = [
+        [
+            printable(t.task_id),
+            f"{t.attempts}/{t.max_attempts}",
+            relative(t.finished_at, now),
+            shorten(t.last_error),
+        ]
+        for t in tasks
+    ]
+    table(["task_id", "attempts", "died", "last_error"], rows)
+    if len(tasks) == args.limit:
+        print(f"(the first {args.limit} dead tasks; --limit N shows more)")
+    return EXIT_OK

@@ -1,0 +1,213 @@
+"""The commands that run processes: `sqlq worker` and `sqlq demo`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..contract import MAX_ATTEMPTS, MAX_LEASE_SECONDS, State
+from .common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    add_queue,
+    error,
+    positive_int,
+    seconds,
+    sqlq_file,
+)
+
+DEMO_DB = "sqlq-demo.db"
+
+#: Most worker threads one `sqlq worker` runs.
+MAX_CONCURRENCY = 1024
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _register_worker(commands)
+
+
+# --- sqlq worker ---------------------------------------------------------------------------
+
+
+def _target(text: str) -> str:
+    module, colon, attrs = text.partition(":")
+    names = [*module.split("."), *attrs.split(".")]
+    if not colon or not all(name.isidentifier() for name in names):
+        raise argparse.ArgumentTypeError(
+            f"not a handler: {text!r} (write it as package.module:function)"
+        )
+    return text
+
+
+_target.__name__ = "handler"
+
+
+def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = commands.add_parser(
+        "worker",
+        help="run a worker: take tasks from a queue and call a Python function on each",
+        description=(
+            "Take tasks from a queue and call HANDLER with each task's payload, in "
+            "--concurrency threads. A handler that returns completes its task; one that "
+            "raises fails it (the exception text is the task's last error) and the task is "
+            "retried until it has used its attempts. Leases are extended while a handler "
+            "runs. SIGTERM or Ctrl-C stops taking tasks and gives running handlers --grace "
+            "seconds to finish; the rest go back to the line without counting the attempt. "
+            "Logs go to stderr. Handlers must be idempotent: a task can run more than once."
+        ),
+    )
+    worker.add_argument(
+        "db",
+        metavar="DB",
+        help=(
+            "the database file; it must exist (create it with `sqlq migrate` or `sqlq add`) "
+            "and be a sqlq database; an older schema is migrated"
+        ),
+    )
+    worker.add_argument(
+        "target",
+        metavar="HANDLER",
+        type=_target,
+        help=(
+            "the function to call, as package.module:function; it gets the task's payload "
+            "(modules in the current folder can be named)"
+        ),
+    )
+    add_queue(worker)
+    worker.add_argument(
+        "--concurrency",
+        metavar="N",
+        type=positive_int(1, MAX_CONCURRENCY),
+        default=1,
+        help="handler threads, so tasks running at once (default %(default)s)",
+    )
+    worker.add_argument(
+        "--lease",
+        metavar="SECONDS",
+        type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
+        default=30.0,
+        help=(
+            "length of each lease; heartbeats renew it while the handler runs, so this is "
+            "how soon a task of a crashed worker runs again (default %(default)g)"
+        ),
+    )
+    worker.add_argument(
+        "--max-attempts",
+        metavar="N",
+        type=positive_int(1, MAX_ATTEMPTS),
+        default=5,
+        help=(
+            "passed to sqlq.worker.serve (default %(default)s). Each task keeps the "
+            "max_attempts it was added with (sqlq add --max-attempts), so this does not "
+            "change how often the worker's tasks are tried"
+        ),
+    )
+    worker.add_argument(
+        "--time-limit",
+        metavar="SECONDS",
+        type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
+        default=None,
+        help=(
+            "fail a task whose handler runs longer than this (the attempt counts); "
+            "default: no limit"
+        ),
+    )
+    worker.add_argument(
+        "--grace",
+        metavar="SECONDS",
+        type=seconds(),
+        default=30.0,
+        help="on SIGTERM or Ctrl-C, how long running handlers may finish (default %(default)g)",
+    )
+    worker.add_argument(
+        "--burst",
+        action="store_true",
+        help="stop once the queue has nothing left to take (for batch jobs and tests)",
+    )
+    worker.add_argument(
+        "--synchronous",
+        choices=("full", "normal"),
+        default="full",
+        help=(
+            "SQLite durability: full survives a power loss, normal only a process crash "
+            "(default %(default)s)"
+        ),
+    )
+    worker.set_defaults(handler=_worker)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    path = sqlq_file(args.db, allow_older=True, creates="worker does not create databases")
+    from ..worker import serve  # threads, signals and logging only when needed
+
+    return serve(
+        path,
+        args.target,
+        queue=args.queue,
+        concurrency=args.concurrency,
+        lease_seconds=args.lease,
+        max_attempts=args.max_attempts,
+        time_limit=args.time_limit,
+        grace=args.grace,
+        stop_when_idle=args.burst,
+        synchronous=args.synchronous,
+    )
+
+
+# --- sqlq demo -----------------------------------------------------------------------------
+
+
+def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = commands.add_parser(
+        "demo",
+        help="run worker processes on a demo queue and kill one of them mid-task",
+        description=(
+            "Add tasks to a queue in a new SQLite file and let worker processes take and "
+            "complete them. One worker is killed with SIGKILL while it holds a task; that "
+            "task's lease runs out and another worker completes it. Prints progress and a "
+            "summary (tasks per state, retries, time taken)."
+        ),
+    )
+    demo.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help=(
+            f"the demo database (default: ./{DEMO_DB}). An earlier demo database at this path "
+            "is deleted first; any other file there is left alone and the demo refuses to run"
+        ),
+    )
+    demo.add_argument(
+        "--tasks", metavar="N", type=positive_int(1), default=40, help="tasks to add (default 40)"
+    )
+    demo.add_argument(
+        "--workers",
+        metavar="K",
+        type=positive_int(2),
+        default=4,
+        help="worker processes, at least 2 (default 4)",
+    )
+    demo.add_argument(
+        "--lease",
+        metavar="SECONDS",
+        type=seconds(0, 3600, allow_minimum=False),
+        default=2.0,
+        help="lease of each reservation in seconds (default 2)",
+    )
+    demo.set_defaults(handler=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .. import demo  # multiprocessing and friends only when needed
+
+    path = args.db if args.db is not None else DEMO_DB
+    try:
+        demo.remove_old_demo(path)
+    except demo.DemoError as exc:
+        error("demo", str(exc))
+        return EXIT_USAGE
+    result = demo.run(path, tasks=args.tasks, workers=args.workers, lease_seconds=args.lease)
+    if result.counts.get(State.COMPLETED, 0) != result.tasks:
+        raise CliError("not every task was completed", EXIT_ERROR)
+    return EXIT_OK
