@@ -75,10 +75,13 @@ def test_readme_sql_examples_run_with_the_driver(example_db: Path) -> None:
         for sql in examples:
             for statement in filter(None, (s.strip() for s in sql.split(";"))):
                 conn.execute(statement).fetchall()
-        counts = conn.execute(_sql_examples()[0].rstrip(";")).fetchall()
+        stats = conn.execute(_sql_examples()[0].rstrip(";")).fetchall()
+        counts = conn.execute(_sql_examples()[3].rstrip(";")).fetchall()
     finally:
         conn.close()
     assert counts == [("default", "AVAILABLE", 4), ("default", "COMPLETED", 1)]
+    # queue, waiting, available, reserved, completed, dead, next deadline, next run_at
+    assert stats == [("default", 0, 4, 0, 1, 0, None, None)]
 
 
 @pytest.mark.skipif(shutil.which("sqlite3") is None, reason="no sqlite3 shell on this machine")
@@ -92,7 +95,7 @@ def test_readme_sql_examples_run_in_the_sqlite3_shell(example_db: Path) -> None:
         )
         assert result.returncode == 0 and not result.stderr, (sql, result.stderr)
     line = subprocess.run(
-        ["sqlite3", "-readonly", str(example_db), _sql_examples()[0]],
+        ["sqlite3", "-readonly", str(example_db), _sql_examples()[3]],
         capture_output=True,
         text=True,
         timeout=30,
