@@ -18,10 +18,10 @@ from typing import Any
 
 from ..contract import MAX_BATCH, MAX_LEASE_SECONDS, MAX_TIME, State, check_queue_name
 from ..durable import Queue
-from ..errors import InvalidConfig, NotASqlqDatabase, SchemaError, SchemaTooNew
+from ..errors import InvalidConfig, NotASqlqDatabase
 from ..records import TaskInfo
 from ..sqlite import driver
-from ..sqlite.migrate import applied_version, latest_version
+from ..sqlite.migrate import check_schema
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -225,20 +225,9 @@ def check_sqlq_file(conn: Any, path: str, *, allow_older: bool) -> int:
             f"{path}: the file is empty, not a sqlq database "
             f"(`sqlq migrate {path}` turns it into one)"
         )
-    version = applied_version(conn, path)
-    if version == 0:
-        raise NotASqlqDatabase(f"{path}: not a sqlq database (it has no sqlq tables)")
-    if version > latest_version():
-        raise SchemaTooNew(
-            f"{path}: the database is at schema version {version}, but this sqlq "
-            f"knows versions up to {latest_version()}; upgrade sqlq"
-        )
-    if version < latest_version() and not allow_older:
-        raise SchemaError(
-            f"{path}: the database is at schema version {version}, older than this sqlq's "
-            f"{latest_version()}; {MIGRATE_HINT.format(path=path)}"
-        )
-    return version
+    return check_schema(
+        conn, path, allow_older=allow_older, older_hint=MIGRATE_HINT.format(path=path)
+    )
 
 
 def sqlq_file(arg: str, *, allow_older: bool, creates: str = "") -> str:

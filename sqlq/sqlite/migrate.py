@@ -119,8 +119,15 @@ def ensure_schema(conn: Any, path: str) -> int:
     return latest
 
 
-def check_schema(conn: Any, path: str) -> int:
-    """Refuse (without writing) a database that is not exactly at the latest version."""
+def check_schema(
+    conn: Any,
+    path: str,
+    *,
+    allow_older: bool = False,
+    older_hint: str = "opening it with sqlq.Queue migrates it to the current version",
+) -> int:
+    """The version of a sqlq database; refuses (without writing) any other file, a
+    newer schema, and an older one unless ``allow_older``."""
     version = applied_version(conn, path)
     if version == 0:
         raise NotASqlqDatabase(f"{path}: not a sqlq database (it has no sqlq tables)")
@@ -129,10 +136,10 @@ def check_schema(conn: Any, path: str) -> int:
             f"{path}: the database is at schema version {version}, but this sqlq "
             f"knows versions up to {latest_version()}; upgrade sqlq"
         )
-    if version < latest_version():
+    if version < latest_version() and not allow_older:
         raise SchemaError(
-            f"{path}: the database is at schema version {version}; opening it with "
-            "sqlq.Queue migrates it to the current version"
+            f"{path}: the database is at schema version {version}, older than this "
+            f"sqlq's {latest_version()}; {older_hint}"
         )
     return version
 
