@@ -1,0 +1,633 @@
+"""RESULTS.md, the plots, and the targets (met / not met) from a run's records."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import systems
+from .config import Record, Results
+
+SYNC_NAMES = {"full": "FULL", "normal": "NORMAL"}
+CASE_NAMES = {
+    "single": "one by one",
+    "batch": "batches of 1,000",
+    "batch, single completes": "batch claim, then one complete per task",
+    "runner": "runner loop: `complete_and_claim`",
+}
+
+
+def label(key: str) -> str:
+    return systems.ALL[key].label if key in systems.ALL else key
+
+
+def rate(x: float) -> str:
+    if math.isnan(x):
+        return "-"
+    return f"{x:,.0f}"
+
+
+def ratio_text(x: float | None) -> str:
+    return "-" if x is None or math.isnan(x) else f"{x:.2f}x"
+
+
+def ratio_to_ref(results: Results, record: Record, *, cost: bool = False) -> float | None:
+    """The figure over the reference's in the same workload, case and durability.
+
+    For costs (lower is better) it is the reference's over the figure, so that
+    above 1 always means faster than the reference.
+    """
+    ref = results.one(record.workload, "reference", record.sync, record.case)
+    if ref is None or not ref.values or not record.values:
+        return None
+    return ref.median / record.median if cost else record.median / ref.median
+
+
+# --- targets -----------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    name: str
+    measured: str
+    against: str
+    met: bool | None  # None: not measured in this run
+
+    @property
+    def verdict(self) -> str:
+        return "not measured" if self.met is None else ("met" if self.met else "NOT MET")
+
+
+def targets(results: Results) -> list[Target]:
+    out: list[Target] = []
+
+    def vs_ref(workload: str, case: str, sync: str, name: str, floor: float) -> None:
+        rec = results.one(workload, "sqlq", sync, case)
+        r = None if rec is None else ratio_to_ref(results, rec)
+        if rec is None or r is None:
+            out.append(Target(name, "-", f">= {floor}x reference", None))
+            return
+        out.append(
+            Target(name, f"{rate(rec.median)}/s, {r:.2f}x reference", f">= {floor}x", r >= floor)
+        )
+
+    for sync in ("full", "normal"):
+        s = SYNC_NAMES[sync]
+        vs_ref("reserve", "single", sync, f"one process reserve+complete, {s}", 0.8)
+        vs_ref("enqueue", "single", sync, f"single adds, {s}", 0.8)
+    for sync in ("full", "normal"):
+        s = SYNC_NAMES[sync]
+        for workload, case, floor, what in (
+            ("enqueue", "batch", 100_000, "adds"),
+            ("reserve", "batch", 50_000, "reserve+complete"),
+        ):
+            rec = results.one(workload, "sqlq", sync, case)
+            if rec is None:
+                out.append(Target(f"batches of 1,000: {what}, {s}", "-", f">= {floor:,}/s", None))
+            else:
+                out.append(
+                    Target(
+                        f"batches of 1,000: {what}, {s}",
+                        f"{rate(rec.median)}/s ({rec.median / floor:.2f}x the target)",
+                        f">= {floor:,}/s",
+                        rec.median >= floor,
+                    )
+                )
+    grow = sorted(results.find("growth", "sqlq"), key=lambda r: int(r.case))
+    if len(grow) >= 2 and int(grow[-1].case) > int(grow[0].case):
+        big, small = grow[-1], grow[0]
+        r = big.median / small.median
+        note = "" if int(big.case) >= 1_000_000 else " (10^6 not run: largest size measured)"
+        out.append(
+            Target(
+                f"growth: cost per task at {int(big.case):,} rows vs {int(small.case):,}{note}",
+                f"{big.median:.0f} us vs {small.median:.0f} us = {r:.2f}x",
+                "<= 1.3x",
+                r <= 1.3,
+            )
+        )
+    else:
+        out.append(Target("growth: cost at 10^6 rows vs 10^3", "-", "<= 1.3x", None))
+    for sync in ("full", "normal"):
+        s = SYNC_NAMES[sync]
+        one, eight = (results.one("processes", "sqlq", sync, k) for k in ("1", "8"))
+        if one is None or eight is None:
+            out.append(Target(f"8 processes vs 1, {s}", "-", ">= 0.9x", None))
+        else:
+            r = eight.median / one.median
+            out.append(
+                Target(
+                    f"8 processes vs 1, {s}",
+                    f"{rate(eight.median)}/s vs {rate(one.median)}/s = {r:.2f}x",
+                    ">= 0.9x",
+                    r >= 0.9,
+                )
+            )
+    for sync in ("full", "normal"):
+        s = SYNC_NAMES[sync]
+        four = results.one("processes", "sqlq", sync, "4")
+        if four is None:
+            out.append(Target(f"least-served of 4 workers, {s}", "-", ">= 0.5 of fair", None))
+        else:
+            shares = four.extra["least_share"]
+            m = statistics.median(shares)
+            out.append(
+                Target(
+                    f"least-served of 4 workers, {s}",
+                    f"{m:.2f} of a fair share (runs: {', '.join(f'{x:.2f}' for x in shares)})",
+                    ">= 0.5",
+                    m >= 0.5,
+                )
+            )
+    runs = results.find("processes", "sqlq")
+    if runs:
+        bad = {
+            k: sum(r.extra[k] for r in runs)
+            for k in ("duplicates", "double_completed", "lost", "lock_errors", "other_errors")
+        }
+        out.append(
+            Target(
+                "sqlq: duplicates, losses, lock errors in every process run",
+                ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in bad.items())
+                + f" (over {sum(len(r.values) for r in runs)} drains)",
+                "all 0",
+                not any(bad.values()),
+            )
+        )
+    else:
+        out.append(Target("sqlq: no duplicates, losses or lock errors", "-", "all 0", None))
+    cpu = results.one("idle", "sqlq", "full", "cpu")
+    p99 = results.one("idle", "sqlq", "full", "p99")
+    if cpu is None or p99 is None or not p99.values:
+        out.append(Target("idle worker CPU and pick-up p99", "-", "< 1% and <= 50 ms", None))
+    else:
+        out.append(
+            Target("idle worker: CPU", f"{cpu.median:.2f}% of a core", "< 1%", cpu.median < 1)
+        )
+        out.append(
+            Target(
+                "idle worker: pick-up p99",
+                f"{p99.median:.1f} ms",
+                "<= 50 ms",
+                p99.median <= 50 and not p99.extra.get("missed"),
+            )
+        )
+    runner = results.one("reserve", "sqlq", "full", "runner")
+    ref = results.one("reserve", "reference", "full", "single")
+    if runner is None or ref is None:
+        out.append(
+            Target(
+                "runner loop (complete_and_claim) vs reference claim+complete, FULL",
+                "-" if runner is None else rate(runner.median),
+                ">= 1.6x",
+                None,
+            )
+        )
+    else:
+        r = runner.median / ref.median
+        out.append(
+            Target(
+                "runner loop (complete_and_claim) vs reference claim+complete, FULL",
+                f"{rate(runner.median)}/s vs {rate(ref.median)}/s = {r:.2f}x",
+                ">= 1.6x",
+                r >= 1.6,
+            )
+        )
+    mem = results.one("mixed", "sqlq", "-", "memory")
+    if mem is None:
+        out.append(Target("in memory: mixed calls", "-", ">= 1,000,000 calls/s", None))
+    else:
+        calls = mem.extra["calls"]
+        out.append(
+            Target(
+                f"in memory: {calls:,} mixed calls",
+                f"{rate(mem.median)} calls/s",
+                ">= 1,000,000/s",
+                mem.median >= 1_000_000,
+            )
+        )
+    return out
+
+
+# --- plots --------------------------------------------------------------------------------
+
+
+def plots(results: Results, out: Path) -> list[str]:
+    """Write the PNGs; returns their file names (none without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        results.note("matplotlib is not installed: no plots (pip install -e '.[bench]')")
+        return []
+    written = []
+    procs = results.find("processes")
+    if procs:
+        syncs = [s for s in ("full", "normal") if any(r.sync == s for r in procs)]
+        fig, axes = plt.subplots(1, len(syncs), figsize=(6 * len(syncs), 4.2), squeeze=False)
+        for ax, sync in zip(axes[0], syncs, strict=True):
+            for key in dict.fromkeys(r.system for r in procs):
+                recs = sorted(
+                    (r for r in procs if r.system == key and r.sync == sync),
+                    key=lambda r: int(r.case),
+                )
+                if recs:
+                    ax.plot(
+                        [int(r.case) for r in recs],
+                        [r.median for r in recs],
+                        marker="o",
+                        label=label(key),
+                    )
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sorted({int(r.case) for r in procs}))
+            ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.set_xlabel("worker processes")
+            ax.set_ylabel("tasks completed per second (all workers)")
+            ax.set_title(f"One file, synchronous={SYNC_NAMES[sync]}")
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "throughput_vs_workers.png", dpi=110)
+        plt.close(fig)
+        written.append("throughput_vs_workers.png")
+    grow = results.find("growth")
+    if grow:
+        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+        for key in dict.fromkeys(r.system for r in grow):
+            recs = sorted((r for r in grow if r.system == key), key=lambda r: int(r.case))
+            ax.plot(
+                [int(r.case) for r in recs], [r.median for r in recs], marker="o", label=label(key)
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:,.0f}"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("finished tasks already in the table")
+        ax.set_ylabel("microseconds per reserve + complete")
+        ax.set_title("Cost per task against table size (synchronous=NORMAL)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "cost_vs_table_size.png", dpi=110)
+        plt.close(fig)
+        written.append("cost_vs_table_size.png")
+    return written
+
+
+# --- RESULTS.md --------------------------------------------------------------------------------
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _n_text(records: list[Record | None]) -> str:
+    ns = sorted({n for r in records if r is not None for n in r.extra.get("n", [])})
+    if not ns:
+        return "-"
+    return f"{ns[0]:,}" if len(ns) == 1 else f"{ns[0]:,}-{ns[-1]:,}"
+
+
+def _throughput_section(results: Results, workload: str, cases: list[str]) -> list[str]:
+    syncs = [s for s in ("full", "normal") if results.find(workload, sync=s)]
+    header = ["system", "how"]
+    for sync in syncs:
+        header += [f"{SYNC_NAMES[sync]} tasks/s", "x ref"]
+    header.append("tasks per run")
+    rows = []
+    keys = list(dict.fromkeys(r.system for r in results.find(workload)))
+    for case in cases:
+        for key in keys:
+            recs = [results.one(workload, key, sync, case) for sync in syncs]
+            if not any(recs):
+                continue
+            row = [label(key), CASE_NAMES.get(case, case)]
+            for rec in recs:
+                if rec is None:
+                    row += ["n/a", "-"]
+                else:
+                    row += [rate(rec.median), ratio_text(ratio_to_ref(results, rec))]
+            row.append(_n_text(recs))
+            rows.append(row)
+    return _table(header, rows)
+
+
+def write(results: Results, out: Path) -> Path:
+    cfg = results.config
+    m = results.machine
+    png = plots(results, out)
+    lines: list[str] = ["# sqlq benchmarks", ""]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(results.started))
+    took = (results.finished or time.time()) - results.started
+    lines += [
+        f"Written by `{cfg.get('command', 'python -m bench')}` on {started} "
+        f"({cfg.get('mode')} mode, N = {cfg.get('tasks'):,}, {cfg.get('repeats')} run(s) of "
+        f"every measurement; the run took {took / 60:.1f} min).",
+        "",
+        "Every figure is the median of its runs. **x ref** divides it by the raw-SQLite "
+        "reference queue (`bench/reference.py`) measured in the same run with the same "
+        "durability setting; above 1 is faster than the reference. A timed loop stops after "
+        f"N tasks or {cfg.get('budget')} s, whichever comes first; *tasks per run* says how "
+        "many tasks are behind a figure. The runs of a workload are interleaved (run 1 of "
+        "every system and setting, then run 2, ...), so that load from elsewhere on the "
+        "machine falls on all of them alike. Timings on a shared machine are still noisy: "
+        "compare figures of one run with each other, not across runs; the load average below "
+        "says how busy the machine was.",
+        "",
+        "## Machine",
+        "",
+    ]
+    lines += _table(
+        ["", ""],
+        [
+            ["CPU", m.get("cpu", "?")],
+            ["cores", str(m.get("cores", "?"))],
+            [
+                "load average (start / end)",
+                f"{m.get('load_start', '?')} / {m.get('load_end', '?')}",
+            ],
+            ["OS", m.get("os", "?")],
+            ["Python", m.get("python", "?")],
+            ["SQLite of sqlq and the reference", m.get("sqlite", "?")],
+            ["SQLite of the peers", m.get("sqlite_peers", "?")],
+            ["file system of the queue files", m.get("workdir", "?")],
+            ["sqlq", m.get("sqlq", "?")],
+            ["date", started],
+        ],
+    )
+    lines += ["", "## Targets", ""]
+    tgts = targets(results)
+    lines += _table(
+        ["target", "measured", "threshold", "result"],
+        [[t.name, t.measured, t.against, f"**{t.verdict}**"] for t in tgts],
+    )
+
+    floor = {r.sync: r for r in results.find("floor")}
+    if floor:
+        lines += ["", "## The floor: one write transaction", ""]
+        rows = [
+            [SYNC_NAMES[s], f"{r.median:.1f}", rate(1e6 / r.median)]
+            for s, r in sorted(floor.items())
+        ]
+        lines += _table(
+            ["synchronous", "us per empty single-row write transaction", "transactions/s"], rows
+        )
+        lines += [
+            "",
+            "`BEGIN IMMEDIATE; UPDATE t SET v = v + 1 WHERE id = 1; COMMIT` in WAL mode with the "
+            "SQLite of sqlq. Under FULL each commit waits for one fsync of the WAL. A queue that "
+            "commits once per call does at most that many calls per second on this machine; "
+            "reserve + complete as two calls is at most half as many tasks per second, and "
+            "the runner loop (one transaction per task) at most as many:",
+            "",
+        ]
+        for s, r in sorted(floor.items()):
+            lines.append(
+                f"- {SYNC_NAMES[s]}: at most {rate(1e6 / r.median)} single calls/s, "
+                f"{rate(0.5e6 / r.median)} reserve+complete tasks/s."
+            )
+
+    if results.find("enqueue"):
+        lines += ["", "## 1. Enqueue", ""]
+        lines += _throughput_section(results, "enqueue", ["single", "batch"])
+        lines += [
+            "",
+            "One by one: one `add` per task, each its own transaction. Batches: `add_many` of "
+            "1,000 ids per transaction (systems without a batch call have no batch row).",
+        ]
+
+    if results.find("reserve"):
+        lines += ["", "## 2. Reserve + complete, one process", ""]
+        lines += _throughput_section(
+            results, "reserve", ["single", "batch", "batch, single completes", "runner"]
+        )
+        lines += [
+            "",
+            "The queue is filled first (not timed), then emptied. One by one: reserve, then "
+            "complete (two transactions per task). Batches: `claim_many(1000)` in one "
+            "transaction, then completions: one transaction per task where there is no batch "
+            "complete (sqlq), one transaction per batch where there is (the reference). "
+            "The reference's *batch claim, then one complete per task* row is the like-for-like "
+            "figure for sqlq's batch row. Runner loop: complete the task and claim the next in "
+            "one transaction; for the reference, its own equivalent (the target compares "
+            "sqlq's runner loop with the reference's one-by-one row).",
+        ]
+
+    procs = results.find("processes")
+    if procs:
+        lines += ["", "## 3. Worker processes draining one file", ""]
+        ks = sorted({int(r.case) for r in procs})
+        for sync in ("full", "normal"):
+            sub = [r for r in procs if r.sync == sync]
+            if not sub:
+                continue
+            lines += [
+                f"synchronous={SYNC_NAMES[sync]}: tasks completed per second, all workers:",
+                "",
+            ]
+            header = ["system", "tasks per drain"]
+            for k in ks:
+                header += [f"{k} worker{'s' if k > 1 else ''}", "x ref"]
+            rows = []
+            for key in dict.fromkeys(r.system for r in sub):
+                recs = {int(r.case): r for r in sub if r.system == key}
+                row = [label(key), f"{next(iter(recs.values())).extra['tasks']:,}"]
+                for k in ks:
+                    rec = recs.get(k)
+                    row += (
+                        ["-", "-"]
+                        if rec is None
+                        else [rate(rec.median), ratio_text(ratio_to_ref(results, rec))]
+                    )
+                rows.append(row)
+            lines += _table(header, rows)
+            lines.append("")
+        if "throughput_vs_workers.png" in png:
+            lines += ["![throughput against worker processes](throughput_vs_workers.png)", ""]
+        lines += [
+            "Correctness and fairness, summed over the runs (each worker records every task it "
+            "received and every completion that was accepted; the parent checks them against "
+            "the tasks it added). *duplicates*: deliveries beyond the first; *lost*: tasks no "
+            'worker completed; *lock errors*: `sqlq.errors.Busy` or "database is locked" that '
+            "reached the worker (counted, not retried silently); *least-served*: the fewest "
+            "tasks one worker got, over a fair share (tasks / workers), median of the runs.",
+            "",
+        ]
+        rows = []
+        for r in procs:
+            x = r.extra
+            rows.append(
+                [
+                    label(r.system),
+                    SYNC_NAMES[r.sync],
+                    r.case,
+                    f"{x['tasks']:,} x {len(r.values)}",
+                    str(x["duplicates"]),
+                    str(x["double_completed"]),
+                    str(x["lost"]),
+                    str(x["lock_errors"]),
+                    str(x["other_errors"]) + (" (timed out)" if x.get("timed_out") else ""),
+                    f"{statistics.median(x['least_share']):.2f}",
+                ]
+            )
+        lines += _table(
+            [
+                "system",
+                "sync",
+                "workers",
+                "tasks x runs",
+                "duplicates",
+                "completed twice",
+                "lost",
+                "lock errors",
+                "other errors",
+                "least-served",
+            ],
+            rows,
+        )
+        samples = [s for r in procs for s in r.extra.get("error_samples", [])]
+        if samples:
+            lines += ["", "Examples of other errors: " + "; ".join(f"`{s}`" for s in samples[:3])]
+        lines += [
+            "",
+            "Workers are started once (multiprocessing, spawn) and reused for every drain; a "
+            "drain starts when every worker has opened the file, and ends when the last worker "
+            "finds the queue empty. Handlers do no work, so a worker goes straight from one "
+            "transaction to the next: the worst case for sharing SQLite's write lock, whose "
+            "waiters poll with sleeps (SQLite's busy handler) and can lose to a writer that "
+            "never pauses. Tasks per drain are set so that one worker takes about "
+            f"{cfg.get('proc_budget')} s (from the one-process figure; at most N), the same for "
+            "every worker count of a system.",
+        ]
+
+    grow = results.find("growth")
+    if grow:
+        sizes = sorted({int(r.case) for r in grow})
+        lines += ["", "## 4. Growth: cost per task against table size", ""]
+        header = ["system"]
+        for size in sizes:
+            header += [f"{size:,} rows: us/task", "x ref"]
+        header.append(f"{sizes[-1]:,} vs {sizes[0]:,}")
+        rows = []
+        for key in dict.fromkeys(r.system for r in grow):
+            recs = {int(r.case): r for r in grow if r.system == key}
+            row = [label(key)]
+            for size in sizes:
+                rec = recs.get(size)
+                row += (
+                    ["-", "-"]
+                    if rec is None
+                    else [f"{rec.median:,.0f}", ratio_text(ratio_to_ref(results, rec, cost=True))]
+                )
+            first, last = recs.get(sizes[0]), recs.get(sizes[-1])
+            row.append(ratio_text(None if not first or not last else last.median / first.median))
+            rows.append(row)
+        lines += _table(header, rows)
+        lines += [
+            "",
+            "Microseconds per reserve + complete (synchronous=NORMAL, so that the figure is "
+            "the queue's work and not the fsync), with that many COMPLETED tasks already in the "
+            f"table, written straight into it in one transaction. {cfg.get('growth_ops'):,} "
+            "tasks are added (not timed) and then reserved and completed one by one, at most "
+            f"{cfg.get('budget')} s. *x ref* is the reference's cost over the system's (above 1: "
+            "cheaper than the reference).",
+        ]
+        if "cost_vs_table_size.png" in png:
+            lines += ["", "![cost per task against table size](cost_vs_table_size.png)"]
+
+    mixed = results.find("mixed")
+    if mixed:
+        lines += ["", "## 5. The mixed calls of the core contract", ""]
+        rows = []
+        for r in mixed:
+            face = "WorkQueue (memory)" if r.case == "memory" else "Queue (SQLite, NORMAL)"
+            same = r.extra.get("same")
+            rows.append(
+                [
+                    face,
+                    rate(r.median),
+                    f"{len(r.values)}",
+                    "-" if same is None else ("yes" if all(same) else "**NO**"),
+                ]
+            )
+        lines += _table(["face", "calls/s", "runs", "same answers as memory"], rows)
+        calls = {r.case: r.extra["calls"] for r in mixed}
+        prefix = (
+            f" (the SQLite face runs the first {calls['sqlite']:,} of them, and is compared "
+            "with memory on those)"
+            if "sqlite" in calls and calls["sqlite"] < calls.get("memory", 0)
+            else ""
+        )
+        lines += [
+            "",
+            f"`bench/seed_calls.py`: {max(calls.values()):,} calls (adds, reserves, completes, "
+            f"fails and status reads at rising times, seed 7) on each face{prefix}; both must "
+            "give the same answer to every call.",
+        ]
+
+    idle = {r.case: r for r in results.find("idle")}
+    if idle:
+        cpu, p50, p99 = idle.get("cpu"), idle.get("p50"), idle.get("p99")
+        lines += ["", "## 6. A waiting worker", ""]
+        rows = []
+        if cpu:
+            rows.append(["CPU while idle", f"{cpu.median:.2f}% of one core"])
+        if p50 and p50.values:
+            rows.append(["pick-up latency p50", f"{p50.median:.1f} ms"])
+        if p99 and p99.values:
+            rows.append(["pick-up latency p99", f"{p99.median:.1f} ms"])
+        lines += _table(["", "median of runs"], rows)
+        ref = cpu or p50
+        if ref:
+            x = ref.extra
+            lines += [
+                "",
+                f"The worker: {x['worker']}, in its own process, on a sqlq queue "
+                f"(synchronous=FULL). CPU: its process CPU time over {x['idle_seconds']} s of "
+                f"idling. Latency: {x['adds']} adds per run from the parent, spaced randomly "
+                "20-100 ms apart; from `add` returning (the task is committed) to the handler "
+                "starting (`time.time()` in both processes). An idle worker polls `ready()` "
+                "every `poll_max` at most, so its p99 is about `poll_max` plus one claim.",
+            ]
+
+    lines += ["", "## Systems compared", ""]
+    lines += _table(
+        ["system", "SQLite", "how it maps onto reserve / complete"],
+        [
+            [cls.label, cls.library, cls.semantics]
+            for key, cls in systems.ALL.items()
+            if key in cfg.get("systems", ()) and key not in results.skipped
+        ],
+    )
+    if results.skipped:
+        lines += ["", "Skipped:", ""]
+        lines += [f"- {label(k)}: {why}" for k, why in results.skipped.items()]
+    lines += [
+        "",
+        "The peers use Python's own `sqlite3` (their code imports it), sqlq and the reference "
+        "use the SQLite of `sqlq.sqlite.driver` (see Machine). Durability is set on every "
+        "system's connection with `PRAGMA synchronous` after it opens, WAL mode everywhere.",
+    ]
+    if results.notes:
+        lines += ["", "## Notes", ""]
+        lines += [f"- {n}" for n in results.notes]
+    lines.append("")
+    path = out / "RESULTS.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def summary(results: Results) -> str:
+    """The targets, as printed at the end of a run."""
+    out = ["Targets:"]
+    for t in targets(results):
+        out.append(f"  [{t.verdict:^12}] {t.name}: {t.measured} (target {t.against})")
+    return "\n".join(out)

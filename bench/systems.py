@@ -1,0 +1,524 @@
+"""Adapters: every queue the bench measures, behind one small interface.
+
+A system is opened on a fresh path with a durability setting ("full" or
+"normal") and offers:
+
+* ``add(task_id)``, and ``add_many(ids)`` where the library has a batch;
+* ``reserve() -> (task_id, handle) | None`` and ``complete((task_id, handle)) -> bool``;
+* ``claim_many(n)`` / ``complete_many(claimed)`` where the library has them;
+* ``complete_and_claim(claimed) -> next | None`` (the runner loop) where it exists;
+* ``fill(path, ids)`` and ``fill_completed(path, n)``: untimed set-up.
+
+How each library maps onto reserve/complete is in ``System.semantics``; RESULTS.md
+prints it.  Libraries that are not installed are skipped with a note.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import sqlq
+from sqlq.errors import Busy
+from sqlq.sqlite.driver import dbapi, describe
+
+from . import reference
+
+Claimed = tuple[str, Any]
+
+LEASE_SECONDS = 300
+MAX_ATTEMPTS = 3
+#: sqlq's add_many takes at most this many tasks per call.
+SQLQ_MAX_BATCH = 10_000
+
+
+class NotApplicable(Exception):
+    """The workload does not apply to this system (the reason is the message)."""
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """sqlq's Busy, or any SQLite library's 'database is locked' / busy error."""
+    if isinstance(exc, Busy):
+        return True
+    text = str(exc).lower()
+    return type(exc).__name__ == "OperationalError" and ("locked" in text or "busy" in text)
+
+
+def _pragma_sync(synchronous: str) -> str:
+    return "PRAGMA synchronous = " + ("FULL" if synchronous == "full" else "NORMAL")
+
+
+class System:
+    key: ClassVar[str]
+    label: ClassVar[str]
+    semantics: ClassVar[str]
+    library: ClassVar[str]
+    can_add_many: ClassVar[bool] = False
+    can_claim_many: ClassVar[bool] = False
+    can_complete_many: ClassVar[bool] = False
+    can_complete_and_claim: ClassVar[bool] = False
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        self.path = path
+        self.synchronous = synchronous
+
+    @classmethod
+    def missing(cls) -> str | None:
+        """Why this system cannot run here, or None."""
+        return None
+
+    def add(self, task_id: str) -> None:
+        raise NotImplementedError
+
+    def add_many(self, task_ids: Sequence[str]) -> None:
+        raise NotApplicable(f"{self.label} has no batch add")
+
+    def reserve(self) -> Claimed | None:
+        raise NotImplementedError
+
+    def complete(self, claimed: Claimed) -> bool:
+        raise NotImplementedError
+
+    def claim_many(self, n: int) -> list[Claimed]:
+        raise NotApplicable(f"{self.label} has no batch claim")
+
+    def complete_many(self, claimed: list[Claimed]) -> int:
+        return sum(self.complete(c) for c in claimed)
+
+    def complete_and_claim(self, claimed: Claimed) -> tuple[bool, Claimed | None]:
+        """Complete ``claimed`` and claim the next task in one call: (completed?, next)."""
+        raise NotApplicable(f"{self.label} has no complete-and-claim call")
+
+    def completed_count(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+    @classmethod
+    def fill(cls, path: str, task_ids: Sequence[str]) -> None:
+        """Add tasks as fast as the library allows (untimed set-up)."""
+        system = cls(path, "normal")
+        try:
+            for task_id in task_ids:
+                system.add(task_id)
+        finally:
+            system.close()
+
+    @classmethod
+    def fill_completed(cls, path: str, n: int) -> None:
+        raise NotApplicable(f"{cls.label}: no pre-fill of finished rows")
+
+
+# --- sqlq -------------------------------------------------------------------------
+
+
+class Sqlq(System):
+    key = "sqlq"
+    label = "sqlq"
+    library = describe()
+    semantics = (
+        "`Queue.add`/`add_many`; reserve = `claim()` (a lease with a fencing token); "
+        "complete = `complete(task_id, token=...)` (compare-and-set on the lease); "
+        "batches = `claim_many(1000)` and then one `complete` per task "
+        + (
+            "(sqlq has `complete_many`, but the bench does not use it yet)"
+            if hasattr(sqlq.Queue, "complete_many")
+            else "(sqlq has no batch complete)"
+        )
+        + "; runner loop = `complete_and_claim` (one transaction per task)."
+    )
+    can_add_many = True
+    can_claim_many = True
+    can_complete_and_claim = hasattr(sqlq.Queue, "complete_and_claim")
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        super().__init__(path, synchronous)
+        self.queue = sqlq.Queue(
+            path,
+            lease_seconds=LEASE_SECONDS,
+            max_attempts=MAX_ATTEMPTS,
+            synchronous=synchronous,  # type: ignore[arg-type]
+        )
+        self._add = self.queue.add
+        self._claim = self.queue.claim
+        self._complete = self.queue.complete
+
+    def add(self, task_id: str) -> None:
+        self._add(task_id)
+
+    def add_many(self, task_ids: Sequence[str]) -> None:
+        self.queue.add_many(task_ids)
+
+    def reserve(self) -> Claimed | None:
+        lease = self._claim()
+        return None if lease is None else (lease.task_id, lease.token)
+
+    def complete(self, claimed: Claimed) -> bool:
+        return self._complete(claimed[0], token=claimed[1])
+
+    def claim_many(self, n: int) -> list[Claimed]:
+        return [(lease.task_id, lease.token) for lease in self.queue.claim_many(n)]
+
+    def complete_and_claim(self, claimed: Claimed) -> tuple[bool, Claimed | None]:
+        if not self.can_complete_and_claim:
+            raise NotApplicable("sqlq.Queue has no complete_and_claim in this version")
+        call = self.queue.complete_and_claim  # type: ignore[attr-defined]
+        done, lease = call(claimed[0], token=claimed[1])
+        return done, None if lease is None else (lease.task_id, lease.token)
+
+    def completed_count(self) -> int | None:
+        return self.queue.counts()["COMPLETED"]
+
+    def close(self) -> None:
+        self.queue.close()
+
+    @classmethod
+    def fill(cls, path: str, task_ids: Sequence[str]) -> None:
+        queue = sqlq.Queue(
+            path, lease_seconds=LEASE_SECONDS, max_attempts=MAX_ATTEMPTS, synchronous="normal"
+        )
+        try:
+            for i in range(0, len(task_ids), SQLQ_MAX_BATCH):
+                queue.add_many(task_ids[i : i + SQLQ_MAX_BATCH])
+        finally:
+            queue.close()
+
+    @classmethod
+    def fill_completed(cls, path: str, n: int) -> None:
+        """n COMPLETED tasks written straight into sqlq's table, in one transaction.
+
+        The columns are those sqlq writes (migrations/sqlite/0002, queries.sql
+        insert_task and complete_task); the clock's counter is moved past the
+        seqs and lease ids used, as sqlq would have.
+        """
+        sqlq.Queue(path, lease_seconds=LEASE_SECONDS, max_attempts=MAX_ATTEMPTS).close()
+        at = time.time() - 3600
+        conn = dbapi.connect(path, isolation_level=None, timeout=30)
+        try:
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                "INSERT INTO sqlq_tasks (queue, task_id, state, seq, attempts, max_attempts, "
+                "lease_id, deadline, run_at, payload, retry_kind, retry_base, retry_cap, "
+                "created_at, updated_at, finished_at) "
+                "VALUES ('default', ?, 'COMPLETED', ?, 1, ?, ?, NULL, NULL, NULL, "
+                "'immediate', 0, 0, ?, ?, ?)",
+                ((f"old-{i}", 2 * i - 1, MAX_ATTEMPTS, 2 * i, at, at, at) for i in range(1, n + 1)),
+            )
+            conn.execute(
+                "UPDATE sqlq_clock SET counter = max(counter, ?), now = max(now, ?) WHERE id = 1",
+                (2 * n, at),
+            )
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+
+# --- the raw SQLite reference -------------------------------------------------------
+
+
+class Reference(System):
+    key = "reference"
+    label = "raw SQLite (reference)"
+    library = describe()
+    semantics = (
+        "written in `bench/reference.py`: one `BEGIN IMMEDIATE ... COMMIT` per call, expiry "
+        "of due leases through an index on (deadline, lease) first, claim in one "
+        "`UPDATE ... WHERE id = (SELECT ... ORDER BY seq LIMIT 1) RETURNING`, completion "
+        "compare-and-set on the lease id; batches: claim of 1000 in one statement, "
+        "completion of 1000 in one transaction (`executemany`); runner loop: complete "
+        "and claim in one transaction."
+    )
+    can_add_many = True
+    can_claim_many = True
+    can_complete_many = True
+    can_complete_and_claim = True
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        super().__init__(path, synchronous)
+        self.queue = reference.RawLeaseQueue(
+            path,
+            lease_seconds=LEASE_SECONDS,
+            max_attempts=MAX_ATTEMPTS,
+            synchronous=synchronous,
+        )
+
+    def add(self, task_id: str) -> None:
+        self.queue.add(task_id)
+
+    def add_many(self, task_ids: Sequence[str]) -> None:
+        self.queue.add_many(task_ids)
+
+    def reserve(self) -> Claimed | None:
+        claimed = self.queue.claim()
+        return None if claimed is None else (claimed[0], claimed[1])
+
+    def complete(self, claimed: Claimed) -> bool:
+        return self.queue.complete(claimed[0], claimed[1])
+
+    def claim_many(self, n: int) -> list[Claimed]:
+        return [(task_id, lease) for task_id, lease, _ in self.queue.claim_many(n)]
+
+    def complete_many(self, claimed: list[Claimed]) -> int:
+        return self.queue.complete_many(claimed)
+
+    def complete_and_claim(self, claimed: Claimed) -> tuple[bool, Claimed | None]:
+        done, nxt = self.queue.complete_and_claim(claimed[0], claimed[1])
+        return done, None if nxt is None else (nxt[0], nxt[1])
+
+    def completed_count(self) -> int | None:
+        return self.queue.completed_count()
+
+    def close(self) -> None:
+        self.queue.close()
+
+    @classmethod
+    def fill(cls, path: str, task_ids: Sequence[str]) -> None:
+        queue = reference.RawLeaseQueue(path, synchronous="normal")
+        try:
+            queue.add_many(task_ids)
+        finally:
+            queue.close()
+
+    @classmethod
+    def fill_completed(cls, path: str, n: int) -> None:
+        reference.fill_completed(path, n)
+
+
+# --- peers --------------------------------------------------------------------------
+
+_STDLIB = f"SQLite {sqlite3.sqlite_version} (stdlib sqlite3)"
+
+
+class PersistQueue(System):
+    key = "persist-queue"
+    label = "persist-queue"
+    library = _STDLIB
+    semantics = (
+        "`persistqueue.SQLiteAckQueue` (ack/nack, no lease expiry), opened with "
+        "`auto_resume=False` so that a worker starting up does not put the others' "
+        "unacknowledged tasks back; reserve = `get(block=False, raw=True)` (a SELECT, "
+        "then a separate UPDATE to 'unack': two processes can get the same task, so it "
+        "delivers duplicates across processes); complete = `ack(id=pqid)`; no batch calls. "
+        "Its SELECT has no index on status: it walks past acknowledged rows."
+    )
+
+    @classmethod
+    def missing(cls) -> str | None:
+        try:
+            import persistqueue  # noqa: F401
+        except ImportError:
+            return "persist-queue is not installed (pip install -e '.[bench]')"
+        return None
+
+    def __init__(self, path: str, synchronous: str, *, pragma: str | None = None) -> None:
+        super().__init__(path, synchronous)
+        import persistqueue
+
+        self._empty = persistqueue.Empty
+        self.queue = persistqueue.SQLiteAckQueue(path, auto_resume=False)
+        self.queue._putter.execute(pragma or _pragma_sync(synchronous))
+
+    def add(self, task_id: str) -> None:
+        self.queue.put(task_id)
+
+    def reserve(self) -> Claimed | None:
+        try:
+            item = self.queue.get(block=False, raw=True)
+        except self._empty:
+            return None
+        return item["data"], item["pqid"]
+
+    def complete(self, claimed: Claimed) -> bool:
+        return self.queue.ack(id=claimed[1]) is not None
+
+    def completed_count(self) -> int | None:
+        return int(self.queue.acked_count())
+
+    def close(self) -> None:
+        self.queue.close()
+
+    @classmethod
+    def fill(cls, path: str, task_ids: Sequence[str]) -> None:
+        system = cls(path, "normal", pragma="PRAGMA synchronous = OFF")
+        try:
+            for task_id in task_ids:
+                system.queue.put(task_id)
+        finally:
+            system.close()
+
+    @classmethod
+    def fill_completed(cls, path: str, n: int) -> None:
+        system = cls(path, "normal")
+        table = system.queue._table_name
+        system.close()
+        conn = sqlite3.connect(os.path.join(path, "data.db"), isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            at = time.time() - 3600
+            conn.executemany(
+                f"INSERT INTO {table} (data, timestamp, status) VALUES (?, ?, 5)",
+                ((pickle.dumps(f"old-{i}"), at) for i in range(n)),
+            )
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+
+class LiteQueue(System):
+    key = "litequeue"
+    label = "litequeue"
+    library = _STDLIB
+    semantics = (
+        "`litequeue.LiteQueue`: reserve = `pop()` (one `UPDATE ... RETURNING` in a "
+        "`BEGIN IMMEDIATE` transaction; the message becomes LOCKED, with no lease "
+        "expiry), complete = `done(message_id)` (not guarded by the lock: any caller "
+        "can mark any message done); no batch calls. Its pop reads every READY message "
+        "and sorts them (the only index is on status: `USE TEMP B-TREE FOR ORDER BY`), so "
+        "a pop costs more the longer the backlog. It forces synchronous=NORMAL when it "
+        "opens; the bench sets the row's setting after that."
+    )
+
+    @classmethod
+    def missing(cls) -> str | None:
+        try:
+            import litequeue  # noqa: F401
+        except ImportError:
+            return "litequeue is not installed (pip install -e '.[bench]')"
+        return None
+
+    def __init__(self, path: str, synchronous: str, *, pragma: str | None = None) -> None:
+        super().__init__(path, synchronous)
+        import litequeue
+
+        self.queue = litequeue.LiteQueue(path)
+        self.queue.conn.execute(pragma or _pragma_sync(synchronous))
+
+    def add(self, task_id: str) -> None:
+        self.queue.put(task_id)
+
+    def reserve(self) -> Claimed | None:
+        message = self.queue.pop()
+        return None if message is None else (message.data, message.message_id)
+
+    def complete(self, claimed: Claimed) -> bool:
+        self.queue.done(claimed[1])
+        return True
+
+    def completed_count(self) -> int | None:
+        table = self.queue.table
+        return int(
+            self.queue.conn.execute(f"SELECT count(*) FROM {table} WHERE status = 2").fetchone()[0]
+        )
+
+    def close(self) -> None:
+        self.queue.close()
+
+    @classmethod
+    def fill(cls, path: str, task_ids: Sequence[str]) -> None:
+        system = cls(path, "normal", pragma="PRAGMA synchronous = OFF")
+        try:
+            with system.queue.transaction():
+                for task_id in task_ids:
+                    system.queue.put(task_id)
+        finally:
+            system.close()
+
+    @classmethod
+    def fill_completed(cls, path: str, n: int) -> None:
+        system = cls(path, "normal")
+        table = system.queue.table
+        system.close()
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            at = time.time_ns() - 3600 * 10**9
+            # message ids sort before every uuid7 made from now on, as older messages' do.
+            conn.executemany(
+                f"INSERT INTO {table} (data, message_id, status, in_time, lock_time, done_time) "
+                "VALUES (?, ?, 2, ?, ?, ?)",
+                ((f"old-{i}", f"00000000-0000-7000-8000-{i:012x}", at, at, at) for i in range(n)),
+            )
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+
+class Huey(System):
+    key = "huey"
+    label = "huey SqliteStorage"
+    library = _STDLIB
+    semantics = (
+        "`huey.storage.SqliteStorage`, the storage layer under huey's `enqueue_data`/"
+        "`dequeue`: add = `enqueue(data)`; reserve = `dequeue()` (a SELECT and a DELETE "
+        "in one `BEGIN EXCLUSIVE` transaction); complete = nothing: there is no ack and "
+        "no lease, so a worker that dies after dequeue loses the task. Finished tasks "
+        "leave no row, so the growth workload does not apply. Durability is set with "
+        "`PRAGMA synchronous` on its connection (its `fsync=` flag knows FULL and OFF only)."
+    )
+
+    @classmethod
+    def missing(cls) -> str | None:
+        try:
+            import huey  # noqa: F401
+        except ImportError:
+            return "huey is not installed (pip install -e '.[bench]')"
+        return None
+
+    def __init__(self, path: str, synchronous: str, *, pragma: str | None = None) -> None:
+        super().__init__(path, synchronous)
+        from huey.storage import SqliteStorage
+
+        self.storage = SqliteStorage(name="bench", filename=path)
+        self.storage.conn.execute(pragma or _pragma_sync(synchronous))
+        self._enqueue = self.storage.enqueue
+        self._dequeue = self.storage.dequeue
+
+    def add(self, task_id: str) -> None:
+        self._enqueue(task_id.encode())
+
+    def reserve(self) -> Claimed | None:
+        data = self._dequeue()
+        return None if data is None else (bytes(data).decode(), None)
+
+    def complete(self, claimed: Claimed) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.storage.close()
+
+    @classmethod
+    def fill(cls, path: str, task_ids: Sequence[str]) -> None:
+        system = cls(path, "normal", pragma="PRAGMA synchronous = OFF")
+        try:
+            for task_id in task_ids:
+                system.add(task_id)
+        finally:
+            system.close()
+
+    @classmethod
+    def fill_completed(cls, path: str, n: int) -> None:
+        raise NotApplicable("huey deletes a task when it is dequeued: no finished rows pile up")
+
+
+ALL: dict[str, type[System]] = {
+    cls.key: cls for cls in (Sqlq, Reference, PersistQueue, LiteQueue, Huey)
+}
+PEERS = ("persist-queue", "litequeue", "huey")
+
+
+def get(key: str) -> type[System]:
+    return ALL[key]
+
+
+def db_path(folder: str | Path, key: str, name: str) -> str:
+    """A fresh path for a system's data (persist-queue wants a folder)."""
+    return os.path.join(
+        os.fspath(folder), f"{name}-{key}" + ("" if key == "persist-queue" else ".db")
+    )

@@ -1,0 +1,52 @@
+"""The benchmark suite runs end to end: every workload once on tiny sizes.
+
+No timing is asserted: only that ``python -m bench`` exits 0 and writes a
+RESULTS.md with every section.  Peers that are not installed are skipped by the
+suite itself, so this runs with sqlq alone.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SECTIONS = (
+    "## Machine",
+    "## Targets",
+    "## The floor: one write transaction",
+    "## 1. Enqueue",
+    "## 2. Reserve + complete, one process",
+    "## 3. Worker processes draining one file",
+    "## 4. Growth: cost per task against table size",
+    "## 5. The mixed calls of the core contract",
+    "## 6. A waiting worker",
+    "## Systems compared",
+)
+
+
+@pytest.mark.processes
+def test_bench_smoke_run_writes_every_section(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    command = [sys.executable, "-m", "bench", "--smoke", "--tasks", "200", "--out", str(out)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    assert "Targets:" in proc.stdout
+
+    text = (out / "RESULTS.md").read_text()
+    for section in SECTIONS:
+        assert section in text, section
+    assert "raw SQLite (reference)" in text
+
+    data = json.loads((out / "results.json").read_text())
+    workloads = {r["workload"] for r in data["records"]}
+    assert workloads == {"floor", "enqueue", "reserve", "processes", "growth", "mixed", "idle"}
+    for record in data["records"]:
+        if record["workload"] == "processes" and record["system"] == "sqlq":
+            extra = record["extra"]
+            assert (extra["duplicates"], extra["lost"], extra["lock_errors"]) == (0, 0, 0)
