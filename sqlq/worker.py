@@ -4,8 +4,10 @@
 
 * **Claim and report.**  One claim loop (the thread that calls ``run``) takes
   leases with ``queue.claim()`` and hands them to ``concurrency`` handler
-  threads.  When the handler returns, the task is completed with
-  ``complete(task, token=...)``; when it raises, ``fail(task, token=...,
+  threads.  When the handler returns, the task is completed and the next one
+  claimed in one transaction (``complete_and_claim``: one commit per task while
+  there is work), or just completed with ``complete(task, token=...)`` once
+  the worker is stopping; when it raises, ``fail(task, token=...,
   error=exc)`` records the exception text and the queue's retry policy decides
   what happens next.  Every report carries the lease's token, so a worker whose
   lease ran out can never complete or fail a task another worker now holds: its
@@ -145,7 +147,7 @@ class Worker:
         time_limit: float | None = None,
         grace: float = 30.0,
         poll_min: float = 0.005,
-        poll_max: float = 0.05,
+        poll_max: float = 0.04,
         with_lease: bool = False,
         logger: logging.Logger | None = None,
     ) -> None:
@@ -425,9 +427,22 @@ class Worker:
             entry.state = _State.REPORTING
         late = prior is _State.TIMED_OUT
         if error is None:
-            done = self._persist(self.queue.complete, lease.task_id, token=lease.token)
-            if isinstance(done, _Busy):
-                return
+            with self._cond:
+                chain = not (late or self._stopping)
+            if chain:  # complete and take the next task in one transaction: one commit
+                result = self._persist(
+                    self.queue.complete_and_claim, lease.task_id, token=lease.token
+                )
+                if isinstance(result, _Busy):
+                    return
+                done, following = result
+                if following is not None:
+                    self._dispatch(following)
+            else:
+                outcome = self._persist(self.queue.complete, lease.task_id, token=lease.token)
+                if isinstance(outcome, _Busy):
+                    return
+                done = outcome
             if done:
                 self._count("completed")
                 if late:  # cannot happen: the time limit failed the lease already

@@ -313,6 +313,8 @@ def test_busy_is_logged_and_retried(
 
     monkeypatch.setattr(queue, "claim", flaky("claim", claim))
     monkeypatch.setattr(queue, "complete", flaky("complete", complete))
+    # The worker completes with complete_and_claim while it keeps going.
+    monkeypatch.setattr(queue, "complete_and_claim", flaky("complete", queue.complete_and_claim))
     stats = Worker(queue, lambda p: None).run(stop_when_idle=True)
     assert stats == WorkerStats(claimed=1, completed=1)
     assert queue.status("t") == "COMPLETED"
