@@ -47,7 +47,7 @@ WORK_SECONDS = (0.05, 0.2)
 #: How long an idle worker waits before it asks again.
 IDLE_SECONDS = 0.05
 #: The files SQLite (and sqlq's migration lock) keep next to a database.
-SIDE_FILES = ("-wal", "-shm", "-journal", ".migrate-lock")
+SIDE_FILES = ("-wal", "-shm", "-journal", ".migrate-lock", ".sqlq-gate")
 
 # States of the shared "arm" flag: who hangs on its next task.
 _NOT_YET, _ARMED, _CLAIMED = 0, 1, 2

@@ -19,27 +19,41 @@ Concurrency model:
 from __future__ import annotations
 
 import os
+import random
 import threading
+import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from functools import lru_cache
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from ..backend import TaskRow
 from ..contract import Number, State
-from ..errors import CannotOpen, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
+from ..errors import (
+    Busy,
+    CannotOpen,
+    InvalidArgument,
+    InvalidConfig,
+    InvariantViolation,
+    QueueClosed,
+)
 from ..payload import Encoded
 from ..retry import Retry
 from . import driver
+from .gate import Gate
 from .migrate import check_schema, ensure_schema
 from .queries import Q
 
 Synchronous = Literal["full", "normal"]
+T = TypeVar("T")
+
+#: Waiting for the write lock: the first pause and the longest, in seconds (randomised).
+WAIT_MIN, WAIT_MAX = 100e-6, 5e-3
 
 # Connections inherited through fork: kept alive (never closed or finalised) in
 # the child, because closing them there would act on the parent's locks.
@@ -122,6 +136,7 @@ class SqliteBackend:
         self._lock = threading.Lock()
         self._fairy: Any = None  # SQLAlchemy's wrapper, owning the DB-API connection
         self._conn: Any = None
+        self._gate: Gate | None = None  # opened on the first write
         self._closed = False
         _live_backends.add(self)
         try:
@@ -131,6 +146,9 @@ class SqliteBackend:
                     self.schema_version = ensure_schema(conn, self.path)
                 else:
                     self.schema_version = check_schema(conn, self.path)
+            self._rng = random.Random()
+            with self._guard():
+                self._connection().execute(Q.no_busy_handler)
         except BaseException:
             self.close()  # a refused file keeps no connection (nor -wal/-shm files)
             raise
@@ -155,6 +173,11 @@ class SqliteBackend:
         if self._fairy is not None:
             _inherited.append((self._fairy, self._conn))
         self._fairy = self._conn = None
+        # The gate's files are shared with the parent (and so is its flock): unlocking
+        # them here would unlock the parent.  Keep them unused; open new ones.
+        if self._gate is not None:
+            _inherited.append(self._gate)
+        self._gate = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -163,6 +186,9 @@ class SqliteBackend:
             if self._fairy is not None:
                 self._fairy.close()
             self._fairy = self._conn = None
+            if self._gate is not None:
+                self._gate.close()
+                self._gate = None
             self._engine.dispose()
             _live_backends.discard(self)
 
@@ -217,15 +243,71 @@ class SqliteBackend:
 
     def ready(self, queue: str, now: Number) -> bool:
         with self._lock, self._guard():
-            row = self._connection().execute(Q.ready, {"queue": queue, "now": now}).fetchone()
+            conn = self._connection()
+            row = self._waiting(
+                lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone()
+            )
         return bool(row[0])
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         with self._lock, self._guard():
-            for queue, state, count in self._connection().execute(Q.count_states):
+            conn = self._connection()
+            for queue, state, count in self._waiting(
+                lambda: conn.execute(Q.count_states).fetchall()
+            ):
                 out.setdefault(queue, {})[state] = count
         return out
+
+    # --- waiting for the lock, fairly -------------------------------------------------
+
+    def begin_write(self, conn: Any) -> None:
+        """Take a turn at the gate (see gate.py), then BEGIN IMMEDIATE.
+
+        Both waits together last at most busy_timeout; past that, Busy.  The
+        caller releases the gate (``end_write``) once the transaction is over.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        if self._gate is None:
+            self._gate = Gate(self.path + ".sqlq-gate")
+        if not self._gate.acquire(self.busy_timeout):
+            raise Busy(
+                f"{self.path}: no turn at the write lock within busy_timeout "
+                f"({self.busy_timeout:g} s): another process kept it"
+            )
+        try:
+            self._waiting(lambda: conn.execute(Q.begin_write), deadline)
+        except BaseException:
+            self._gate.release()
+            raise
+
+    def end_write(self) -> None:
+        if self._gate is not None:
+            self._gate.release()
+
+    def _waiting(self, attempt: Callable[[], T], deadline: float | None = None) -> T:
+        """``attempt()``, retried with short randomised pauses while SQLite says busy
+        (a writer that does not take the gate holds the lock), until ``deadline``."""
+        try:
+            return attempt()
+        except driver.dbapi.OperationalError as exc:
+            if not driver.is_busy(exc):
+                raise
+            error = exc
+        if deadline is None:
+            deadline = time.monotonic() + self.busy_timeout
+        pause = WAIT_MIN
+        while True:
+            if time.monotonic() >= deadline:
+                raise error
+            time.sleep(pause * (0.5 + self._rng.random()))
+            pause = min(pause * 2, WAIT_MAX)
+            try:
+                return attempt()
+            except driver.dbapi.OperationalError as exc:
+                if not driver.is_busy(exc):
+                    raise
+                error = exc
 
 
 class SqliteTransaction:
@@ -266,7 +348,7 @@ class SqliteTransaction:
                 backend._lock.acquire()
                 self._locked = True
                 self._conn = backend._connection()
-                self._conn.execute(Q.begin_write)
+                backend.begin_write(self._conn)
             else:
                 self._conn = backend._external_connection(self._external)
                 self._conn.execute(Q.savepoint)
@@ -311,6 +393,7 @@ class SqliteTransaction:
                 raise driver.translate(exc, self._backend.path) from exc
         finally:
             if self._locked:
+                self._backend.end_write()
                 self._locked = False
                 self._backend._lock.release()
 
@@ -326,6 +409,7 @@ class SqliteTransaction:
                     conn.execute(Q.rollback_to_savepoint)
                     conn.execute(Q.release_savepoint)
         if self._locked:
+            self._backend.end_write()
             self._locked = False
             self._backend._lock.release()
 

@@ -70,6 +70,14 @@ _BY_CODE: dict[int, type[errors.StorageError]] = {
 }
 
 
+def is_busy(exc: BaseException) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED: another connection holds the lock."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (5, 6)
+    return "database is locked" in str(exc)
+
+
 def translate(exc: BaseException, path: str) -> errors.StorageError:
     """The sqlq error for a DB-API exception; raise it ``from exc``."""
     code: Any = getattr(exc, "sqlite_errorcode", None)

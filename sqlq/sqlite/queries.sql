@@ -10,6 +10,12 @@
 -- so that two writers never deadlock upgrading a read lock.
 BEGIN IMMEDIATE
 
+-- name: no_busy_handler
+-- After opening: SQLite's own busy handler (sleeps of 1, 2, 5, 10 ... ms) lets
+-- a process that commits and begins again at once starve the others.  sqlq
+-- waits for the write lock itself instead (see SqliteBackend.begin_write).
+PRAGMA busy_timeout = 0
+
 -- name: commit
 -- Make the call's transaction durable (to the degree `synchronous` promises).
 COMMIT
