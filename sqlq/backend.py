@@ -79,6 +79,29 @@ class Transaction(Protocol):
         """
         ...
 
+    def insert_many(
+        self,
+        queue: str,
+        batch: list[tuple[str, Encoded]],
+        max_attempts: int,
+        retry: Retry,
+        run_at: Number | None,
+    ) -> list[bool]:
+        """``insert`` for each (task id, payload) in order; an id seen earlier in the
+        batch counts as existing."""
+        ...
+
+    def claim_many(
+        self, queue: str, n: int, deadline: Number
+    ) -> list[tuple[str, int, int, Encoded]]:
+        """``claim`` up to ``n`` times, in line order (tokens increasing)."""
+        ...
+
+    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """RESERVED -> COMPLETED for each (task id, token) whose lease is current;
+        returns the pairs that completed."""
+        ...
+
     def claim(self, queue: str, deadline: Number) -> tuple[str, int, int, Encoded] | None:
         """Reserve the front AVAILABLE task: (task id, token, attempt, payload), or None."""
         ...

@@ -236,3 +236,23 @@ def check_batch(
         if len(batch) > MAX_BATCH:
             raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks")
     return batch
+
+
+def check_leases(leases: object) -> list[tuple[str, int]]:
+    """(task id, token) pairs from Leases or pairs, all checked before anything is written."""
+    from .records import Lease
+
+    if isinstance(leases, str | bytes) or not hasattr(leases, "__iter__"):
+        raise InvalidArgument("complete_many takes Leases or (task id, token) pairs")
+    items = []
+    for item in leases:
+        if isinstance(item, Lease):
+            task_id, token = item.task_id, item.token
+        elif isinstance(item, tuple) and len(item) == 2:
+            task_id, token = item
+        else:
+            raise InvalidArgument("complete_many takes Leases or (task id, token) pairs")
+        items.append((check_task_id(task_id), check_token(token)))
+        if len(items) > MAX_BATCH:
+            raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks")
+    return items

@@ -30,6 +30,7 @@ from .contract import (
     check_batch,
     check_count,
     check_error,
+    check_leases,
     check_queue_name,
     check_retry,
     check_seconds,
@@ -250,16 +251,31 @@ class Queue:
         start = check_start(delay, run_at)
         with self._call(now, conn) as tx:
             when = first_run(tx.now, start)
-            return [self._insert(tx, task_id, encoded, when) for task_id, encoded in batch]
+            waiting = when if when > tx.now else None
+            return tx.insert_many(self.queue, batch, self.max_attempts, self.retry, waiting)
 
     def claim_many(self, n: int, now: Number | None = None) -> list[Lease]:
         """Up to ``n`` leases from the front of the line, in one transaction."""
         n = check_count(n, "n")
         with self._call(now) as tx:
-            leases: list[Lease] = []
-            while len(leases) < n and (lease := self._claim(tx)) is not None:
-                leases.append(lease)
-            return leases
+            deadline = tx.now + self.lease_seconds
+            return [
+                Lease(task_id, token, attempt, deadline, payloads.decode(encoded))
+                for task_id, token, attempt, encoded in tx.claim_many(self.queue, n, deadline)
+            ]
+
+    def complete_many(
+        self, leases: Iterable[Lease | tuple[str, int]], now: Number | None = None
+    ) -> list[bool]:
+        """``complete(task_id, token=token)`` for each lease (or (id, token) pair), in
+        one transaction; the answers in the same order."""
+        items = check_leases(leases)
+        with self._call(now) as tx:
+            done = tx.complete_many(self.queue, items) if items else set()
+            return [
+                (task_id, token) in done or self._completed_by(tx, task_id, token)
+                for task_id, token in items
+            ]
 
     # --- dead letters, retention, inspection ---------------------------------------
 

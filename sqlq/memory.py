@@ -34,6 +34,7 @@ from .contract import (
     check_batch,
     check_count,
     check_error,
+    check_leases,
     check_retry,
     check_seconds,
     check_settings,
@@ -248,6 +249,12 @@ class WorkQueue:
         while len(leases) < n and (lease := self._claim(now)) is not None:
             leases.append(lease)
         return leases
+
+    def complete_many(self, leases: Iterable[Lease | tuple[str, int]], now: Number) -> list[bool]:
+        """``complete(task_id, token=token)`` for each lease (or (id, token) pair), as one call."""
+        items = check_leases(leases)
+        now = self._advance(now)
+        return [self.complete(task_id, now, token=token) for task_id, token in items]
 
     # --- dead letters, retention, inspection ---------------------------------------
 

@@ -462,3 +462,19 @@ def test_complete_and_claim_is_one_call_that_does_both(make_queue: Factory) -> N
     stale, fresh = q.claim(4), None
     done, fresh = q.complete_and_claim("c", 9, token=stale.token)  # lease ran out at 9
     assert done is False and fresh.task_id == "c" and fresh.attempt == 2
+
+
+def test_complete_many_in_one_call(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    q.add_many(["a", "b", "c"], 0)
+    a, b, c = q.claim_many(3, 0)
+    q.complete("b", 1, token=b.token)
+    answers = q.complete_many([a, ("b", b.token), ("c", c.token + 99), ("zz", 1), a], 2)
+    assert answers == [True, True, False, False, True]  # b and the second a: retried, True
+    assert [q.status(t, 2) for t in "abc"] == ["COMPLETED", "COMPLETED", "RESERVED"]
+    assert q.complete_many([], 3) == []
+    with pytest.raises(InvalidArgument):
+        q.complete_many([("c", "token")], 3)
+    with pytest.raises(InvalidArgument):
+        q.complete_many("c", 3)
+    assert q.complete_many([c], 5) == [False]  # its lease ran out at 5

@@ -368,6 +368,10 @@ class FeaturesDurableVsMemory(TwoQueues):
         for lease in self._same("claim_many", n, self._time(move)):
             self._remember(lease)
 
+    @rule(items=st.lists(st.tuples(task_ids, st.integers(1, 12)), max_size=3), move=time_moves)
+    def complete_many(self, items: list[tuple[str, int]], move: Any) -> None:
+        self._same("complete_many", items, self._time(move))
+
     @rule(items=st.lists(st.tuples(task_ids, payloads), max_size=3), move=time_moves)
     def add_many(self, items: list[tuple[str, Any]], move: Any) -> None:
         self._same("add_many", items, self._time(move))

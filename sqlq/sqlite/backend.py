@@ -18,6 +18,7 @@ Concurrency model:
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
@@ -450,6 +451,47 @@ class SqliteTransaction:
             return False
         self._next_id()
         return True
+
+    def insert_many(
+        self,
+        queue: str,
+        batch: list[tuple[str, Encoded]],
+        max_attempts: int,
+        retry: Retry,
+        run_at: Number | None,
+    ) -> list[bool]:
+        ids = json.dumps([task_id for task_id, _ in batch])
+        seen = {row[0] for row in self._conn.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
+        state = "AVAILABLE" if run_at is None else "WAITING"
+        added, rows = [], []
+        for task_id, payload in batch:
+            new = task_id not in seen
+            added.append(new)
+            if new:
+                seen.add(task_id)
+                rows.append((queue, task_id, state, self._next_id(), max_attempts, run_at,
+                             payload, retry.kind, retry.base, retry.cap, self.now))  # fmt: skip
+        if rows:
+            self._conn.executemany(Q.insert_task_positional, rows)
+        return added
+
+    def claim_many(
+        self, queue: str, n: int, deadline: Number
+    ) -> list[tuple[str, int, int, Encoded]]:
+        params = {
+            "queue": queue,
+            "n": n,
+            "base": self._counter,
+            "deadline": deadline,
+            "now": self.now,
+        }
+        rows = self._conn.execute(Q.claim_front_many, params).fetchall()
+        self._counter += len(rows)
+        return sorted(((t, token, a, p) for t, token, a, p in rows), key=lambda r: r[1])
+
+    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        params = {"queue": queue, "items": json.dumps(items), "now": self.now}
+        return {(row[0], row[1]) for row in self._conn.execute(Q.complete_many, params)}
 
     def claim(self, queue: str, deadline: Number) -> tuple[str, int, int, Encoded] | None:
         token = self._counter + 1

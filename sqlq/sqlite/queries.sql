@@ -89,6 +89,44 @@ VALUES (:queue, :task_id, :state, :seq, 0, :max_attempts, :run_at, :payload,
         :retry_kind, :retry_base, :retry_cap, :now, :now)
 ON CONFLICT (queue, task_id) DO NOTHING
 
+-- name: existing_ids
+-- Which of the ids in :ids (a JSON array) a queue already has: add_many inserts
+-- the others with one executemany.
+SELECT task_id FROM sqlq_tasks
+WHERE queue = :queue AND task_id IN (SELECT value FROM json_each(:ids))
+
+-- name: insert_task_positional
+-- insert_task for executemany: (queue, task_id, state, seq, max_attempts, run_at,
+-- payload, retry_kind, retry_base, retry_cap, now).
+INSERT INTO sqlq_tasks
+    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
+     retry_kind, retry_base, retry_cap, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
+
+-- name: claim_front_many
+-- Reserve up to :n tasks from the front of the line in one statement; the
+-- k-th in line gets token :base + k.  Returns them in no particular order.
+UPDATE sqlq_tasks
+SET state = 'RESERVED', attempts = attempts + 1, lease_id = :base + line.rank,
+    deadline = :deadline, updated_at = :now
+FROM (SELECT id, row_number() OVER (ORDER BY seq) AS rank
+      FROM sqlq_tasks
+      WHERE queue = :queue AND state = 'AVAILABLE'
+      ORDER BY seq LIMIT :n) AS line
+WHERE sqlq_tasks.id = line.id AND sqlq_tasks.state = 'AVAILABLE'
+RETURNING task_id, lease_id, attempts, payload
+
+-- name: complete_many
+-- complete_task for many (task id, token) pairs given as a JSON array of pairs;
+-- returns the (task id, token) pairs it completed.
+UPDATE sqlq_tasks
+SET state = 'COMPLETED', deadline = NULL, finished_at = :now, updated_at = :now
+FROM (SELECT json_extract(value, '$[0]') AS task_id, json_extract(value, '$[1]') AS token
+      FROM json_each(:items)) AS done
+WHERE sqlq_tasks.queue = :queue AND sqlq_tasks.task_id = done.task_id
+  AND sqlq_tasks.state = 'RESERVED' AND sqlq_tasks.lease_id = done.token
+RETURNING sqlq_tasks.task_id, sqlq_tasks.lease_id
+
 -- name: claim_front
 -- Reserve the front of the queue's line in one statement: count an attempt,
 -- record the lease (its token) and its deadline.  Returns the task, or no row.
