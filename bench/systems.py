@@ -125,16 +125,13 @@ class Sqlq(System):
     semantics = (
         "`Queue.add`/`add_many`; reserve = `claim()` (a lease with a fencing token); "
         "complete = `complete(task_id, token=...)` (compare-and-set on the lease); "
-        "batches = `claim_many(1000)` and then one `complete` per task "
-        + (
-            "(sqlq has `complete_many`, but the bench does not use it yet)"
-            if hasattr(sqlq.Queue, "complete_many")
-            else "(sqlq has no batch complete)"
-        )
-        + "; runner loop = `complete_and_claim` (one transaction per task)."
+        "batches = `add_many(1000)`, `claim_many(1000)` and `complete_many(leases)` "
+        "(one transaction each); runner loop = `complete_and_claim` (one transaction "
+        "per task)."
     )
     can_add_many = True
     can_claim_many = True
+    can_complete_many = True
     can_complete_and_claim = hasattr(sqlq.Queue, "complete_and_claim")
 
     def __init__(self, path: str, synchronous: str) -> None:
@@ -164,6 +161,9 @@ class Sqlq(System):
 
     def claim_many(self, n: int) -> list[Claimed]:
         return [(lease.task_id, lease.token) for lease in self.queue.claim_many(n)]
+
+    def complete_many(self, claimed: list[Claimed]) -> int:
+        return sum(self.queue.complete_many(claimed))
 
     def complete_and_claim(self, claimed: Claimed) -> tuple[bool, Claimed | None]:
         if not self.can_complete_and_claim:
