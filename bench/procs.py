@@ -179,7 +179,7 @@ class Pool:
 # --- a waiting worker -----------------------------------------------------------------
 
 
-def _idle_main(conn: Connection, path: str, sync: str, poll_max: float) -> None:
+def _idle_main(conn: Connection, path: str, sync: str, poll_max: float | None) -> None:
     import sqlq
 
     queue = sqlq.Queue(path, lease_seconds=60, max_attempts=3, synchronous=sync)  # type: ignore[arg-type]
@@ -195,8 +195,12 @@ def _idle_main(conn: Connection, path: str, sync: str, poll_max: float) -> None:
         worker = None
         kind = "a loop of queue.ready() + sleep, backoff 5 ms..50 ms (no sqlq.worker)"
     else:
-        worker = Worker(queue, handler, concurrency=1, poll_max=poll_max)
-        kind = f"sqlq.worker.Worker(concurrency=1, poll_max={poll_max})"
+        worker = (
+            Worker(queue, handler, concurrency=1)
+            if poll_max is None
+            else Worker(queue, handler, concurrency=1, poll_max=poll_max)
+        )
+        kind = f"sqlq.worker.Worker(concurrency=1, poll_max={worker.poll_max})"
 
     def stop() -> None:
         stop_event.set()
@@ -219,7 +223,7 @@ def _idle_main(conn: Connection, path: str, sync: str, poll_max: float) -> None:
     if worker is not None:
         worker.run(stop_when_idle=False)
     else:
-        _poll_loop(queue, handler, stop_event, 0.005, poll_max)
+        _poll_loop(queue, handler, stop_event, 0.005, 0.04 if poll_max is None else poll_max)
     queue.close()
 
 
@@ -247,7 +251,7 @@ class IdleRun:
 
 
 class IdleWorker:
-    def __init__(self, path: str, sync: str, poll_max: float = 0.05) -> None:
+    def __init__(self, path: str, sync: str, poll_max: float | None = None) -> None:
         import sqlq
 
         self.queue = sqlq.Queue(path, lease_seconds=60, max_attempts=3, synchronous=sync)  # type: ignore[arg-type]
