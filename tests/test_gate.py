@@ -96,3 +96,20 @@ def test_two_queues_in_one_process_each_have_their_own_turn(tmp_path: Path) -> N
     assert b.add("y") is True
     a.close()
     b.close()
+
+
+def _child_begins(q: sqlq.Queue, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    conn = q._sqlite._connection()
+    out.put(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+
+
+def test_a_forked_child_waits_the_same_way(tmp_path: Path) -> None:
+    q = sqlq.Queue(tmp_path / "q.db", lease_seconds=30, max_attempts=3)
+    assert q._sqlite._connection().execute("PRAGMA busy_timeout").fetchone()[0] == 0
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_child_begins, args=(q, out))
+    child.start()
+    assert out.get(timeout=30) == 0  # the child's new connection leaves waiting to sqlq too
+    child.join(30)
+    q.close()

@@ -8,8 +8,10 @@ on the hot path.
 Concurrency model:
 
 * Between processes: WAL mode, ``BEGIN IMMEDIATE`` (the write lock from the first
-  statement), and SQLite's busy handler waiting up to ``busy_timeout`` seconds;
-  past that the call raises :class:`sqlq.errors.Busy`.
+  statement) after a turn at the write gate (gate.py), which makes processes
+  take fair turns.  Waiting for the gate and the lock together lasts at most
+  ``busy_timeout`` seconds; past that the call raises :class:`sqlq.errors.Busy`.
+  SQLite's own busy handler is used only while opening (migrations).
 * Within a process: one connection per backend object, calls serialised by a
   lock, so a Queue can be shared by threads.
 * Across ``fork``: the child never touches the parent's connection (SQLite
@@ -138,6 +140,7 @@ class SqliteBackend:
         self._fairy: Any = None  # SQLAlchemy's wrapper, owning the DB-API connection
         self._conn: Any = None
         self._gate: Gate | None = None  # opened on the first write
+        self._opened = False
         self._closed = False
         _live_backends.add(self)
         try:
@@ -148,6 +151,7 @@ class SqliteBackend:
                 else:
                     self.schema_version = check_schema(conn, self.path)
             self._rng = random.Random()
+            self._opened = True  # from now on connections wait for locks in _waiting
             with self._guard():
                 self._connection().execute(Q.no_busy_handler)
         except BaseException:
@@ -167,6 +171,8 @@ class SqliteBackend:
                 raise QueueClosed(f"{self.path}: the queue is closed")
             self._fairy = self._engine.raw_connection()
             self._conn = self._fairy.driver_connection
+            if self._opened:  # a new connection after fork: same waiting as the first
+                self._conn.execute(Q.no_busy_handler)
         return self._conn
 
     def _forget_connection(self) -> None:
