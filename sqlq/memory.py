@@ -329,9 +329,7 @@ class WorkQueue:
     def stats(self, now: Number) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""
         now = self._advance(now)
-        counts = dict.fromkeys((s.value for s in State), 0)
-        for task in self._tasks.values():
-            counts[task.state.value] += 1
+        counts = self.counts()
         front = self._tasks[self._line[0]] if self._line else None
         return QueueStats(
             counts=counts,

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from functools import lru_cache
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
@@ -369,10 +369,7 @@ class SqliteTransaction:
             if len(rows) > 1:
                 self.events = [(row[1], row[2], _event_row(row)) for row in rows[1:]]
         except BaseException as exc:
-            self._abort()
-            if isinstance(exc, driver.dbapi.Error):
-                raise driver.translate(exc, backend.path) from exc
-            raise
+            self._fail(exc)
         return self
 
     def __exit__(
@@ -381,44 +378,45 @@ class SqliteTransaction:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if exc is not None:
+            self._fail(exc)
         try:
-            if exc is None:
-                try:
-                    self._flush()
-                    if self._external is None:
-                        self._conn.execute(Q.commit)
-                    else:
-                        self._conn.execute(Q.release_savepoint)
-                except BaseException as error:
-                    self._abort()
-                    if isinstance(error, driver.dbapi.Error):
-                        raise driver.translate(error, self._backend.path) from error
-                    raise
-                return
-            self._abort()
-            if isinstance(exc, driver.dbapi.Error):
-                raise driver.translate(exc, self._backend.path) from exc
-        finally:
-            if self._locked:
-                self._backend.end_write()
-                self._locked = False
-                self._backend._lock.release()
+            self._flush()
+            self._conn.execute(Q.commit if self._external is None else Q.release_savepoint)
+        except BaseException as error:
+            self._fail(error)
+        self._unlock()
+
+    def _fail(self, exc: BaseException) -> NoReturn:
+        """Undo the call and raise: a DB-API error as its sqlq error, the cause kept."""
+        self._abort()
+        if isinstance(exc, driver.dbapi.Error):
+            raise driver.translate(exc, self._backend.path) from exc
+        raise exc
 
     def _abort(self) -> None:
         """Undo the call.  SQLite may have rolled back already (e.g. on SQLITE_FULL); a
         blind ROLLBACK would then raise a second, misleading error."""
         conn = self._conn
-        if conn is not None and conn.in_transaction:
-            with suppress(driver.dbapi.Error):
-                if self._external is None:
-                    conn.execute(Q.rollback)
-                else:
-                    conn.execute(Q.rollback_to_savepoint)
-                    conn.execute(Q.release_savepoint)
+        try:
+            if conn is not None and conn.in_transaction:
+                with suppress(driver.dbapi.Error):
+                    if self._external is None:
+                        conn.execute(Q.rollback)
+                    else:
+                        conn.execute(Q.rollback_to_savepoint)
+                        conn.execute(Q.release_savepoint)
+        finally:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        """Give up the gate and the backend's lock, if this call holds them."""
         if self._locked:
-            self._backend.end_write()
             self._locked = False
-            self._backend._lock.release()
+            try:
+                self._backend.end_write()
+            finally:
+                self._backend._lock.release()
 
     def _flush(self) -> None:
         """Store the high-water mark and counter if they moved."""
@@ -440,20 +438,10 @@ class SqliteTransaction:
         payload: Encoded,
         run_at: Number | None,
     ) -> bool:
-        params = {
-            "queue": queue,
-            "task_id": task_id,
-            "state": "AVAILABLE" if run_at is None else "WAITING",
-            "seq": self._counter + 1,
-            "max_attempts": max_attempts,
-            "run_at": run_at,
-            "payload": payload,
-            "retry_kind": retry.kind,
-            "retry_base": retry.base,
-            "retry_cap": retry.cap,
-            "now": self.now,
-        }
-        if self._conn.execute(Q.insert_task, params).rowcount != 1:
+        row = self._insert_row(
+            queue, task_id, self._counter + 1, max_attempts, retry, payload, run_at
+        )
+        if self._conn.execute(Q.insert_task, row).rowcount != 1:
             return False
         self._next_id()
         return True
@@ -468,18 +456,34 @@ class SqliteTransaction:
     ) -> list[bool]:
         ids = json.dumps([task_id for task_id, _ in batch])
         seen = {row[0] for row in self._conn.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
-        state = "AVAILABLE" if run_at is None else "WAITING"
         added, rows = [], []
         for task_id, payload in batch:
             new = task_id not in seen
             added.append(new)
             if new:
                 seen.add(task_id)
-                rows.append((queue, task_id, state, self._next_id(), max_attempts, run_at,
-                             payload, retry.kind, retry.base, retry.cap, self.now))  # fmt: skip
+                seq = self._next_id()
+                rows.append(
+                    self._insert_row(queue, task_id, seq, max_attempts, retry, payload, run_at)
+                )
         if rows:
-            self._conn.executemany(Q.insert_task_positional, rows)
+            self._conn.executemany(Q.insert_task, rows)
         return added
+
+    def _insert_row(
+        self,
+        queue: str,
+        task_id: str,
+        seq: int,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+    ) -> tuple[Any, ...]:
+        """The parameters of insert_task, in its positional order."""
+        state = "AVAILABLE" if run_at is None else "WAITING"
+        return (queue, task_id, state, seq, max_attempts, run_at, payload,
+                retry.kind, retry.base, retry.cap, self.now)  # fmt: skip
 
     def claim_many(
         self, queue: str, n: int, deadline: Number

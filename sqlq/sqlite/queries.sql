@@ -80,13 +80,15 @@ SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = :queue AND state = 'AVAILA
                  AND run_at <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)))
 
 -- name: insert_task
--- Add a task, AVAILABLE at the back of the line or WAITING until :run_at; does
--- nothing if the id exists in any state (the caller reads the row count).
+-- Add a task, AVAILABLE at the back of the line or WAITING until run_at; does
+-- nothing if the id exists in any state (add reads the row count; add_many
+-- runs it with executemany for the ids it found new).  Positional:
+-- (queue, task_id, state, seq, max_attempts, run_at, payload, retry_kind,
+--  retry_base, retry_cap, now).
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
      retry_kind, retry_base, retry_cap, created_at, updated_at)
-VALUES (:queue, :task_id, :state, :seq, 0, :max_attempts, :run_at, :payload,
-        :retry_kind, :retry_base, :retry_cap, :now, :now)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
 ON CONFLICT (queue, task_id) DO NOTHING
 
 -- name: existing_ids
@@ -94,14 +96,6 @@ ON CONFLICT (queue, task_id) DO NOTHING
 -- the others with one executemany.
 SELECT task_id FROM sqlq_tasks
 WHERE queue = :queue AND task_id IN (SELECT value FROM json_each(:ids))
-
--- name: insert_task_positional
--- insert_task for executemany: (queue, task_id, state, seq, max_attempts, run_at,
--- payload, retry_kind, retry_base, retry_cap, now).
-INSERT INTO sqlq_tasks
-    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
-     retry_kind, retry_base, retry_cap, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
 
 -- name: claim_front_many
 -- Reserve up to :n tasks from the front of the line in one statement; the
