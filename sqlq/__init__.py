@@ -9,11 +9,12 @@ from . import errors
 from .contract import State
 from .durable import Queue
 from .memory import WorkQueue
-from .records import Lease, QueueStats, TaskInfo
+from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .worker import Worker, WorkerStats
 
 __all__ = [
+    "Checkpoint",
     "Lease",
     "Queue",
     "QueueStats",

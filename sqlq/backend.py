@@ -60,6 +60,8 @@ class Transaction(Protocol):
 
     #: The effective time of the call (never below the database's high-water mark).
     now: Number
+    #: The database's high-water mark of time as the call began.
+    mark: Number
     #: What fell due in the call's queue by ``now``, read as the call began: leases
     #: with deadline <= now and WAITING tasks with run_at <= now, in event order.
     events: list[Event]

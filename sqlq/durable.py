@@ -9,6 +9,7 @@ task; the backend only stores it (see sqlq.backend for that contract).
 from __future__ import annotations
 
 import heapq
+import logging
 import os
 import random
 import time
@@ -21,8 +22,10 @@ import sqlalchemy as sa
 
 from . import payload as payloads
 from .backend import Backend, Event, TaskRow, Transaction
+from .clock import kernel_time
 from .contract import (
     LEASE_EXPIRED,
+    MAX_LEASE_SECONDS,
     MAX_TIME,
     Number,
     State,
@@ -42,12 +45,23 @@ from .contract import (
     check_token,
     first_run,
 )
-from .records import Lease, QueueStats, TaskInfo
+from .errors import ClockSkew, InvalidConfig
+from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .sqlite.backend import SqliteBackend, Synchronous
+from .sqlite.files import DEFAULT_FILE_MODE
 
 #: Tasks deleted per transaction by ``purge``, so that no call holds the write lock long.
 PURGE_BATCH = 1000
+
+#: How far (seconds) a reading of the system clock may run ahead of the queue's time
+#: before the reading is checked against the kernel's clock.
+DEFAULT_MAX_CLOCK_STEP = 60.0
+
+#: At most one warning per this many seconds about a clock behind the queue's time.
+LAG_WARNING_EVERY = 60.0
+
+log = logging.getLogger("sqlq")
 
 
 class Queue:
@@ -56,6 +70,14 @@ class Queue:
     ``now`` is optional in every call and defaults to ``clock()`` (Unix time).
     Processes' clocks disagree a little, so the database keeps a high-water
     mark of time: a call whose ``now`` is below it is handled at the mark.
+
+    A reading of the system clock (``now`` not given) that would move the
+    queue's time more than ``max_clock_step`` seconds ahead is checked against
+    the kernel's clock: if this process's clock is off by more than that (a
+    faked or broken clock), the call raises :class:`sqlq.errors.ClockSkew` and
+    changes nothing.  So one process with a wrong clock can expire leases at
+    most ``max_clock_step`` early.  A ``now`` passed in, or a custom ``clock``,
+    is trusted as given (that is the injectable clock of tests and replays).
 
     ``max_attempts`` and ``retry`` are stored with each task when it is added;
     ``lease_seconds`` applies to the leases this object hands out.
@@ -74,15 +96,30 @@ class Queue:
         busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        max_clock_step: float | None = DEFAULT_MAX_CLOCK_STEP,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
+        if max_clock_step is not None and (
+            isinstance(max_clock_step, bool)
+            or not isinstance(max_clock_step, int | float)
+            or not 0 < max_clock_step <= MAX_LEASE_SECONDS
+        ):
+            raise InvalidConfig(
+                f"max_clock_step must be a number of seconds in (0, {MAX_LEASE_SECONDS:g}], "
+                f"or None to trust the clock; got {max_clock_step!r}"
+            )
+        self.max_clock_step = max_clock_step
+        # Only the system clock is checked against the kernel's.
+        self._guard_clock = max_clock_step is not None and clock is time.time
+        self._lag_warned = -LAG_WARNING_EVERY
         self.queue = check_queue_name(queue)
         self.retry = check_retry(retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
         self._clock = clock
         self._rng = rng or random.Random()
         self._sqlite = SqliteBackend(
-            path_or_url, synchronous=synchronous, busy_timeout=busy_timeout
+            path_or_url, synchronous=synchronous, busy_timeout=busy_timeout, file_mode=file_mode
         )
         self._backend: Backend = self._sqlite
 
@@ -351,12 +388,25 @@ class Queue:
         """Counts per state, the age of the front of the line, the next deadlines."""
         with self._call(now) as tx:
             counts, front, deadline, run_at = tx.stats(self.queue)
-            return QueueStats(
+            stats = QueueStats(
                 counts=counts,
                 oldest_available_age=None if front is None else tx.now - front,
                 next_deadline=deadline,
                 next_run_at=run_at,
+                wal_bytes=self._sqlite.wal_bytes(),
             )
+        return stats
+
+    def checkpoint(self) -> Checkpoint:
+        """Copy the write-ahead log into the database file now, as far as no reader
+        needs it (SQLite's PASSIVE checkpoint), and say how far it got.
+
+        sqlq also checkpoints by itself every so often after a commit (SQLite's
+        automatic checkpoints are off, since their errors go unseen); an error
+        there is logged on the ``sqlq`` logger and the next one tries again.
+        Here an error is raised (a :class:`sqlq.errors.StorageError`).
+        """
+        return self._sqlite.checkpoint()
 
     def ready(self, now: Number | None = None) -> bool:
         """Would ``claim`` find a task now?  Reads only and takes no write lock, so
@@ -386,8 +436,36 @@ class Queue:
 
     def _call(self, now: Number | None, conn: sa.Connection | None = None) -> _Call:
         """One call: a transaction at ``now`` in which everything due has happened."""
-        now = check_time(self._clock() if now is None else now)
-        return _Call(self, self._backend.transaction(now, self.queue, conn))
+        if now is None:
+            now = check_time(self._clock())
+            reading = now if self._guard_clock else None
+        else:
+            now, reading = check_time(now), None
+        return _Call(self, self._backend.transaction(now, self.queue, conn), reading)
+
+    def _check_clock(self, reading: Number, mark: Number) -> None:
+        """A system-clock reading far from the queue's time: is the clock wrong?"""
+        step = self.max_clock_step
+        assert step is not None
+        if reading > mark + step:
+            kernel = kernel_time(self._sqlite.path + ".sqlq-gate")
+            if kernel is not None and abs(reading - kernel) > step:
+                raise ClockSkew(
+                    f"{self._sqlite.path}: this process's clock is {reading - kernel:+.1f} s "
+                    f"off the operating system's (more than max_clock_step={step:g} s); "
+                    "the call was refused so that it cannot move the queue's time"
+                )
+        elif reading < mark - step:
+            seen = time.monotonic()
+            if seen - self._lag_warned >= LAG_WARNING_EVERY:
+                self._lag_warned = seen
+                log.warning(
+                    "%s: the queue's time is %.1f s ahead of this process's clock (a clock "
+                    "stepped back, or another process's clock runs ahead); calls use the "
+                    "queue's time",
+                    self._sqlite.path,
+                    mark - reading,
+                )
 
     def _advance(self, tx: Transaction, events: list[Event]) -> None:
         """Run due events in (time, counter) order.  An expired lease may start a
@@ -438,15 +516,26 @@ class _Call:
     """Enter the backend's transaction, then run what fell due (a class, not a
     generator: it is on the hot path of every call)."""
 
-    __slots__ = ("_queue", "_tx")
+    __slots__ = ("_queue", "_reading", "_tx")
 
-    def __init__(self, queue: Queue, tx: AbstractContextManager[Transaction]) -> None:
-        self._queue, self._tx = queue, tx
+    def __init__(
+        self,
+        queue: Queue,
+        tx: AbstractContextManager[Transaction],
+        reading: Number | None = None,
+    ) -> None:
+        self._queue, self._tx, self._reading = queue, tx, reading
 
     def __enter__(self) -> Transaction:
         tx = self._tx.__enter__()
-        if tx.events:
+        reading = self._reading
+        step = self._queue.max_clock_step
+        if tx.events or (
+            reading is not None and step is not None and abs(reading - tx.mark) > step
+        ):
             try:
+                if reading is not None:
+                    self._queue._check_clock(reading, tx.mark)
                 self._queue._advance(tx, tx.events)
             except BaseException as exc:
                 self._tx.__exit__(type(exc), exc, exc.__traceback__)

@@ -87,6 +87,14 @@ class SchemaTooNew(SchemaError):
     """The database was migrated by a newer sqlq than this one."""
 
 
+class ClockSkew(SqlqError):
+    """This process's clock disagrees with the operating system's by more than
+    ``max_clock_step``; the call was refused so that the queue's time does not move.
+
+    Raised only for calls that read the default clock (``now`` not given).
+    """
+
+
 class InvariantViolation(SqlqError):
     """A guarded update found the database in a state it should never be in.
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .contract import Number
@@ -57,8 +57,25 @@ class QueueStats:
     next_deadline: Number | None
     #: The soonest time a WAITING task becomes AVAILABLE, or None.
     next_run_at: Number | None
+    #: The size of the database's -wal file in bytes (None in memory).  Not part of
+    #: the comparison of two QueueStats: it is the storage's, not the queue's.
+    wal_bytes: int | None = field(default=None, compare=False)
 
     @property
     def leases(self) -> int:
         """Leases in flight: the RESERVED tasks."""
         return self.counts["RESERVED"]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The outcome of a checkpoint: the write-ahead log copied into the database file."""
+
+    #: Another connection was checkpointing at the same moment (nothing was wrong).
+    busy: bool
+    #: Frames in the write-ahead log, and how many of them are in the database file
+    #: now; fewer when a reader still needs older pages.
+    wal_frames: int
+    checkpointed: int
+    #: The size of the -wal file afterwards.
+    wal_bytes: int

@@ -155,9 +155,13 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
 
 
 def test_database_errors_become_typed_errors_with_the_cause(tmp_path: Path) -> None:
-    with pytest.raises(CannotOpen) as caught:
+    with pytest.raises(CannotOpen, match="No such file or directory") as caught:
         open_queue(tmp_path / "no" / "such" / "folder" / "q.db")
-    assert isinstance(caught.value.__cause__, driver.dbapi.Error)
+    assert isinstance(caught.value.__cause__, FileNotFoundError)
+    (tmp_path / "a-folder.db").mkdir()
+    with pytest.raises(CannotOpen) as opened:
+        open_queue(tmp_path / "a-folder.db")
+    assert isinstance(opened.value.__cause__, driver.dbapi.Error)
 
 
 @pytest.mark.parametrize(

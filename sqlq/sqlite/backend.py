@@ -21,6 +21,7 @@ Concurrency model:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import threading
@@ -46,8 +47,9 @@ from ..errors import (
     QueueClosed,
 )
 from ..payload import Encoded
+from ..records import Checkpoint
 from ..retry import Retry
-from . import driver
+from . import driver, files
 from .gate import Gate
 from .migrate import check_schema, ensure_schema
 from .queries import Q
@@ -57,6 +59,12 @@ T = TypeVar("T")
 
 #: Waiting for the write lock: the first pause and the longest, in seconds (randomised).
 WAIT_MIN, WAIT_MAX = 100e-6, 5e-3
+
+#: A process checkpoints after this many of its own commits, and sooner once the
+#: -wal file is past the size limit (looked at every WAL_LOOK commits).
+CHECKPOINT_EVERY, WAL_LOOK = 100, 10
+
+log = logging.getLogger("sqlq")
 
 # Connections inherited through fork: kept alive (never closed or finalised) in
 # the child, because closing them there would act on the parent's locks.
@@ -106,15 +114,23 @@ class SqliteBackend:
         synchronous: Synchronous = "full",
         busy_timeout: float = 30.0,
         migrate: bool = True,
+        file_mode: int = files.DEFAULT_FILE_MODE,
     ) -> None:
         """Open (and by default create or migrate) the database.
 
         With ``migrate=False`` nothing is created or changed: the file must exist
         and be a sqlq database at the current schema version (for inspection).
+        A new database file gets ``file_mode`` (see files.py); the files beside
+        it get the database file's mode.
         """
         self.path = database_path(path_or_url)
         if not migrate and not os.path.isfile(self.path):
             raise CannotOpen(f"{self.path}: no such database file")
+        mode = files.check_mode(file_mode)
+        if migrate:
+            files.create_database_file(self.path, mode)
+            files.check_writable(self.path)
+        self.file_mode = files.file_mode(self.path)
         if synchronous not in ("full", "normal"):
             raise InvalidConfig(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
@@ -140,6 +156,10 @@ class SqliteBackend:
         self._fairy: Any = None  # SQLAlchemy's wrapper, owning the DB-API connection
         self._conn: Any = None
         self._gate: Gate | None = None  # opened on the first write
+        self._commits = 0  # since this process's last checkpoint
+        self.wal_limit = 0  # bytes; set from limit_wal_size when connecting
+        self.last_checkpoint: Checkpoint | None = None
+        self.checkpoint_failures = 0
         self._opened = False
         self._closed = False
         _live_backends.add(self)
@@ -147,7 +167,7 @@ class SqliteBackend:
             with self._guard():
                 conn = self._connection()
                 if migrate:
-                    self.schema_version = ensure_schema(conn, self.path)
+                    self.schema_version = ensure_schema(conn, self.path, self.file_mode)
                 else:
                     self.schema_version = check_schema(conn, self.path)
             self._rng = random.Random()
@@ -164,6 +184,8 @@ class SqliteBackend:
         dbapi_conn.execute(
             Q.set_synchronous_full if self.synchronous == "full" else Q.set_synchronous_normal
         )
+        dbapi_conn.execute(Q.no_auto_checkpoint)
+        (self.wal_limit,) = dbapi_conn.execute(Q.limit_wal_size).fetchone()
 
     def _connection(self) -> Any:
         if self._conn is None:
@@ -276,7 +298,7 @@ class SqliteBackend:
         """
         deadline = time.monotonic() + self.busy_timeout
         if self._gate is None:
-            self._gate = Gate(self.path + ".sqlq-gate")
+            self._gate = Gate(self.path + ".sqlq-gate", self.file_mode)
         if not self._gate.acquire(self.busy_timeout):
             raise Busy(
                 f"{self.path}: no turn at the write lock within busy_timeout "
@@ -291,6 +313,38 @@ class SqliteBackend:
     def end_write(self) -> None:
         if self._gate is not None:
             self._gate.release()
+
+    # --- checkpoints -------------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint:
+        """Run a passive checkpoint now; DB-API errors leave as sqlq errors."""
+        with self._lock, self._guard():
+            return self._checkpoint(self._connection())
+
+    def _checkpoint(self, conn: Any) -> Checkpoint:
+        self._commits = 0
+        busy, frames, copied = conn.execute(Q.checkpoint_passive).fetchone()
+        result = Checkpoint(bool(busy), frames, copied, self.wal_bytes())
+        self.last_checkpoint = result
+        return result
+
+    def _after_commit(self, conn: Any) -> None:
+        """After a call committed (holding the backend's lock, no longer the gate):
+        now and then, a checkpoint whose outcome is looked at.  Never raises: the
+        call has succeeded; a failed checkpoint leaves the log to the next one."""
+        self._commits += 1
+        if self._commits % WAL_LOOK:
+            return
+        try:
+            if self._commits >= CHECKPOINT_EVERY or self.wal_bytes() > self.wal_limit:
+                self._checkpoint(conn)
+        except Exception as exc:  # an I/O error, a full disk: the WAL keeps the data
+            self.checkpoint_failures += 1
+            error = driver.translate(exc, self.path) if isinstance(exc, driver.dbapi.Error) else exc
+            log.warning("checkpoint of %s failed, retried later: %s", self.path, error)
+
+    def wal_bytes(self) -> int:
+        return files.wal_bytes(self.path)
 
     def _waiting(self, attempt: Callable[[], T], deadline: float | None = None) -> T:
         """``attempt()``, retried with short randomised pauses while SQLite says busy
@@ -335,6 +389,7 @@ class SqliteTransaction:
         "_locked",
         "_stored",
         "events",
+        "mark",
         "now",
         "queue",
     )
@@ -362,6 +417,7 @@ class SqliteTransaction:
             rows = self._conn.execute(Q.open_call, {"queue": self.queue, "now": self.now})
             rows = rows.fetchall()
             _, mark, counter = rows[0][:3]
+            self.mark: Number = mark
             if self.now < mark:
                 self.now = mark
             self._counter: int = counter
@@ -385,7 +441,7 @@ class SqliteTransaction:
             self._conn.execute(Q.commit if self._external is None else Q.release_savepoint)
         except BaseException as error:
             self._fail(error)
-        self._unlock()
+        self._unlock(committed=True)
 
     def _fail(self, exc: BaseException) -> NoReturn:
         """Undo the call and raise: a DB-API error as its sqlq error, the cause kept."""
@@ -409,12 +465,15 @@ class SqliteTransaction:
         finally:
             self._unlock()
 
-    def _unlock(self) -> None:
-        """Give up the gate and the backend's lock, if this call holds them."""
+    def _unlock(self, committed: bool = False) -> None:
+        """Give up the gate and the backend's lock, if this call holds them (after a
+        commit, checkpointing in between when one is due)."""
         if self._locked:
             self._locked = False
             try:
                 self._backend.end_write()
+                if committed:
+                    self._backend._after_commit(self._conn)
             finally:
                 self._backend._lock.release()
 

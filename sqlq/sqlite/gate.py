@@ -27,11 +27,13 @@ import os
 import threading
 
 from ..errors import CannotOpen
+from .files import DEFAULT_FILE_MODE, open_side_file
 
 
 class Gate:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, mode: int = DEFAULT_FILE_MODE) -> None:
         self.path = path
+        self.mode = mode
         try:
             # Two open files: the caller's quick try, and the gate thread's blocking
             # wait.  flock locks belong to an open file, so the two exclude each other
@@ -49,7 +51,7 @@ class Gate:
         self._closed = False
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return open_side_file(self.path, self.mode)
 
     def acquire(self, timeout: float) -> bool:
         """Take the gate within ``timeout`` seconds; False if it stayed taken."""

@@ -96,7 +96,7 @@ def applied_version(conn: Any, path: str) -> int:
     return version
 
 
-def ensure_schema(conn: Any, path: str) -> int:
+def ensure_schema(conn: Any, path: str, mode: int = 0o600) -> int:
     """Bring the database to the latest version; return that version.
 
     ``conn`` is a DB-API connection in autocommit mode (isolation_level=None).
@@ -109,7 +109,7 @@ def ensure_schema(conn: Any, path: str) -> int:
             f"knows versions up to {latest}; upgrade sqlq"
         )
     if version < latest:
-        with FileLock(path + ".migrate-lock"):
+        with FileLock(path + ".migrate-lock", mode=mode):
             version = applied_version(conn, path)  # another process may have migrated
             if version == 0:
                 _enable_wal(conn, path)

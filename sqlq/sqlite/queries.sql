@@ -261,6 +261,25 @@ VALUES (:version, :name, :checksum, :applied_at)
 -- Write-ahead logging: readers never block the writer; persistent in the file.
 PRAGMA journal_mode = WAL
 
+-- name: no_auto_checkpoint
+-- On every connection: no automatic checkpoints.  SQLite ignores the outcome
+-- of the checkpoint it runs inside a commit; sqlq runs them itself
+-- (checkpoint_passive) and checks what they return.
+PRAGMA wal_autocheckpoint = 0
+
+-- name: limit_wal_size
+-- On every connection: when the write-ahead log restarts after a complete
+-- checkpoint, truncate its file to this many bytes (4 MiB).  The documented
+-- bound on the -wal file once no reader holds an old snapshot.
+PRAGMA journal_size_limit = 4194304
+
+-- name: checkpoint_passive
+-- Copy what the write-ahead log holds into the database file as far as no
+-- reader still needs it, without waiting for or blocking anyone.  Returns
+-- (busy, frames in the log, frames checkpointed); busy is 1 when another
+-- connection was checkpointing.
+PRAGMA wal_checkpoint(PASSIVE)
+
 -- name: set_synchronous_full
 -- A commit waits for fsync of the WAL: a call that returned survives power loss.
 PRAGMA synchronous = FULL
