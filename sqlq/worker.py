@@ -39,8 +39,9 @@
   handler that never returns does not keep the process alive; its late result
   is ignored.
 * **Errors.**  ``Busy`` from a queue call (the write lock stayed taken longer
-  than the queue's busy_timeout) is logged and the call retried after a short
-  pause.  Any other unexpected error of the claim loop is logged with its
+  than the queue's busy_timeout), and the errors that may pass (``StorageFull``,
+  ``StorageIOError``, ``ClockSkew``: see TRANSIENT) are logged and the call
+  retried after a short pause.  Any other unexpected error of the claim loop is logged with its
   traceback; running handlers get their grace period and ``run`` re-raises it.
 
 Delivery is at least once: a worker can finish a handler and die before it
@@ -68,7 +69,7 @@ from types import FrameType
 from typing import Any, TypeVar, cast
 
 from .durable import Queue
-from .errors import Busy, InvalidConfig
+from .errors import Busy, ClockSkew, InvalidConfig, StorageFull, StorageIOError
 from .records import Lease
 from .sqlite.backend import Synchronous
 
@@ -78,6 +79,12 @@ T = TypeVar("T")
 
 #: Pause before a queue call that raised Busy is tried again, in seconds.
 BUSY_PAUSE = 0.2
+
+#: Errors a worker outlives: logged, and the call tried again after BUSY_PAUSE.  Each
+#: left the queue unchanged; a full disk, a failing write or a wrong clock may
+#: pass (space freed, the device back, the clock fixed) and the tasks are safe
+#: meanwhile (leases that run out are retried).
+TRANSIENT = (Busy, StorageFull, StorageIOError, ClockSkew)
 #: Longest wait of the thread that calls ``run`` before it looks for a stop request.
 SIGNAL_CHECK = 0.1
 #: Format of the log lines ``serve`` writes to stderr when logging is not configured.
@@ -326,8 +333,8 @@ class Worker:
     def _ready(self) -> bool:
         try:
             return self.queue.ready()
-        except Busy:  # readers are not blocked in WAL mode; be safe anyway
-            self.log.warning("queue %r is busy; will retry", self.queue.queue)
+        except TRANSIENT as exc:  # readers are not blocked in WAL mode; be safe anyway
+            self._log_busy(exc)
             return True
 
     def _in_flight(self) -> int:
@@ -352,20 +359,26 @@ class Worker:
         """``call(*args, **kwargs)``, or _BUSY (logged, after a pause) if it raised Busy."""
         try:
             return call(*args, **kwargs)
-        except Busy as exc:
+        except TRANSIENT as exc:
             self._log_busy(exc)
             self._wait_for_stop(BUSY_PAUSE)
             return _BUSY
 
-    def _log_busy(self, exc: Busy) -> None:
-        self.log.warning("queue %r busy (%s); retrying in %gs", self.queue.queue, exc, BUSY_PAUSE)
+    def _log_busy(self, exc: Exception) -> None:
+        self.log.warning(
+            "queue %r: %s (%s); retrying in %gs",
+            self.queue.queue,
+            type(exc).__name__,
+            exc,
+            BUSY_PAUSE,
+        )
 
     def _persist(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T | _Busy:
         """``call`` retried while it raises Busy, until run() gives up (then _BUSY)."""
         while True:
             try:
                 return call(*args, **kwargs)
-            except Busy as exc:
+            except TRANSIENT as exc:
                 self._log_busy(exc)
             with self._cond:
                 if self._returned:
