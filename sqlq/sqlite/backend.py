@@ -41,6 +41,7 @@ from ..contract import Number, State
 from ..errors import (
     Busy,
     CannotOpen,
+    Corrupt,
     InvalidArgument,
     InvalidConfig,
     InvariantViolation,
@@ -191,7 +192,11 @@ class SqliteBackend:
         if self._conn is None:
             if self._closed:
                 raise QueueClosed(f"{self.path}: the queue is closed")
-            self._fairy = self._engine.raw_connection()
+            try:
+                self._fairy = self._engine.raw_connection()
+            except sa.exc.DBAPIError as exc:
+                cause = exc.orig if exc.orig is not None else exc
+                raise driver.translate(cause, self.path) from cause
             self._conn = self._fairy.driver_connection
             if self._opened:  # a new connection after fork: same waiting as the first
                 self._conn.execute(Q.no_busy_handler)
@@ -227,10 +232,23 @@ class SqliteBackend:
         try:
             yield
         except driver.dbapi.Error as exc:
-            raise driver.translate(exc, self.path) from exc
+            raise self._translated(exc) from exc
         except sa.exc.DBAPIError as exc:  # raised by SQLAlchemy when it connects
             cause = exc.orig if exc.orig is not None else exc
-            raise driver.translate(cause, self.path) from cause
+            raise self._translated(cause) from cause
+
+    def _translated(self, exc: BaseException) -> Exception:
+        """The sqlq error for a DB-API error (called holding the lock).  After Corrupt the
+        connection is dropped (never the file): its page cache may hold what was read
+        wrong, and the next call reads afresh through a new connection."""
+        error = driver.translate(exc, self.path)
+        if isinstance(error, Corrupt) and self._fairy is not None and not self._closed:
+            with suppress(Exception):
+                if self._conn is not None and self._conn.in_transaction:
+                    self._conn.execute(Q.rollback)
+                self._fairy.close()
+            self._fairy = self._conn = None
+        return error
 
     # --- calls ----------------------------------------------------------------------
 
@@ -445,12 +463,20 @@ class SqliteTransaction:
 
     def _fail(self, exc: BaseException) -> NoReturn:
         """Undo the call and raise: a DB-API error as its sqlq error, the cause kept."""
-        self._abort()
-        if isinstance(exc, driver.dbapi.Error):
-            raise driver.translate(exc, self._backend.path) from exc
-        raise exc
+        if not isinstance(exc, driver.dbapi.Error):
+            self._abort()
+            raise exc
+        try:
+            self._abort(unlock=False)
+            if self._external is None:
+                error = self._backend._translated(exc)
+            else:  # the caller's connection is the caller's to close
+                error = driver.translate(exc, self._backend.path)
+        finally:
+            self._unlock()
+        raise error from exc
 
-    def _abort(self) -> None:
+    def _abort(self, unlock: bool = True) -> None:
         """Undo the call.  SQLite may have rolled back already (e.g. on SQLITE_FULL); a
         blind ROLLBACK would then raise a second, misleading error."""
         conn = self._conn
@@ -463,7 +489,8 @@ class SqliteTransaction:
                         conn.execute(Q.rollback_to_savepoint)
                         conn.execute(Q.release_savepoint)
         finally:
-            self._unlock()
+            if unlock:
+                self._unlock()
 
     def _unlock(self, committed: bool = False) -> None:
         """Give up the gate and the backend's lock, if this call holds them (after a
