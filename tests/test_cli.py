@@ -357,6 +357,8 @@ def test_stats_json_matches_the_queue_api(db: Path, capsys: pytest.CaptureFixtur
     assert document["database"] == str(db)
     assert document["sqlite"] == driver.describe()
     assert document["schema_version"] == migrate.latest_version()
+    wal = Path(f"{db}-wal")
+    assert document["wal_bytes"] == (wal.stat().st_size if wal.exists() else 0)
     assert before <= document["now"] <= time.time()
     assert set(document["queues"]) == set(document["stats"]) == {"default", "emails"}
     for name, counts in document["queues"].items():

@@ -288,6 +288,18 @@ def shorten(text: str | None, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
+def byte_size(n: int) -> str:
+    """1234567 -> '1.2 MiB'."""
+    if n < 1024:
+        return f"{n} bytes"
+    size = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            break
+        size /= 1024
+    return f"{size:.1f} {unit}"
+
+
 def span(seconds: float) -> str:
     """A duration for people: 0.4s, 12s, 4m05s, 3h04m, 2d03h; 7d, 1h, 5m when even."""
     seconds = abs(seconds)

@@ -29,6 +29,7 @@ from .common import (
     add_database,
     add_json,
     add_queue,
+    byte_size,
     duration,
     open_queue,
     plain_connection,
@@ -164,7 +165,7 @@ def _purge(args: argparse.Namespace) -> int:
     parts = " and ".join(f"{n} {state}" for state, n in removed.items())
     print(f"removed {parts} tasks{age} from queue {args.queue!r}")
     if sizes is not None:
-        print(f"vacuum: the file went from {_size(sizes[0])} to {_size(sizes[1])}")
+        print(f"vacuum: the file went from {byte_size(sizes[0])} to {byte_size(sizes[1])}")
     return EXIT_OK
 
 
@@ -218,20 +219,9 @@ def _vacuum(path: str) -> tuple[int, int]:
     """VACUUM, then a checkpoint that moves the result into the file and truncates the WAL."""
     before = _files(path)
     with plain_connection(path) as conn:
-        conn.execute("VACUUM")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.execute(Q.vacuum)
+        conn.execute(Q.checkpoint_truncate).fetchall()
     return before, _files(path)
-
-
-def _size(n: int) -> str:
-    if n < 1024:
-        return f"{n} bytes"
-    size = n / 1024
-    for unit in ("KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            break
-        size /= 1024
-    return f"{size:.1f} {unit}"
 
 
 # --- sqlq migrate --------------------------------------------------------------------------

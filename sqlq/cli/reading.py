@@ -16,6 +16,7 @@ from typing import Any
 from ..contract import State
 from ..records import TaskInfo
 from ..sqlite import driver
+from ..sqlite.files import wal_bytes
 from ..sqlite.queries import Q
 from .common import (
     EXIT_OK,
@@ -24,6 +25,7 @@ from .common import (
     add_json,
     add_limit,
     add_queue,
+    byte_size,
     check_sqlq_file,
     existing_file,
     moment,
@@ -124,7 +126,7 @@ def _stats(args: argparse.Namespace) -> int:
     driver.warn_if_affected()
     now = time.time()  # of the ages; Queue.stats takes max(this, the database clock)
     with plain_connection(path) as conn:
-        conn.execute("BEGIN")  # a read transaction: one snapshot, never the write lock
+        conn.execute(Q.begin_read)  # one snapshot, never the write lock
         try:
             version = check_sqlq_file(conn, path, allow_older=False)
             found: dict[str, dict[str, int]] = {}
@@ -141,6 +143,7 @@ def _stats(args: argparse.Namespace) -> int:
             if conn.in_transaction:
                 conn.execute(Q.rollback)
 
+    wal = wal_bytes(path)
     queues: dict[str, dict[str, int]] = {}
     details: dict[str, dict[str, Any]] = {}
     for queue in sorted(found):
@@ -163,6 +166,7 @@ def _stats(args: argparse.Namespace) -> int:
                 "database": path,
                 "sqlite": driver.describe(),
                 "schema_version": version,
+                "wal_bytes": wal,
                 "now": now,
                 "queues": queues,
                 "stats": details,
@@ -173,6 +177,7 @@ def _stats(args: argparse.Namespace) -> int:
     print(f"database: {path}")
     print(f"sqlite:   {driver.describe()}")
     print(f"schema:   version {version}")
+    print(f"wal:      {byte_size(wal)} (the -wal file; back within 4 MiB after checkpoints)")
     if not queues:
         print("no tasks")
         return EXIT_OK

@@ -280,6 +280,20 @@ PRAGMA journal_size_limit = 4194304
 -- connection was checkpointing.
 PRAGMA wal_checkpoint(PASSIVE)
 
+-- name: vacuum
+-- Rewrite the whole database into a smaller file (sqlq purge --vacuum); holds
+-- the write lock while it runs.
+VACUUM
+
+-- name: checkpoint_truncate
+-- After VACUUM: copy the whole log into the database file and truncate the
+-- -wal file to nothing, so the space comes back to the file system.
+PRAGMA wal_checkpoint(TRUNCATE)
+
+-- name: begin_read
+-- A read transaction: one snapshot for several statements, never the write lock.
+BEGIN
+
 -- name: set_synchronous_full
 -- A commit waits for fsync of the WAL: a call that returned survives power loss.
 PRAGMA synchronous = FULL
