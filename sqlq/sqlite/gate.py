@@ -80,26 +80,34 @@ class Gate:
             fcntl.flock(held, fcntl.LOCK_UN)
 
     def close(self) -> None:
+        """Close the gate's files.  The waiting file belongs to the gate's thread once
+        it exists: the thread may be blocked in flock() on it (a frozen holder), and
+        closing it under the thread would let its later unlock hit a reused number."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        for fd in (self._quick, self._waiter):
-            os.close(fd)
+            thread_owns_waiter = self._thread is not None
+        os.close(self._quick)
+        if not thread_owns_waiter:
+            os.close(self._waiter)
 
     def _block(self) -> None:
-        """The gate's thread: wait in the kernel on behalf of whoever asks."""
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._wanted not in (0, self._granted) or self._closed)
-                if self._closed:
-                    return
-            try:
+        """The gate's thread: wait in the kernel on behalf of whoever asks; on close,
+        let go of the lock and close the waiting file."""
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(
+                        lambda: self._wanted not in (0, self._granted) or self._closed
+                    )
+                    if self._closed:
+                        return
                 fcntl.flock(self._waiter, fcntl.LOCK_EX)
-            except OSError:  # closed under us
-                return
-            with self._cond:
-                if self._wanted != 0 and self._wanted != self._granted:
-                    self._granted = self._wanted
-                    self._cond.notify_all()
-                else:  # the caller gave up meanwhile
-                    fcntl.flock(self._waiter, fcntl.LOCK_UN)
+                with self._cond:
+                    if not self._closed and self._wanted not in (0, self._granted):
+                        self._granted = self._wanted
+                        self._cond.notify_all()
+                    else:  # the caller gave up meanwhile, or the gate closed
+                        fcntl.flock(self._waiter, fcntl.LOCK_UN)
+        finally:
+            os.close(self._waiter)
