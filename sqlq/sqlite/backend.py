@@ -347,9 +347,15 @@ class SqliteBackend:
         return result
 
     def _after_commit(self, conn: Any) -> None:
-        """After a call committed (holding the backend's lock, no longer the gate):
-        now and then, a checkpoint whose outcome is looked at.  Never raises: the
-        call has succeeded; a failed checkpoint leaves the log to the next one."""
+        """After a call committed, still holding the gate: now and then a checkpoint
+        whose outcome is looked at.  Never raises: the call has succeeded; a failed
+        checkpoint leaves the log to the next one.
+
+        The gate keeps other sqlq writers out while it runs, so it can copy the
+        whole log, and the next writer then starts the log over from its beginning
+        (truncating the file to journal_size_limit).  Run outside the gate, with
+        several processes writing, some commit always lands during the checkpoint,
+        the log never starts over, and the -wal file grows without bound."""
         self._commits += 1
         if self._commits % WAL_LOOK:
             return
@@ -498,11 +504,13 @@ class SqliteTransaction:
         if self._locked:
             self._locked = False
             try:
-                self._backend.end_write()
                 if committed:
                     self._backend._after_commit(self._conn)
             finally:
-                self._backend._lock.release()
+                try:
+                    self._backend.end_write()
+                finally:
+                    self._backend._lock.release()
 
     def _flush(self) -> None:
         """Store the high-water mark and counter if they moved."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,45 @@ def test_stats_in_memory_has_no_wal() -> None:
     assert stats.wal_bytes is None
     # wal_bytes is the storage's: two faces with equal queues compare equal.
     assert stats == sqlq.QueueStats(stats.counts, None, None, None, wal_bytes=123)
+
+
+WRITER = """
+import sys, sqlq
+q = sqlq.Queue(sys.argv[1], lease_seconds=30, max_attempts=3, synchronous="normal")
+for i in range(int(sys.argv[3])):
+    q.add(f"{sys.argv[2]}-{i}", payload="x" * 3000)
+    lease = q.claim()
+    if lease is not None:
+        q.complete(lease.task_id, token=lease.token)
+q.close()
+"""
+
+
+def test_the_wal_stays_bounded_while_four_processes_write(db_path: Path) -> None:
+    """The checkpoint runs while its process still holds the write gate.  Outside it,
+    some other process's commit always landed during the checkpoint, the log never
+    started over, and this run grew the -wal file to 66 MiB."""
+    q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3, synchronous="normal")
+    limit = q._sqlite.wal_limit
+    root = Path(__file__).resolve().parents[2]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(db_path), f"w{k}", "400"],
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        for k in range(4)
+    ]
+    largest = 0
+    try:
+        while any(w.poll() is None for w in writers):
+            largest = max(largest, wal_size(db_path))
+            time.sleep(0.005)
+    finally:
+        for w in writers:
+            if w.poll() is None:
+                w.kill()
+            w.wait()
+    assert all(w.returncode == 0 for w in writers)
+    assert q.counts()["COMPLETED"] == 1600
+    assert largest <= 2 * limit, f"the -wal file reached {largest / 2**20:.1f} MiB"
+    q.close()
