@@ -104,7 +104,9 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
             "sqlq needs a database file that several processes can share; "
             "for a queue in memory use sqlq.WorkQueue"
         )
-    return os.path.abspath(path)
+    # The resolved path, as SQLite itself uses it: processes naming one database through
+    # different symlinks must share one gate file.
+    return os.path.realpath(path)
 
 
 class SqliteBackend:
