@@ -39,7 +39,10 @@ class ANY(UserDefinedType[object]):
 
 metadata = MetaData()
 
-STATES_SQL = ", ".join(f"'{state.value}'" for state in State)
+#: "state = 'WAITING' OR state = 'AVAILABLE' OR ...": a list of three or more
+#: constants with IN would make SQLite build a temporary b-tree for every row
+#: it checks (see migrations/sqlite/0003).
+STATES_SQL = " OR ".join(f"state = '{state.value}'" for state in State)
 
 migrations = Table(
     "sqlq_migrations",
@@ -63,7 +66,7 @@ clock = Table(
     sqlite_strict=True,
 )
 
-RETRY_KINDS_SQL = ", ".join(f"'{kind}'" for kind in KINDS)
+RETRY_KINDS_SQL = " OR ".join(f"retry_kind = '{kind}'" for kind in KINDS)
 
 tasks = Table(
     "sqlq_tasks",
@@ -88,10 +91,10 @@ tasks = Table(
     Column("finished_at", REAL, nullable=True),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
-    CheckConstraint(f"state IN ({STATES_SQL})"),
+    CheckConstraint(STATES_SQL),
     CheckConstraint("attempts >= 0"),
     CheckConstraint("max_attempts >= 1"),
-    CheckConstraint(f"retry_kind IN ({RETRY_KINDS_SQL})"),
+    CheckConstraint(RETRY_KINDS_SQL),
     CheckConstraint("retry_base >= 0"),
     CheckConstraint("retry_cap >= retry_base"),
     CheckConstraint("attempts <= max_attempts"),
