@@ -158,6 +158,10 @@ class SqliteBackend:
         self._lock = threading.Lock()
         self._fairy: Any = None  # SQLAlchemy's wrapper, owning the DB-API connection
         self._conn: Any = None
+        # The cursor that calls' transactions run on (one per connection: a cursor
+        # made per statement costs more than most statements).  Each transaction
+        # ends with COMMIT or ROLLBACK on it, which resets whatever it ran before.
+        self._cursor: Any = None
         self._gate: Gate | None = None  # opened on the first write
         self._commits = 0  # since this process's last checkpoint
         self.wal_limit = 0  # bytes; set from limit_wal_size when connecting
@@ -200,6 +204,7 @@ class SqliteBackend:
                 cause = exc.orig if exc.orig is not None else exc
                 raise driver.translate(cause, self.path) from cause
             self._conn = self._fairy.driver_connection
+            self._cursor = self._conn.cursor()
             if self._opened:  # a new connection after fork: same waiting as the first
                 self._conn.execute(Q.no_busy_handler)
         return self._conn
@@ -207,8 +212,8 @@ class SqliteBackend:
     def _forget_connection(self) -> None:
         """In a forked child: drop (but keep alive) the parent's connection."""
         if self._fairy is not None:
-            _inherited.append((self._fairy, self._conn))
-        self._fairy = self._conn = None
+            _inherited.append((self._fairy, self._conn, self._cursor))
+        self._fairy = self._conn = self._cursor = None
         # The gate's files are shared with the parent (and so is its flock): unlocking
         # them here would unlock the parent.  Keep them unused; open new ones.
         if self._gate is not None:
@@ -219,6 +224,7 @@ class SqliteBackend:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._cursor = None
             if self._fairy is not None:
                 self._fairy.close()
             self._fairy = self._conn = None
@@ -249,7 +255,7 @@ class SqliteBackend:
                 if self._conn is not None and self._conn.in_transaction:
                     self._conn.execute(Q.rollback)
                 self._fairy.close()
-            self._fairy = self._conn = None
+            self._fairy = self._conn = self._cursor = None
         return error
 
     # --- calls ----------------------------------------------------------------------
@@ -325,7 +331,12 @@ class SqliteBackend:
                 f"({self.busy_timeout:g} s): another process kept it"
             )
         try:
-            self._waiting(lambda: conn.execute(Q.begin_write), deadline)
+            try:
+                conn.execute(Q.begin_write)
+            except driver.dbapi.OperationalError as exc:  # a writer outside the gate
+                if not driver.is_busy(exc):
+                    raise
+                self._waiting(lambda: conn.execute(Q.begin_write), deadline, exc)
         except BaseException:
             self._gate.release()
             raise
@@ -349,18 +360,15 @@ class SqliteBackend:
         return result
 
     def _after_commit(self, conn: Any) -> None:
-        """After a call committed, still holding the gate: now and then a checkpoint
-        whose outcome is looked at.  Never raises: the call has succeeded; a failed
-        checkpoint leaves the log to the next one.
+        """Every WAL_LOOK commits (counted by the caller), still holding the gate: a
+        checkpoint whose outcome is looked at, if one is due.  Never raises: the
+        call has succeeded; a failed checkpoint leaves the log to the next one.
 
         The gate keeps other sqlq writers out while it runs, so it can copy the
         whole log, and the next writer then starts the log over from its beginning
         (truncating the file to journal_size_limit).  Run outside the gate, with
         several processes writing, some commit always lands during the checkpoint,
         the log never starts over, and the -wal file grows without bound."""
-        self._commits += 1
-        if self._commits % WAL_LOOK:
-            return
         try:
             if self._commits >= CHECKPOINT_EVERY or self.wal_bytes() > self.wal_limit:
                 self._checkpoint(conn)
@@ -372,15 +380,22 @@ class SqliteBackend:
     def wal_bytes(self) -> int:
         return files.wal_bytes(self.path)
 
-    def _waiting(self, attempt: Callable[[], T], deadline: float | None = None) -> T:
+    def _waiting(
+        self,
+        attempt: Callable[[], T],
+        deadline: float | None = None,
+        error: BaseException | None = None,
+    ) -> T:
         """``attempt()``, retried with short randomised pauses while SQLite says busy
-        (a writer that does not take the gate holds the lock), until ``deadline``."""
-        try:
-            return attempt()
-        except driver.dbapi.OperationalError as exc:
-            if not driver.is_busy(exc):
-                raise
-            error = exc
+        (a writer that does not take the gate holds the lock), until ``deadline``.
+        ``error``: the busy error of a first attempt the caller already made."""
+        if error is None:
+            try:
+                return attempt()
+            except driver.dbapi.OperationalError as exc:
+                if not driver.is_busy(exc):
+                    raise
+                error = exc
         if deadline is None:
             deadline = time.monotonic() + self.busy_timeout
         pause = WAIT_MIN
@@ -411,6 +426,7 @@ class SqliteTransaction:
         "_backend",
         "_conn",
         "_counter",
+        "_cur",
         "_external",
         "_locked",
         "_stored",
@@ -426,6 +442,7 @@ class SqliteTransaction:
         self.queue = queue
         self._external = external
         self._conn: Any = None
+        self._cur: Any = None  # the cursor every statement of the call runs on
         self._locked = False
         self.events: list[tuple[Number, int, TaskRow]] = []
 
@@ -436,12 +453,16 @@ class SqliteTransaction:
                 backend._lock.acquire()
                 self._locked = True
                 self._conn = backend._connection()
-                backend.begin_write(self._conn)
+                self._cur = backend._cursor
+                backend.begin_write(self._cur)
             else:
                 self._conn = backend._external_connection(self._external)
-                self._conn.execute(Q.savepoint)
-            rows = self._conn.execute(Q.open_call, {"queue": self.queue, "now": self.now})
+                self._cur = self._conn.cursor()
+                self._cur.execute(Q.savepoint)
+            rows = self._cur.execute(Q.open_call, {"queue": self.queue, "now": self.now})
             rows = rows.fetchall()
+            if len(rows) > 1:  # the clock row first, then the events as they fell due
+                rows.sort(key=_open_call_order)
             _, mark, counter = rows[0][:3]
             self.mark: Number = mark
             if self.now < mark:
@@ -464,7 +485,7 @@ class SqliteTransaction:
             self._fail(exc)
         try:
             self._flush()
-            self._conn.execute(Q.commit if self._external is None else Q.release_savepoint)
+            self._cur.execute(Q.commit if self._external is None else Q.release_savepoint)
         except BaseException as error:
             self._fail(error)
         self._unlock(committed=True)
@@ -487,15 +508,15 @@ class SqliteTransaction:
     def _abort(self, unlock: bool = True) -> None:
         """Undo the call.  SQLite may have rolled back already (e.g. on SQLITE_FULL); a
         blind ROLLBACK would then raise a second, misleading error."""
-        conn = self._conn
+        conn, cur = self._conn, self._cur
         try:
             if conn is not None and conn.in_transaction:
                 with suppress(driver.dbapi.Error):
                     if self._external is None:
-                        conn.execute(Q.rollback)
+                        cur.execute(Q.rollback)
                     else:
-                        conn.execute(Q.rollback_to_savepoint)
-                        conn.execute(Q.release_savepoint)
+                        cur.execute(Q.rollback_to_savepoint)
+                        cur.execute(Q.release_savepoint)
         finally:
             if unlock:
                 self._unlock()
@@ -505,20 +526,23 @@ class SqliteTransaction:
         commit, checkpointing in between when one is due)."""
         if self._locked:
             self._locked = False
+            backend = self._backend
             try:
                 if committed:
-                    self._backend._after_commit(self._conn)
+                    backend._commits += 1
+                    if backend._commits % WAL_LOOK == 0:
+                        backend._after_commit(self._conn)
             finally:
                 try:
-                    self._backend.end_write()
+                    backend.end_write()
                 finally:
-                    self._backend._lock.release()
+                    backend._lock.release()
 
     def _flush(self) -> None:
         """Store the high-water mark and counter if they moved."""
         if (self.now, self._counter) != self._stored:
             params = {"now": self.now, "counter": self._counter}
-            if self._conn.execute(Q.write_clock, params).rowcount != 1:
+            if self._cur.execute(Q.write_clock, params).rowcount != 1:
                 raise InvariantViolation("the database clock or counter would have gone down")
 
     def _next_id(self) -> int:
@@ -537,7 +561,7 @@ class SqliteTransaction:
         row = self._insert_row(
             queue, task_id, self._counter + 1, max_attempts, retry, payload, run_at
         )
-        if self._conn.execute(Q.insert_task, row).rowcount != 1:
+        if self._cur.execute(Q.insert_task, row).rowcount != 1:
             return False
         self._next_id()
         return True
@@ -551,19 +575,23 @@ class SqliteTransaction:
         run_at: Number | None,
     ) -> list[bool]:
         ids = json.dumps([task_id for task_id, _ in batch])
-        seen = {row[0] for row in self._conn.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
-        added, rows = [], []
-        for task_id, payload in batch:
+        seen = {row[0] for row in self._cur.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
+        added: list[bool] = []
+        rows: list[tuple[Any, ...]] = []
+        state = "AVAILABLE" if run_at is None else "WAITING"
+        kind, base, cap, now = retry.kind, retry.base, retry.cap, self.now
+        seq = self._counter
+        for task_id, payload in batch:  # the rows _insert_row would make, built inline
             new = task_id not in seen
             added.append(new)
             if new:
                 seen.add(task_id)
-                seq = self._next_id()
-                rows.append(
-                    self._insert_row(queue, task_id, seq, max_attempts, retry, payload, run_at)
-                )
+                seq += 1
+                rows.append((queue, task_id, state, seq, max_attempts, run_at, payload,
+                             kind, base, cap, now))  # fmt: skip
+        self._counter = seq
         if rows:
-            self._conn.executemany(Q.insert_task, rows)
+            self._cur.executemany(Q.insert_task, rows)
         return added
 
     def _insert_row(
@@ -591,18 +619,18 @@ class SqliteTransaction:
             "deadline": deadline,
             "now": self.now,
         }
-        rows = self._conn.execute(Q.claim_front_many, params).fetchall()
+        rows = self._cur.execute(Q.claim_front_many, params).fetchall()
         self._counter += len(rows)
         return sorted(((t, token, a, p) for t, token, a, p in rows), key=lambda r: r[1])
 
     def complete_many(self, queue: str, items: list[tuple[str, int]]) -> set[tuple[str, int]]:
         params = {"queue": queue, "items": json.dumps(items), "now": self.now}
-        return {(row[0], row[1]) for row in self._conn.execute(Q.complete_many, params)}
+        return {(row[0], row[1]) for row in self._cur.execute(Q.complete_many, params)}
 
     def claim(self, queue: str, deadline: Number) -> tuple[str, int, int, Encoded] | None:
         token = self._counter + 1
         params = {"queue": queue, "token": token, "deadline": deadline, "now": self.now}
-        row = self._conn.execute(Q.claim_front, params).fetchone()
+        row = self._cur.execute(Q.claim_front, params).fetchone()
         if row is None:
             return None
         self._next_id()
@@ -610,12 +638,12 @@ class SqliteTransaction:
         return task_id, token, attempts, payload
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
-        row = self._conn.execute(Q.get_task, {"queue": queue, "task_id": task_id}).fetchone()
+        row = self._cur.execute(Q.get_task, {"queue": queue, "task_id": task_id}).fetchone()
         return None if row is None else _task_row(row)
 
     def complete(self, queue: str, task_id: str, token: int | None) -> bool:
         params = {"queue": queue, "task_id": task_id, "token": token, "now": self.now}
-        return bool(self._conn.execute(Q.complete_task, params).rowcount == 1)
+        return bool(self._cur.execute(Q.complete_task, params).rowcount == 1)
 
     def end_lease(
         self,
@@ -650,7 +678,7 @@ class SqliteTransaction:
             "deadline": deadline,
             "now": self.now,
         }
-        return bool(self._conn.execute(Q.extend_lease, params).rowcount == 1)
+        return bool(self._cur.execute(Q.extend_lease, params).rowcount == 1)
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
         params = {"id": task.row_id, "order": order, "seq": self._next_id(), "at": at}
@@ -658,41 +686,46 @@ class SqliteTransaction:
 
     def redrive(self, row_id: int) -> bool:
         params = {"id": row_id, "seq": self._counter + 1, "now": self.now}
-        if self._conn.execute(Q.redrive_task, params).rowcount != 1:
+        if self._cur.execute(Q.redrive_task, params).rowcount != 1:
             return False
         self._next_id()
         return True
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
-        rows = self._conn.execute(Q.dead_ids, {"queue": queue, "limit": limit}).fetchall()
+        rows = self._cur.execute(Q.dead_ids, {"queue": queue, "limit": limit}).fetchall()
         return [(row_id, task_id) for row_id, task_id in rows]
 
     def tasks(self, queue: str, state: State | None, limit: int) -> list[TaskRow]:
         if state is None:
-            cur = self._conn.execute(Q.list_tasks, {"queue": queue, "limit": limit})
+            cur = self._cur.execute(Q.list_tasks, {"queue": queue, "limit": limit})
         else:
             params = {"queue": queue, "state": state.value, "limit": limit}
-            cur = self._conn.execute(Q.list_tasks_in_state, params)
+            cur = self._cur.execute(Q.list_tasks_in_state, params)
         return [_task_row(row) for row in cur.fetchall()]
 
     def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
         params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
-        return int(self._conn.execute(Q.purge_batch, params).rowcount)
+        return int(self._cur.execute(Q.purge_batch, params).rowcount)
 
     def stats(
         self, queue: str
     ) -> tuple[dict[str, int], Number | None, Number | None, Number | None]:
         params = {"queue": queue}
         counts = dict.fromkeys((s.value for s in State), 0)
-        counts.update(dict(self._conn.execute(Q.count_queue_states, params).fetchall()))
-        front = self._conn.execute(Q.front_of_line, params).fetchone()
-        (deadline,) = self._conn.execute(Q.next_deadline, params).fetchone()
-        (run_at,) = self._conn.execute(Q.next_run_at, params).fetchone()
+        counts.update(dict(self._cur.execute(Q.count_queue_states, params).fetchall()))
+        front = self._cur.execute(Q.front_of_line, params).fetchone()
+        (deadline,) = self._cur.execute(Q.next_deadline, params).fetchone()
+        (run_at,) = self._cur.execute(Q.next_run_at, params).fetchone()
         return counts, None if front is None else front[0], deadline, run_at
 
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
-        if self._conn.execute(sql, params).rowcount != 1:
+        if self._cur.execute(sql, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
+
+
+def _open_call_order(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """(first, at, k): the clock row (first = 0), then events by time and counter."""
+    return row[:3]
 
 
 def _task_row(row: tuple[Any, ...]) -> TaskRow:

@@ -22,6 +22,15 @@ except ImportError:  # pragma: no cover
 
 dbapi: ModuleType = _dbapi
 
+# The DB-API module binds int, float, str and bytearray parameters directly, but
+# sends None and bytes through its adaptation protocol first, which fails (an
+# AttributeError raised and cleared for __adapt__ and __conform__ each, several
+# microseconds) before they are bound as they are.  An adapter that returns the
+# value unchanged binds them the same way, minus the failed look-ups.  Registering
+# adapters for these two types does not turn on adaptation for the base types.
+dbapi.register_adapter(type(None), lambda value: value)
+dbapi.register_adapter(bytes, lambda value: value)
+
 
 class SqliteVersionWarning(UserWarning):
     """The SQLite library in use has a known bug that can corrupt a shared database."""

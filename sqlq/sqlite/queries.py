@@ -52,6 +52,11 @@ class _Queries:
 
     def __init__(self, queries: dict[str, Query]) -> None:
         self.all = queries
+        # Plain instance attributes: a query looked up on the hot path is a dict hit,
+        # never the AttributeError that a miss raises before __getattr__ runs.
+        for name, query in queries.items():
+            if name != "all":
+                setattr(self, name, query.sql)
 
     def __getattr__(self, name: str) -> str:
         try:

@@ -40,11 +40,14 @@ ROLLBACK TO sqlq_call
 
 -- name: open_call
 -- The first statement of every call, after BEGIN: the database clock (its time
--- high-water mark and id counter) in the first row, then everything due in the
--- queue at the call's time (the later of :now and the mark) in the order it
--- fell due: leases whose deadline has passed (deadline inclusive) and WAITING
--- tasks whose run_at has come, by time and then by counter (lease token or
--- wake-up order).  Two range scans of partial indexes; usually just the clock.
+-- high-water mark and id counter; the row whose first column is 0), then
+-- everything due in the queue at the call's time (the later of :now and the
+-- mark): leases whose deadline has passed (deadline inclusive) and WAITING
+-- tasks whose run_at has come.  Two range scans of partial indexes; usually
+-- just the clock.  No ORDER BY: sorting would open two sorters in every call,
+-- for rows that are nearly always absent; the caller orders the rows by
+-- (first, at, k), i.e. the clock, then events by time and then by counter
+-- (lease token or wake-up order).
 SELECT 0 AS first, now AS at, counter AS k, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL
 FROM sqlq_clock WHERE id = 1
@@ -58,7 +61,6 @@ SELECT 1, run_at, seq, id, task_id, state, attempts, max_attempts, lease_id, seq
        retry_kind, retry_base, retry_cap
 FROM sqlq_tasks
 WHERE queue = :queue AND run_at <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1))
-ORDER BY 1, 2, 3
 
 -- name: write_clock
 -- Store the new high-water mark and counter at the end of a call that moved
