@@ -224,15 +224,19 @@ def check_batch(
     """Validate a whole batch (ids, or (id, payload) pairs) before anything is written."""
     if isinstance(items, str | bytes):
         raise InvalidArgument("add_many takes an iterable of ids or (id, payload) pairs")
-    batch = []
+    batch: list[tuple[str, payloads.Encoded]] = []
+    append = batch.append
     for item in items:
-        if isinstance(item, tuple):
-            if len(item) != 2:
-                raise InvalidArgument("a batch item is an id or an (id, payload) pair")
-            task_id, payload = item
+        if type(item) is str and 0 < len(item) <= MAX_ID_LENGTH and item.isascii():
+            append((item, None))  # a plain id: what check_task_id would return, no payload
         else:
-            task_id, payload = item, None
-        batch.append((check_task_id(task_id), payloads.encode(payload, max_payload_bytes)))
+            if isinstance(item, tuple):
+                if len(item) != 2:
+                    raise InvalidArgument("a batch item is an id or an (id, payload) pair")
+                task_id, payload = item
+            else:
+                task_id, payload = item, None
+            append((check_task_id(task_id), payloads.encode(payload, max_payload_bytes)))
         if len(batch) > MAX_BATCH:
             raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks")
     return batch
