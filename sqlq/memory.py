@@ -27,6 +27,7 @@ from typing import Any
 from . import payload as payloads
 from .contract import (
     LEASE_EXPIRED,
+    MAX_ID_LENGTH,
     MAX_TIME,
     Number,
     State,
@@ -49,6 +50,13 @@ from .records import Lease, QueueStats, TaskInfo
 from .retry import Retry
 
 _RESERVED, _WAITING, _AVAILABLE = State.RESERVED, State.WAITING, State.AVAILABLE
+_COMPLETED, _DEAD = State.COMPLETED, State.DEAD
+#: State -> its value, a dict hit instead of the enum's ``value`` property.
+_VALUE = {state: state.value for state in State}
+
+# The hot calls check ids and times inline for the usual case (a short ASCII str,
+# an int or float in range) and leave the rest to contract.check_task_id and
+# check_time, which accept exactly the same values and say what is wrong.
 
 
 class _Task:
@@ -121,7 +129,11 @@ class WorkQueue:
 
         False, and no change, if the id exists in any state.
         """
-        task_id = check_task_id(task_id)
+        if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
+            task_id = check_task_id(task_id)
+        if payload is None and delay is None and run_at is None:  # nothing to encode or wait for
+            now = self._advance(now)
+            return self._insert(task_id, None, now, now)
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
         now = self._advance(now)
@@ -129,8 +141,7 @@ class WorkQueue:
 
     def reserve(self, now: Number) -> str | None:
         """Lease the front task until ``now + lease_seconds``; None if none is available."""
-        lease = self.claim(now)
-        return None if lease is None else lease.task_id
+        return self._take(self._advance(now))
 
     def complete(self, task_id: str, now: Number, *, token: int | None = None) -> bool:
         """Mark a RESERVED task COMPLETED; False if it is not RESERVED right now.
@@ -138,17 +149,18 @@ class WorkQueue:
         With ``token``, only that lease may complete the task; asked again with
         the token of the lease that completed it, the answer is True again.
         """
-        task_id = check_task_id(task_id)
+        if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
+            task_id = check_task_id(task_id)
         token = None if token is None else check_token(token)
         now = self._advance(now)
         task = self._tasks.get(task_id)
         if task is None:
             return False
         if task.state is not _RESERVED:
-            return token is not None and task.state is State.COMPLETED and task.token == token
+            return token is not None and task.state is _COMPLETED and task.token == token
         if token is not None and task.token != token:
             return False
-        task.state = State.COMPLETED
+        task.state = _COMPLETED
         task.updated_at = task.finished_at = now
         return True
 
@@ -167,23 +179,25 @@ class WorkQueue:
 
         None if the task is not RESERVED (or, with ``token``, not under that lease).
         """
-        task_id = check_task_id(task_id)
+        if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
+            task_id = check_task_id(task_id)
         token = None if token is None else check_token(token)
-        text = check_error(error)
+        text = None if error is None else check_error(error)
         now = self._advance(now)
         task = self._tasks.get(task_id)
         if task is None or task.state is not _RESERVED:
             return None
         if token is not None and task.token != token:
             return None
-        return self._end_lease(task_id, task, now, text).value
+        return _VALUE[self._end_lease(task_id, task, now, text)]
 
     def status(self, task_id: str, now: Number) -> str | None:
         """The task's state after due events, or None for an unknown id."""
-        task_id = check_task_id(task_id)
+        if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
+            task_id = check_task_id(task_id)
         self._advance(now)
         task = self._tasks.get(task_id)
-        return None if task is None else task.state.value
+        return None if task is None else _VALUE[task.state]
 
     # --- leases -------------------------------------------------------------------
 
@@ -361,10 +375,18 @@ class WorkQueue:
         Events run in (time, counter) order, so that the line fills in the order
         things became due, whatever the kind of event.
         """
-        now = check_time(now)
+        if not ((type(now) is int or type(now) is float) and 0 <= now <= MAX_TIME):
+            now = check_time(now)
         if now < self._now:
             now = self._now
         self._now = now
+        leases, waiting = self._leases, self._waiting
+        if (leases and leases[0][0] <= now) or (waiting and waiting[0][0] <= now):
+            self._run_due(now)
+        return now
+
+    def _run_due(self, now: Number) -> None:
+        """Every lease expiry and wake-up due by ``now``, in (time, counter) order."""
         leases, waiting, tasks = self._leases, self._waiting, self._tasks
         while (leases and leases[0][0] <= now) or (waiting and waiting[0][0] <= now):
             if waiting and (not leases or waiting[0][:2] < leases[0][:2]):
@@ -382,7 +404,6 @@ class WorkQueue:
                     and task.deadline == deadline
                 ):
                     self._end_lease(task_id, task, deadline, LEASE_EXPIRED)
-        return now
 
     def _next(self) -> int:
         self._counter += 1
@@ -395,28 +416,38 @@ class WorkQueue:
         if run_at > now:
             self._make_waiting(task_id, task, run_at, now)
         else:
-            self._next()  # the line position, as the database numbers it
+            self._counter += 1  # the line position, as the database numbers it
             self._line.append(task_id)
         return True
 
-    def _claim(self, now: Number) -> Lease | None:
+    def _take(self, now: Number) -> str | None:
+        """Lease the front of the line: the task's id, or None if the line is empty."""
         if not self._line:
             return None
         task_id = self._line.popleft()
         task = self._tasks[task_id]
         task.state = _RESERVED
         task.attempts += 1
-        task.token = self._next()
-        task.deadline = now + self.lease_seconds
+        self._counter += 1
+        task.token = token = self._counter
+        task.deadline = deadline = now + self.lease_seconds
         task.updated_at = now
-        heapq.heappush(self._leases, (task.deadline, task.token, task_id))
+        heapq.heappush(self._leases, (deadline, token, task_id))
+        return task_id
+
+    def _claim(self, now: Number) -> Lease | None:
+        task_id = self._take(now)
+        if task_id is None:
+            return None
+        task = self._tasks[task_id]
         return Lease(
             task_id, task.token, task.attempts, task.deadline, payloads.decode(task.payload)
         )
 
     def _end_lease(self, task_id: str, task: _Task, when: Number, error: str | None) -> State:
         """A failed or expired attempt at time ``when``: retry now, retry later, or DEAD."""
-        delay = self.retry.delay(task.attempts, self._rng)
+        retry = self.retry
+        delay = 0 if retry.kind == "immediate" else retry.delay(task.attempts, self._rng)
         state = after_failure(task.attempts, self.max_attempts, delay)
         task.error = error
         if state is _AVAILABLE:
@@ -431,7 +462,7 @@ class WorkQueue:
     def _make_available(self, task_id: str, task: _Task, now: Number) -> None:
         task.state = _AVAILABLE
         task.updated_at = now
-        self._next()
+        self._counter += 1
         self._line.append(task_id)
 
     def _make_waiting(self, task_id: str, task: _Task, run_at: Number, now: Number) -> None:
