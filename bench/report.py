@@ -616,6 +616,10 @@ def write(results: Results, out: Path) -> Path:
         "use the SQLite of `sqlq.sqlite.driver` (see Machine). Durability is set on every "
         "system's connection with `PRAGMA synchronous` after it opens, WAL mode everywhere.",
     ]
+    bounds = Path(__file__).with_name("bounds.md")
+    if bounds.exists() and any(not t.met for t in tgts if t.met is not None):
+        lines += ["", "## What bounds the targets that are not met", ""]
+        lines += bounds.read_text("utf-8").rstrip().splitlines()
     if results.notes:
         lines += ["", "## Notes", ""]
         lines += [f"- {n}" for n in results.notes]

@@ -50,3 +50,20 @@ def test_bench_smoke_run_writes_every_section(tmp_path: Path) -> None:
         if record["workload"] == "processes" and record["system"] == "sqlq":
             extra = record["extra"]
             assert (extra["duplicates"], extra["lost"], extra["lock_errors"]) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("system", ["sqlq", "reference"])
+def test_the_instruction_count_driver_runs_every_operation(system: str, tmp_path: Path) -> None:
+    """bench.instructions runs its driver under callgrind; here without it, to keep it
+    working.  Each operation must leave the queue as it says it does."""
+    from bench import instructions, systems
+
+    for op in instructions.OPS:
+        folder = tmp_path / f"{system}-{op}"
+        folder.mkdir()
+        instructions.drive(system, op, 3, str(folder))
+        done = systems.get(system)(str(folder / "q.db"), "normal")
+        counted = done.completed_count()
+        done.close()
+        if op in ("claim_complete", "runner") and counted is not None:
+            assert counted == instructions.WARM + 3

@@ -1,0 +1,131 @@
+"""CPU instructions per call, sqlq beside the raw-SQLite reference, counted by callgrind.
+
+    python -m bench.instructions [--ops add,claim_complete,runner,add_many] [-n 300]
+
+Wall-clock timings on a shared machine vary by up to 2x from run to run;
+valgrind's instruction counts do not (the same binary and inputs give the same
+count, whatever else the machine does).  For each system and operation the
+driver runs twice under callgrind, once with N operations and once with none
+(after the same warm-up), and the difference divided by N is the cost of one
+operation: Python, SQLAlchemy, the driver, SQLite and libc, everything but the
+time spent waiting (fsync, locks), which these counts leave out on purpose.
+
+Operations (synchronous=NORMAL, so that nothing waits on the disk):
+
+* ``add``: one add per call.
+* ``claim_complete``: reserve, then complete, as two calls (two transactions).
+* ``runner``: complete_and_claim, one transaction per task, on both (the
+  reference has one too): what the worker's loop costs per task.
+* ``add_many``: add_many of 1,000 ids; the figure is per task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import systems
+
+OPS = ("add", "claim_complete", "runner", "add_many")
+WARM = 200  # operations before counting, so that caches and statements are warm
+
+
+def drive(system: str, op: str, n: int, folder: str) -> None:
+    """The measured program: WARM operations, then ``n`` more (n = 0: the baseline)."""
+    path = os.path.join(folder, "q.db")
+    cls = systems.get(system)
+    if op in ("claim_complete", "runner"):
+        cls.fill(path, [f"t-{i}" for i in range(WARM + n + 2)])
+    s = cls(path, "normal")
+    if op == "add":
+        for i in range(WARM + n):
+            s.add(f"t-{i}")
+    elif op == "add_many":
+        for j in range(1 + n):
+            s.add_many([f"t-{j}-{i}" for i in range(1000)])
+    elif op == "claim_complete":
+        for _ in range(WARM + n):
+            s.complete(s.reserve())
+    elif op == "runner":
+        lease = s.reserve()
+        for _ in range(WARM + n):
+            _, lease = s.complete_and_claim(lease)
+    s.close()
+
+
+def count(system: str, op: str, n: int) -> int:
+    """Instructions of the whole driver process with ``n`` measured operations."""
+    with tempfile.TemporaryDirectory(prefix="sqlq-instr-") as folder:
+        out = os.path.join(folder, "callgrind.out")
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                "--dump-instr=no",
+                "--dump-line=no",
+                sys.executable,
+                "-m",
+                "bench.instructions",
+                "--drive",
+                system,
+                op,
+                str(n),
+                folder,
+            ],
+            check=True,
+            capture_output=True,
+            env=env,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        text = Path(out).read_text()
+    found = re.search(r"^summary:\s+(\d+)", text, re.MULTILINE)
+    if found is None:
+        raise RuntimeError("callgrind wrote no summary")
+    return int(found.group(1))
+
+
+def per_op(system: str, op: str, n: int) -> float:
+    per = count(system, op, n) - count(system, op, 0)
+    return per / n / (1000 if op == "add_many" else 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
+    parser.add_argument(
+        "--ops", default=",".join(OPS), help="comma-separated, of: " + ", ".join(OPS)
+    )
+    parser.add_argument("-n", type=int, default=300, help="operations counted (default 300)")
+    parser.add_argument("--drive", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.drive:
+        system, op, n, folder = args.drive
+        drive(system, op, int(n), folder)
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    ops = [op for op in args.ops.split(",") if op]
+    unknown = set(ops) - set(OPS)
+    if unknown:
+        parser.error(f"unknown operations: {', '.join(sorted(unknown))}")
+    n = args.n
+    print(f"instructions per operation (callgrind, synchronous=NORMAL, N = {n})")
+    print(f"{'operation':<16}{'sqlq':>12}{'reference':>12}{'x ref':>8}")
+    for op in ops:
+        count_n = max(1, n // 100) if op == "add_many" else n
+        ours = per_op("sqlq", op, count_n)
+        ref = per_op("reference", op, count_n)
+        print(f"{op:<16}{ours:>12,.0f}{ref:>12,.0f}{ref / ours:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
