@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import os
 import random
 import time
@@ -71,11 +72,11 @@ class Queue:
     Processes' clocks disagree a little, so the database keeps a high-water
     mark of time: a call whose ``now`` is below it is handled at the mark.
 
-    A reading of the system clock (``now`` not given) that would move the
-    queue's time more than ``max_clock_step`` seconds ahead is checked against
-    the kernel's clock: if this process's clock is off by more than that (a
-    faked or broken clock), the call raises :class:`sqlq.errors.ClockSkew` and
-    changes nothing.  So one process with a wrong clock can expire leases at
+    Readings of the system clock (``now`` not given) are checked against the
+    kernel's clock about once per ``max_clock_step`` seconds of clock advance:
+    a reading more than that ahead of the kernel's time (a faked or broken
+    clock) makes the call raise :class:`sqlq.errors.ClockSkew` and change
+    nothing.  So one process with a wrong clock can expire leases at
     most ``max_clock_step`` early.  A ``now`` passed in, or a custom ``clock``,
     is trusted as given (that is the injectable clock of tests and replays).
 
@@ -110,8 +111,10 @@ class Queue:
                 f"or None to trust the clock; got {max_clock_step!r}"
             )
         self.max_clock_step = max_clock_step
+        self._step = math.inf if max_clock_step is None else float(max_clock_step)
         # Only the system clock is checked against the kernel's.
         self._guard_clock = max_clock_step is not None and clock is time.time
+        self._kernel_seen = -math.inf  # the kernel's time at this process's last check
         self._lag_warned = -LAG_WARNING_EVERY
         self.queue = check_queue_name(queue)
         self.retry = check_retry(retry)
@@ -438,34 +441,47 @@ class Queue:
         """One call: a transaction at ``now`` in which everything due has happened."""
         if now is None:
             now = check_time(self._clock())
-            reading = now if self._guard_clock else None
+            reading = None
+            if self._guard_clock:
+                reading = now
+                if now > self._kernel_seen + self._step:
+                    self._check_clock(now)
         else:
             now, reading = check_time(now), None
         return _Call(self, self._backend.transaction(now, self.queue, conn), reading)
 
-    def _check_clock(self, reading: Number, mark: Number) -> None:
-        """A system-clock reading far from the queue's time: is the clock wrong?"""
-        step = self.max_clock_step
-        assert step is not None
-        if reading > mark + step:
-            kernel = kernel_time(self._sqlite.path + ".sqlq-gate")
-            if kernel is not None and abs(reading - kernel) > step:
-                raise ClockSkew(
-                    f"{self._sqlite.path}: this process's clock is {reading - kernel:+.1f} s "
-                    f"off the operating system's (more than max_clock_step={step:g} s); "
-                    "the call was refused so that it cannot move the queue's time"
-                )
-        elif reading < mark - step:
-            seen = time.monotonic()
-            if seen - self._lag_warned >= LAG_WARNING_EVERY:
-                self._lag_warned = seen
-                log.warning(
-                    "%s: the queue's time is %.1f s ahead of this process's clock (a clock "
-                    "stepped back, or another process's clock runs ahead); calls use the "
-                    "queue's time",
-                    self._sqlite.path,
-                    mark - reading,
-                )
+    def _check_clock(self, reading: Number) -> None:
+        """Is this reading of the system clock more than max_clock_step ahead of the
+        kernel's clock?  Asked whenever a reading passes the kernel's time at the
+        last check plus the step (about once a minute with a sound clock), so no
+        reading accepted is more than the step ahead of the kernel's time, whether
+        the clock jumps or creeps."""
+        step = self._step
+        kernel = kernel_time(self._sqlite.path + ".sqlq-gate")
+        if kernel is None:  # cannot tell: trust the clock for another step
+            self._kernel_seen = reading
+            return
+        if reading - kernel > step:
+            raise ClockSkew(
+                f"{self._sqlite.path}: this process's clock is {reading - kernel:+.1f} s "
+                f"off the operating system's (more than max_clock_step={step:g} s); "
+                "the call was refused so that it cannot move the queue's time"
+            )
+        self._kernel_seen = kernel
+
+    def _warn_lag(self, reading: Number, mark: Number) -> None:
+        """A reading far behind the queue's time (a clock stepped back, or another
+        process's clock runs ahead, within the step): calls use the queue's time."""
+        seen = time.monotonic()
+        if seen - self._lag_warned >= LAG_WARNING_EVERY:
+            self._lag_warned = seen
+            log.warning(
+                "%s: the queue's time is %.1f s ahead of this process's clock (a clock "
+                "stepped back, or another process's clock runs ahead); calls use the "
+                "queue's time",
+                self._sqlite.path,
+                mark - reading,
+            )
 
     def _advance(self, tx: Transaction, events: list[Event]) -> None:
         """Run due events in (time, counter) order.  An expired lease may start a
@@ -529,13 +545,11 @@ class _Call:
     def __enter__(self) -> Transaction:
         tx = self._tx.__enter__()
         reading = self._reading
-        step = self._queue.max_clock_step
-        if tx.events or (
-            reading is not None and step is not None and abs(reading - tx.mark) > step
-        ):
+        lagging = reading is not None and reading < tx.mark - self._queue._step
+        if tx.events or lagging:
             try:
-                if reading is not None:
-                    self._queue._check_clock(reading, tx.mark)
+                if lagging:
+                    self._queue._warn_lag(reading, tx.mark)  # type: ignore[arg-type]
                 self._queue._advance(tx, tx.events)
             except BaseException as exc:
                 self._tx.__exit__(type(exc), exc, exc.__traceback__)

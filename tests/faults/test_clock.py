@@ -105,6 +105,25 @@ def test_a_system_clock_off_the_kernels_is_refused(
     q.close()
 
 
+def test_a_clock_creeping_ahead_is_caught_within_the_step(db_path: Path) -> None:
+    """Steps under max_clock_step, one after another, do not add up: no reading more
+    than the step ahead of the kernel's time is accepted."""
+    q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3)
+    drift = [0.0]
+    q._clock = lambda: time.time() + drift[0]  # the system clock, running away
+    assert q._guard_clock
+    accepted = 0
+    with pytest.raises(ClockSkew):
+        for _ in range(10):
+            q.add(f"t{accepted}")
+            accepted += 1
+            mark = q._sqlite._connection().execute("SELECT now FROM sqlq_clock").fetchone()[0]
+            assert mark <= time.time() + STEP
+            drift[0] += 50
+    assert accepted == 2  # +0 s and +50 s; +100 s is refused
+    q.close()
+
+
 def test_an_idle_queue_catches_up_with_the_real_clock(db_path: Path) -> None:
     """Hours without a call are not a wrong clock: the kernel agrees with the reading."""
     q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3)
