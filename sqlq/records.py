@@ -77,5 +77,5 @@ class Checkpoint:
     #: now; fewer when a reader still needs older pages.
     wal_frames: int
     checkpointed: int
-    #: The size of the -wal file afterwards.
-    wal_bytes: int
+    #: The size of the -wal file afterwards (None if it could not be looked at).
+    wal_bytes: int | None

@@ -177,7 +177,8 @@ def _stats(args: argparse.Namespace) -> int:
     print(f"database: {path}")
     print(f"sqlite:   {driver.describe()}")
     print(f"schema:   version {version}")
-    print(f"wal:      {byte_size(wal)} (the -wal file; back within 4 MiB after checkpoints)")
+    shown = "unknown (cannot look at the -wal file)" if wal is None else byte_size(wal)
+    print(f"wal:      {shown} (the -wal file; back within 4 MiB after checkpoints)")
     if not queues:
         print("no tasks")
         return EXIT_OK

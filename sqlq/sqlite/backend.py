@@ -62,8 +62,8 @@ T = TypeVar("T")
 WAIT_MIN, WAIT_MAX = 100e-6, 5e-3
 
 #: A process checkpoints after this many of its own commits, and sooner once the
-#: -wal file is past the size limit (looked at every WAL_LOOK commits).
-CHECKPOINT_EVERY, WAL_LOOK = 100, 10
+#: -wal file is past the size limit (looked at after every commit: one stat call).
+CHECKPOINT_EVERY = 100
 
 log = logging.getLogger("sqlq")
 
@@ -130,16 +130,16 @@ class SqliteBackend:
         if not migrate and not os.path.isfile(self.path):
             raise CannotOpen(f"{self.path}: no such database file")
         mode = files.check_mode(file_mode)
-        if migrate:
-            files.create_database_file(self.path, mode)
-            files.check_writable(self.path)
-        self.file_mode = files.file_mode(self.path)
         if synchronous not in ("full", "normal"):
             raise InvalidConfig(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
             raise InvalidConfig("busy_timeout must be a number of seconds")
         if not 0 <= busy_timeout <= 86400:
             raise InvalidConfig(f"busy_timeout must be between 0 and 86400, got {busy_timeout}")
+        if migrate:
+            files.check_writable(self.path)  # before creating anything
+            files.create_database_file(self.path, mode)
+        self.file_mode = files.file_mode(self.path)
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
         driver.warn_if_affected()
@@ -191,7 +191,6 @@ class SqliteBackend:
         dbapi_conn.execute(
             Q.set_synchronous_full if self.synchronous == "full" else Q.set_synchronous_normal
         )
-        dbapi_conn.execute(Q.no_auto_checkpoint)
         (self.wal_limit,) = dbapi_conn.execute(Q.limit_wal_size).fetchone()
 
     def _connection(self) -> Any:
@@ -205,6 +204,9 @@ class SqliteBackend:
                 raise driver.translate(cause, self.path) from cause
             self._conn = self._fairy.driver_connection
             self._cursor = self._conn.cursor()
+            # The queue's own connection checkpoints itself (_after_commit); those
+            # of queue.engine, whose commits sqlq does not see, keep SQLite's.
+            self._conn.execute(Q.no_auto_checkpoint)
             if self._opened:  # a new connection after fork: same waiting as the first
                 self._conn.execute(Q.no_busy_handler)
         return self._conn
@@ -223,6 +225,8 @@ class SqliteBackend:
 
     def close(self) -> None:
         with self._lock:
+            if self._conn is not None and self._commits and not self._closed:
+                self._checkpoint_logged(self._conn)  # a short-lived queue leaves its log
             self._closed = True
             self._cursor = None
             if self._fairy is not None:
@@ -360,24 +364,27 @@ class SqliteBackend:
         return result
 
     def _after_commit(self, conn: Any) -> None:
-        """Every WAL_LOOK commits (counted by the caller), still holding the gate: a
-        checkpoint whose outcome is looked at, if one is due.  Never raises: the
-        call has succeeded; a failed checkpoint leaves the log to the next one.
+        """After every commit, still holding the gate: a checkpoint whose outcome is
+        looked at, if one is due.  Never raises: the call has succeeded; a failed
+        checkpoint leaves the log to the next one.
 
         The gate keeps other sqlq writers out while it runs, so it can copy the
         whole log, and the next writer then starts the log over from its beginning
         (truncating the file to journal_size_limit).  Run outside the gate, with
         several processes writing, some commit always lands during the checkpoint,
         the log never starts over, and the -wal file grows without bound."""
+        if self._commits >= CHECKPOINT_EVERY or (self.wal_bytes() or 0) > self.wal_limit:
+            self._checkpoint_logged(conn)
+
+    def _checkpoint_logged(self, conn: Any) -> None:
         try:
-            if self._commits >= CHECKPOINT_EVERY or self.wal_bytes() > self.wal_limit:
-                self._checkpoint(conn)
+            self._checkpoint(conn)
         except Exception as exc:  # an I/O error, a full disk: the WAL keeps the data
             self.checkpoint_failures += 1
-            error = driver.translate(exc, self.path) if isinstance(exc, driver.dbapi.Error) else exc
+            error = self._translated(exc) if isinstance(exc, driver.dbapi.Error) else exc
             log.warning("checkpoint of %s failed, retried later: %s", self.path, error)
 
-    def wal_bytes(self) -> int:
+    def wal_bytes(self) -> int | None:
         return files.wal_bytes(self.path)
 
     def _waiting(
@@ -530,8 +537,7 @@ class SqliteTransaction:
             try:
                 if committed:
                     backend._commits += 1
-                    if backend._commits % WAL_LOOK == 0:
-                        backend._after_commit(self._conn)
+                    backend._after_commit(self._conn)
             finally:
                 try:
                     backend.end_write()

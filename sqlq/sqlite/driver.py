@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import errors
+from .files import describe_problem
 
 try:  # pragma: no cover - which branch runs depends on the platform
     import pysqlite3.dbapi2 as _dbapi
@@ -98,4 +99,7 @@ def translate(exc: BaseException, path: str) -> errors.StorageError:
         return errors.Busy(
             f"{path}: the write lock was not free within busy_timeout ({name}: {exc})"
         )
-    return kind(f"{path}: {exc} ({name})")
+    message = f"{path}: {exc} ({name})"
+    if kind in (errors.ReadOnly, errors.CannotOpen):
+        message += describe_problem(path)
+    return kind(message)

@@ -80,6 +80,8 @@ def check_writable(path: str) -> None:
     create or write the files beside it?  Raises ReadOnly / CannotOpen naming the
     file and the reason, instead of SQLite's "unable to open database file" later."""
     folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise CannotOpen(f"{path}: the folder {folder} does not exist")
     problem = diagnose(path)
     if problem is None:
         return
@@ -104,18 +106,19 @@ def diagnose(path: str) -> tuple[str, str] | None:
     connections hold on it.
     """
     folder = os.path.dirname(path)
-    for name in (path, path + "-wal", path + "-shm", path + ".sqlq-gate"):
+    # .migrate-lock is left out: it is only taken to migrate (ensure_schema says so then).
+    for name in (path, *(path + suffix for suffix in SIDE_FILES[:3])):
         if os.path.exists(name):
-            if not _writable(name):
+            if not _access(name, os.R_OK | os.W_OK):
                 return name, _reason(folder)
-        elif not _writable(folder, os.X_OK):
+        elif not _access(folder, os.W_OK | os.X_OK):  # creating needs no read permission
             return folder, _reason(folder)
     return None
 
 
-def _writable(name: str, extra: int = 0) -> bool:
+def _access(name: str, mode: int) -> bool:
     effective = os.access in os.supports_effective_ids
-    return os.access(name, os.W_OK | os.R_OK | extra, effective_ids=effective)
+    return os.access(name, mode, effective_ids=effective)
 
 
 def describe_problem(path: str) -> str:
@@ -142,9 +145,12 @@ def _reason(folder: str, exc: OSError | None = None) -> str:
     return "permission denied"
 
 
-def wal_bytes(path: str) -> int:
-    """The size of the database's write-ahead log file (0 if there is none)."""
+def wal_bytes(path: str) -> int | None:
+    """The size of the database's write-ahead log file (0 if there is none, None if
+    it cannot be looked at)."""
     try:
         return os.stat(path + "-wal").st_size
     except FileNotFoundError:
         return 0
+    except OSError:
+        return None

@@ -25,7 +25,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from ..errors import NotASqlqDatabase, SchemaError, SchemaTooNew, StorageError
+from ..errors import CannotOpen, NotASqlqDatabase, SchemaError, SchemaTooNew, StorageError
 from .driver import dbapi
 from .queries import Q
 
@@ -109,12 +109,22 @@ def ensure_schema(conn: Any, path: str, mode: int = 0o600) -> int:
             f"knows versions up to {latest}; upgrade sqlq"
         )
     if version < latest:
-        with FileLock(path + ".migrate-lock", mode=mode):
+        lock = FileLock(path + ".migrate-lock", mode=mode)
+        try:
+            lock.acquire()
+        except OSError as exc:
+            raise CannotOpen(
+                f"{path}: cannot take {path}.migrate-lock to migrate the schema "
+                f"({exc.strerror or exc})"
+            ) from exc
+        try:
             version = applied_version(conn, path)  # another process may have migrated
             if version == 0:
                 _enable_wal(conn, path)
             for migration in migrations()[version:]:
                 _apply(conn, migration)
+        finally:
+            lock.release()
     _enable_wal(conn, path)
     return latest
 

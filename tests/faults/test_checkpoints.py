@@ -171,3 +171,33 @@ def test_the_wal_stays_bounded_while_four_processes_write(db_path: Path) -> None
     assert q.counts()["COMPLETED"] == 1600
     assert largest <= 2 * limit, f"the -wal file reached {largest / 2**20:.1f} MiB"
     q.close()
+
+
+def test_writers_on_queue_engine_keep_sqlites_own_checkpoints(db_path: Path) -> None:
+    """sqlq does not see the commits of transactions on queue.engine, so those
+    connections keep SQLite's automatic checkpoint; without it, 400 transactional
+    adds left a 29 MiB -wal file behind."""
+    q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3, synchronous="normal")
+    limit = q._sqlite.wal_limit
+    largest = 0
+    for i in range(400):
+        with q.engine.begin() as conn:
+            q.add(f"t{i}", payload=PAYLOAD, conn=conn)
+        largest = max(largest, wal_size(db_path))
+    with q.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 1000
+    assert q._sqlite._connection().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    assert largest <= 2 * limit, f"the -wal file reached {largest / 2**20:.1f} MiB"
+    assert q.counts()["AVAILABLE"] == 400
+    q.close()
+
+
+def test_a_short_lived_queue_checkpoints_when_it_closes(db_path: Path) -> None:
+    keep = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3)  # keeps the -wal alive
+    for i in range(5):
+        q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3)
+        q.add(f"t{i}", payload=PAYLOAD)
+        q.close()
+        assert q._sqlite.last_checkpoint is not None  # a few commits, then close
+        assert q._sqlite.last_checkpoint.checkpointed == q._sqlite.last_checkpoint.wal_frames
+    keep.close()
