@@ -85,6 +85,9 @@ BUSY_PAUSE = 0.2
 #: pass (space freed, the device back, the clock fixed) and the tasks are safe
 #: meanwhile (leases that run out are retried).
 TRANSIENT = (Busy, StorageFull, StorageIOError, ClockSkew)
+
+#: Seconds between two warnings about the same transient error.
+REPEAT_WARNING = 10.0
 #: Longest wait of the thread that calls ``run`` before it looks for a stop request.
 SIGNAL_CHECK = 0.1
 #: Format of the log lines ``serve`` writes to stderr when logging is not configured.
@@ -202,6 +205,7 @@ class Worker:
         self._stop_at: float | None = None
         self._hurry = False  # skip what is left of the grace period
         self._returned = False  # run() is returning: no more queue calls
+        self._warned: dict[str, float] = {}  # transient error kind -> last warning
         self._monitor_exit = False
         self._started = False
         self._work: stdqueue.SimpleQueue[_Running | None] = stdqueue.SimpleQueue()
@@ -365,12 +369,17 @@ class Worker:
             return _BUSY
 
     def _log_busy(self, exc: Exception) -> None:
-        self.log.warning(
-            "queue %r: %s (%s); retrying in %gs",
-            self.queue.queue,
-            type(exc).__name__,
-            exc,
-            BUSY_PAUSE,
+        """A transient error: a warning, then at most one a REPEAT_WARNING seconds for
+        the same kind of error (a full disk or a wrong clock can last a while; the
+        call is retried every BUSY_PAUSE)."""
+        kind = type(exc).__name__
+        seen = time.monotonic()
+        level = logging.DEBUG
+        if seen - self._warned.get(kind, -math.inf) >= REPEAT_WARNING:
+            self._warned[kind] = seen
+            level = logging.WARNING
+        self.log.log(
+            level, "queue %r: %s (%s); retrying in %gs", self.queue.queue, kind, exc, BUSY_PAUSE
         )
 
     def _persist(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T | _Busy:
