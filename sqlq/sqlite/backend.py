@@ -396,21 +396,15 @@ class SqliteBackend:
         """``attempt()``, retried with short randomised pauses while SQLite says busy
         (a writer that does not take the gate holds the lock), until ``deadline``.
         ``error``: the busy error of a first attempt the caller already made."""
-        if error is None:
-            try:
-                return attempt()
-            except driver.dbapi.OperationalError as exc:
-                if not driver.is_busy(exc):
-                    raise
-                error = exc
-        if deadline is None:
-            deadline = time.monotonic() + self.busy_timeout
         pause = WAIT_MIN
         while True:
-            if time.monotonic() >= deadline:
-                raise error
-            time.sleep(pause * (0.5 + self._rng.random()))
-            pause = min(pause * 2, WAIT_MAX)
+            if error is not None:  # busy: pause (randomised, growing), then try again
+                if deadline is None:
+                    deadline = time.monotonic() + self.busy_timeout
+                if time.monotonic() >= deadline:
+                    raise error
+                time.sleep(pause * (0.5 + self._rng.random()))
+                pause = min(pause * 2, WAIT_MAX)
             try:
                 return attempt()
             except driver.dbapi.OperationalError as exc:
