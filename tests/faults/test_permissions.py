@@ -313,3 +313,11 @@ def test_a_read_only_mount_is_refused_with_its_reason(tmp_path: Path) -> None:
         pytest.skip(f"cannot make a read-only bind mount here: {done.stderr.strip()}")
     assert done.stdout.startswith(("ReadOnly", "CannotOpen")), (done.stdout, done.stderr)
     assert "read-only file system" in done.stdout and str(db) in done.stdout
+
+
+def test_a_folder_others_may_write_but_not_list_is_enough(world: Path) -> None:
+    """Creating files takes write and search permission on the folder, not read."""
+    os.chmod(world, 0o733)
+    result = as_user(NOBODY, NOBODY, world / "drop.db", "work")
+    assert result == {"ok": True}, result
+    assert stat.S_IMODE(os.stat(world / "drop.db").st_mode) == 0o600
