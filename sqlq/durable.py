@@ -55,8 +55,8 @@ from .sqlite.files import DEFAULT_FILE_MODE
 #: Tasks deleted per transaction by ``purge``, so that no call holds the write lock long.
 PURGE_BATCH = 1000
 
-#: How far (seconds) a reading of the system clock may run ahead of the queue's time
-#: before the reading is checked against the kernel's clock.
+#: How far (seconds) a reading of the system clock may run ahead of the kernel's clock
+#: (and how far readings advance between two checks against it).
 DEFAULT_MAX_CLOCK_STEP = 60.0
 
 #: At most one warning per this many seconds about a clock behind the queue's time.
@@ -391,14 +391,13 @@ class Queue:
         """Counts per state, the age of the front of the line, the next deadlines."""
         with self._call(now) as tx:
             counts, front, deadline, run_at = tx.stats(self.queue)
-            stats = QueueStats(
+            return QueueStats(
                 counts=counts,
                 oldest_available_age=None if front is None else tx.now - front,
                 next_deadline=deadline,
                 next_run_at=run_at,
                 wal_bytes=self._sqlite.wal_bytes(),
             )
-        return stats
 
     def checkpoint(self) -> Checkpoint:
         """Copy the write-ahead log into the database file now, as far as no reader
