@@ -119,3 +119,21 @@ def run_scenario(tmp_path: Path) -> RunScenario:
         return result
 
     return run
+
+
+Integrity = Callable[[Path], str]
+
+
+@pytest.fixture
+def integrity() -> Integrity:
+    """integrity(db) -> what PRAGMA integrity_check says of a database file ("ok")."""
+    from sqlq.sqlite import driver
+
+    def check(db: Path) -> str:
+        conn = driver.dbapi.connect(str(db))
+        try:
+            return "; ".join(str(row[0]) for row in conn.execute("PRAGMA integrity_check"))
+        finally:
+            conn.close()
+
+    return check

@@ -182,12 +182,18 @@ def outcomes(lines: list[dict[str, Any]], call: str) -> list[dict[str, Any]]:
     return [line for line in lines if line["call"] == call]
 
 
-def test_a_process_an_hour_ahead_is_refused(fault_shim: Any, tmp_path: Path) -> None:
-    db, ctl = tmp_path / "q.db", tmp_path / "ctl"
+def leased(db: Path) -> tuple[sqlq.Queue, sqlq.Lease]:
+    """A queue with task "a" leased (20 s) by the test process."""
     q = sqlq.Queue(db, lease_seconds=20, max_attempts=5)
     q.add("a")
     lease = q.claim()
     assert lease is not None
+    return q, lease
+
+
+def test_a_process_an_hour_ahead_is_refused(fault_shim: Any, tmp_path: Path) -> None:
+    db, ctl = tmp_path / "q.db", tmp_path / "ctl"
+    q, lease = leased(db)
     set_offset(ctl, 3600)
     lines = child(fault_shim, ctl, db, "calls")
     assert isinstance(lines, list)
@@ -210,10 +216,7 @@ def test_without_the_guard_the_same_process_expires_leases_early(
 ) -> None:
     """What the bound prevents, and what still holds without it: the stale token."""
     db, ctl = tmp_path / "q.db", tmp_path / "ctl"
-    q = sqlq.Queue(db, lease_seconds=20, max_attempts=5)
-    q.add("a")
-    lease = q.claim()
-    assert lease is not None
+    q, lease = leased(db)
     set_offset(ctl, 3600)
     lines = child(fault_shim, ctl, db, "calls", "--no-guard")
     assert isinstance(lines, list)
@@ -230,10 +233,7 @@ def test_a_process_within_the_step_can_expire_a_lease_early(
     fault_shim: Any, tmp_path: Path
 ) -> None:
     db, ctl = tmp_path / "q.db", tmp_path / "ctl"
-    q = sqlq.Queue(db, lease_seconds=20, max_attempts=5)
-    q.add("a")
-    lease = q.claim()
-    assert lease is not None
+    q, lease = leased(db)
     set_offset(ctl, 30)  # within max_clock_step: trusted
     lines = child(fault_shim, ctl, db, "calls")
     assert isinstance(lines, list)

@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import sqlq
-from sqlq.sqlite import driver
 
 if TYPE_CHECKING:
-    from conftest import FaultShim, RunScenario
+    from conftest import FaultShim, Integrity, RunScenario
 
 pytestmark = [pytest.mark.faults]
 
@@ -133,21 +132,13 @@ def _missing(queue: sqlq.Queue, tasks: dict[str, Any]) -> list[str]:
     return [t for t, payload in tasks.items() if t not in found or found[t] != payload]
 
 
-def _integrity(db: Path) -> str:
-    conn = driver.dbapi.connect(str(db))
-    try:
-        return "; ".join(str(row[0]) for row in conn.execute("PRAGMA integrity_check"))
-    finally:
-        conn.close()
-
-
 def _cause_ok(exc: BaseException) -> None:
     cause = exc.__cause__
     assert cause is not None and getattr(cause, "sqlite_errorcode", None) == SQLITE_FULL
     assert cause.__context__ is None, "a second error was chained to SQLite's"
 
 
-def test_disk_full_max_page_count(tmp_path: Path) -> None:
+def test_disk_full_max_page_count(tmp_path: Path, integrity: Integrity) -> None:
     """The database at its size limit (PRAGMA max_page_count on the queue's own
     connection): adds that need a new page fail with StorageFull and leave no trace,
     add_many is all or nothing, a fail() whose error text needs room leaves the task
@@ -209,6 +200,6 @@ def test_disk_full_max_page_count(tmp_path: Path) -> None:
         acked.update({**dict(batch), refused: PAYLOAD})
         assert queue.status(first.task_id) == "COMPLETED"
         assert _missing(queue, acked) == []
-    assert _integrity(db) == "ok"
+    assert integrity(db) == "ok"
     with sqlq.Queue(db, lease_seconds=300, max_attempts=5) as queue:
         assert _missing(queue, acked) == []

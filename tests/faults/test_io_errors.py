@@ -25,10 +25,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import sqlq
-from sqlq.sqlite import driver
 
 if TYPE_CHECKING:
-    from conftest import FaultShim, RunScenario
+    from conftest import FaultShim, Integrity, RunScenario
 
 pytestmark = [pytest.mark.faults]
 
@@ -156,7 +155,7 @@ def test_commit_fsync_error_then_retry(fault_shim: FaultShim, run_scenario: RunS
 
 
 def test_commit_fsync_error_then_crash(
-    fault_shim: FaultShim, run_scenario: RunScenario, tmp_path: Path
+    fault_shim: FaultShim, run_scenario: RunScenario, tmp_path: Path, integrity: Integrity
 ) -> None:
     """The outcome of a commit whose fsync failed is unknown: the process dies right
     after the StorageIOError, and the next process to open the file rebuilds the
@@ -179,7 +178,7 @@ def test_commit_fsync_error_then_crash(
         found = {t.task_id for t in queue.tasks(limit=100)}
         assert set(out["acked"]) <= found
     print(f"\nstate found after the crash: {info.state}")
-    assert _integrity(db) == "ok"
+    assert integrity(db) == "ok"
 
 
 @pytest.mark.skipif(not hasattr(sqlq.Queue, "checkpoint"), reason="needs Queue.checkpoint()")
@@ -256,11 +255,3 @@ def _on(line: str, file: str, *functions: str) -> bool:
     (and, if given, of one of ``functions``)?"""
     function, _fd, name, *_ = line.split()
     return name == file and (not functions or function in functions)
-
-
-def _integrity(db: Path) -> str:
-    conn = driver.dbapi.connect(str(db))
-    try:
-        return "; ".join(str(row[0]) for row in conn.execute("PRAGMA integrity_check"))
-    finally:
-        conn.close()
