@@ -229,7 +229,6 @@ def test_a_forked_child_opens_its_own_connection(db_path: Path) -> None:
     q = open_queue(db_path)
     q.add("a", 0)
     q.add("b", 0)
-    parent_conn = q._backend._connection()  # type: ignore[attr-defined]
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     child = ctx.Process(target=_child_uses_inherited_queue, args=(q, out))
@@ -238,8 +237,7 @@ def test_a_forked_child_opens_its_own_connection(db_path: Path) -> None:
     child.join(30)
     assert child.exitcode == 0 and pid != os.getpid()
     assert (reserved, completed) == ("a", True)
-    # The parent's connection was not touched and still works.
-    assert q._backend._connection() is parent_conn  # type: ignore[attr-defined]
+    # The parent reconnects on its next call (tests/test_fork.py has the rest).
     assert q.status("a", 2) == "COMPLETED"
     assert q.reserve(2) == "b"
     q.close()

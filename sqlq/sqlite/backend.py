@@ -14,8 +14,9 @@ Concurrency model:
   SQLite's own busy handler is used only while opening (migrations).
 * Within a process: one connection per backend object, calls serialised by a
   lock, so a Queue can be shared by threads.
-* Across ``fork``: the child never touches the parent's connection (SQLite
-  forbids it); it opens its own on first use.
+* Across ``fork``: no connection of sqlq's is open at the moment of fork (each
+  queue closes its own just before, see _close_before_fork); the parent and the
+  child each open a new one on first use, and the child its own gate files.
 """
 
 from __future__ import annotations
@@ -67,18 +68,33 @@ CHECKPOINT_EVERY = 100
 
 log = logging.getLogger("sqlq")
 
-# Connections inherited through fork: kept alive (never closed or finalised) in
-# the child, because closing them there would act on the parent's locks.
+# Connections a forked child inherited open (see _close_before_fork): kept alive,
+# never closed or finalised there, because closing them would act on the file as
+# if the child held the parent's locks.
 _inherited: list[Any] = []
 _live_backends: weakref.WeakSet[SqliteBackend] = weakref.WeakSet()
 
 
+def _before_fork() -> None:
+    for backend in list(_live_backends):
+        backend._close_before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for backend in list(_live_backends):
+        backend._resume_after_fork()
+
+
 def _after_fork_in_child() -> None:
     for backend in list(_live_backends):
-        backend._forget_connection()
+        backend._start_in_child()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
 
 
 def database_path(path_or_url: str | os.PathLike[str]) -> str:
@@ -169,9 +185,10 @@ class SqliteBackend:
         self.checkpoint_failures = 0
         self._opened = False
         self._closed = False
+        self._held_for_fork = False
         _live_backends.add(self)
         try:
-            with self._guard():
+            with self._lock, self._guard():
                 conn = self._connection()
                 if migrate:
                     self.schema_version = ensure_schema(conn, self.path, self.file_mode)
@@ -179,7 +196,7 @@ class SqliteBackend:
                     self.schema_version = check_schema(conn, self.path)
             self._rng = random.Random()
             self._opened = True  # from now on connections wait for locks in _waiting
-            with self._guard():
+            with self._lock, self._guard():
                 self._connection().execute(Q.no_busy_handler)
         except BaseException:
             self.close()  # a refused file keeps no connection (nor -wal/-shm files)
@@ -211,16 +228,46 @@ class SqliteBackend:
                 self._conn.execute(Q.no_busy_handler)
         return self._conn
 
-    def _forget_connection(self) -> None:
-        """In a forked child: drop (but keep alive) the parent's connection."""
+    def _disconnect(self) -> None:
+        self._cursor = None
         if self._fairy is not None:
+            self._fairy.close()
+        self._fairy = self._conn = None
+
+    def _close_before_fork(self) -> None:
+        """Before fork(): close the connection, so that none of sqlq's is open in this
+        process when it forks.  SQLite forbids carrying one into a child: the child
+        would inherit this process's lock bookkeeping for the file and take no real
+        locks, and whichever side closed last would checkpoint and delete the -wal the
+        other still commits into.  The lock is held until the fork is over, so no call
+        opens a new one meanwhile; both sides reconnect on their next call."""
+        self._held_for_fork = self._lock.acquire(timeout=self.busy_timeout)
+        if self._held_for_fork:
+            self._disconnect()
+        else:
+            log.warning(
+                "fork() while a call on %s ran for longer than busy_timeout in another "
+                "thread: its connection stays open, and the child must not use this file",
+                self.path,
+            )
+
+    def _resume_after_fork(self) -> None:
+        """After fork(), in the parent."""
+        if self._held_for_fork:
+            self._held_for_fork = False
+            self._lock.release()
+
+    def _start_in_child(self) -> None:
+        """After fork(), in the child: a new lock (a call of the parent's other threads
+        may have held the old one), a new connection and gate files on first use."""
+        if self._fairy is not None:  # left open by _close_before_fork: keep it, unused
             _inherited.append((self._fairy, self._conn, self._cursor))
-        self._fairy = self._conn = self._cursor = None
-        # The gate's files are shared with the parent (and so is its flock): unlocking
-        # them here would unlock the parent.  Keep them unused; open new ones.
+            self._fairy = self._conn = self._cursor = None
         if self._gate is not None:
-            _inherited.append(self._gate)
-        self._gate = None
+            self._gate.close_copy()
+            self._gate = None
+        self._held_for_fork = False
+        self._commits = 0
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -228,10 +275,7 @@ class SqliteBackend:
             if self._conn is not None and self._commits and not self._closed:
                 self._checkpoint_logged(self._conn)  # a short-lived queue leaves its log
             self._closed = True
-            self._cursor = None
-            if self._fairy is not None:
-                self._fairy.close()
-            self._fairy = self._conn = None
+            self._disconnect()
             if self._gate is not None:
                 self._gate.close()
                 self._gate = None

@@ -91,6 +91,14 @@ class Gate:
         if not thread_owns_waiter:
             os.close(self._waiter)
 
+    def close_copy(self) -> None:
+        """In a forked child: close the child's copies of the gate's files, never
+        unlocking them.  A flock belongs to the open file, which the parent shares:
+        an unlock here would unlock the parent, while closing a copy leaves its lock
+        alone.  The gate's thread, if any, stayed in the parent."""
+        os.close(self._quick)
+        os.close(self._waiter)
+
     def _block(self) -> None:
         """The gate's thread: wait in the kernel on behalf of whoever asks; on close,
         let go of the lock and close the waiting file."""
