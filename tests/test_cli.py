@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -118,7 +119,7 @@ def _version_1(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         first = migrate.migrations()[:1]
         m.setattr(migrate, "migrations", lambda: first)
         conn = dbapi.connect(str(path), isolation_level=None)
-        migrate.ensure_schema(conn, str(path))
+        migrate.ensure_schema(str(path), lambda: conn, mode=0o600, timeout=5)
         conn.execute(
             "INSERT INTO sqlq_tasks (queue, task_id, state, seq, attempts, max_attempts, "
             "created_at, updated_at) VALUES ('default', 'old', 'AVAILABLE', 1, 0, 3, 0, 0)"
@@ -136,6 +137,14 @@ def _foreign(path: Path, kind: str) -> None:
     elif kind == "no tables":
         with sqlite3.connect(path) as conn:
             conn.execute("PRAGMA user_version = 7")
+        conn.close()
+    elif kind == "empty sqlq_migrations":
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE notes (body TEXT)")
+            conn.execute(
+                "CREATE TABLE sqlq_migrations (version INTEGER PRIMARY KEY, name TEXT, "
+                "checksum TEXT, applied_at REAL)"
+            )
         conn.close()
     else:
         with sqlite3.connect(path) as conn:
@@ -256,9 +265,9 @@ def test_a_directory_is_exit_2(
     [
         (name, kind)
         for name in [*sorted(NEEDS_DB), "add", "migrate"]
-        for kind in ["text", "foreign sqlite", "empty", "no tables"]
-        # migrate turns an empty SQLite file into a sqlq database (tested below)
-        if not (name == "migrate" and kind in ("empty", "no tables"))
+        for kind in ["text", "foreign sqlite", "empty", "no tables", "empty sqlq_migrations"]
+        # the commands that create databases create one in an empty file (tested below)
+        if not (name in ("add", "migrate") and kind == "empty")
     ],
 )
 def test_files_that_are_not_sqlq_databases_are_refused_untouched(
@@ -448,6 +457,87 @@ def test_add_creates_a_missing_database(tmp_path: Path, capsys: pytest.CaptureFi
     code, _, err = _cli(capsys, "add", tmp_path / "no" / "such" / "folder.db", "a")
     assert code == 2 and "no such folder" in err
     assert not (tmp_path / "no").exists()
+
+
+def test_add_creates_the_database_in_an_empty_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty file is a database not created yet: add creates it as in a missing
+    path; the commands that do not create databases refuse it."""
+    db = tmp_path / "empty.db"
+    db.touch()
+    code, _, err = _cli(capsys, "list", db)
+    assert code == 1 and "empty" in err
+    assert _json(capsys, "add", db, "a")["added"] == 1
+    assert _cli(capsys, "list", db)[0] == 0
+    with _queue(db) as q:
+        assert q.counts()["AVAILABLE"] == 1
+
+
+@pytest.mark.processes
+def test_concurrent_adds_on_a_new_file_all_succeed(tmp_path: Path) -> None:
+    """12 `sqlq add NEW.db id` processes at once: whichever creates the file, the
+    others wait for it and add their task; none finds the file half made."""
+    for round_ in range(3):
+        db = tmp_path / f"new-{round_}.db"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "sqlq", "add", str(db), f"id-{i}"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(12)
+        ]
+        outcomes = [(p.communicate(timeout=120)[1], p.returncode) for p in procs]
+        failed = [err for err, code in outcomes if code != 0]
+        assert not failed, f"round {round_}: {len(failed)} of 12 failed: {failed[0]}"
+        with _queue(db) as q:
+            assert sorted(t.task_id for t in q.tasks()) == sorted(f"id-{i}" for i in range(12))
+
+
+def _has_open(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open (Linux's /proc)."""
+    try:
+        return any(
+            os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd")
+        )
+    except OSError:  # it exited meanwhile
+        return False
+
+
+@pytest.mark.processes
+def test_a_reader_waits_for_a_database_another_process_is_creating(tmp_path: Path) -> None:
+    """`sqlq stats` finds the file empty while its creator holds the migration lock:
+    it waits for the creation to end and shows the database, instead of refusing
+    the file as empty."""
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc to see the reader waiting")
+    made = tmp_path / "made.db"
+    with _queue(made) as q:
+        q.add("a")
+    db = tmp_path / "new.db"
+    db.touch()
+    lock = f"{db}.migrate-lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # this test is "creating" the database
+        reader = subprocess.Popen(
+            [sys.executable, "-m", "sqlq", "stats", "--json", str(db)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while reader.poll() is None and not _has_open(reader.pid, lock):  # found it empty
+            assert time.monotonic() < deadline, "the reader never waited for the lock"
+            time.sleep(0.01)
+        db.write_bytes(made.read_bytes())  # the creation ends
+    finally:
+        os.close(fd)
+    out, err = reader.communicate(timeout=60)
+    assert reader.returncode == 0, err
+    assert json.loads(out)["queues"]["default"]["AVAILABLE"] == 1
 
 
 def test_add_migrates_an_older_sqlq_database(

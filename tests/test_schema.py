@@ -15,6 +15,7 @@ import sqlq
 from sqlq import schema
 from sqlq.errors import NotASqlqDatabase, SchemaTooNew
 from sqlq.sqlite import migrate
+from sqlq.sqlite.backend import SqliteBackend
 from sqlq.sqlite.driver import dbapi
 from sqlq.sqlite.queries import Q, parse
 
@@ -100,6 +101,7 @@ def test_migrations_build_the_declared_schema(db_path: Path) -> None:
         with engine.connect() as conn:
             strict = dict(conn.exec_driver_sql("SELECT name, strict FROM pragma_table_list").all())
             versions = conn.exec_driver_sql("SELECT version, checksum FROM sqlq_migrations").all()
+            application_id = conn.exec_driver_sql("PRAGMA application_id").scalar()
     finally:
         engine.dispose()
     assert all(strict[t.name] == 1 for t in schema.metadata.sorted_tables)
@@ -107,6 +109,7 @@ def test_migrations_build_the_declared_schema(db_path: Path) -> None:
     assert views == sorted(schema.VIEWS)
     assert [v for v, _ in versions] == [m.version for m in migrate.migrations()]
     assert [c for _, c in versions] == [m.checksum for m in migrate.migrations()]
+    assert application_id == migrate.APPLICATION_ID == int.from_bytes(b"sqlq", "big")
 
 
 def _objects(path: Path) -> list[tuple[str, str]]:
@@ -138,6 +141,53 @@ def test_a_foreign_sqlite_database_is_refused_untouched(db_path: Path) -> None:
         sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
     assert _digest(db_path) == before
     assert sorted(p.name for p in db_path.parent.iterdir()) == [db_path.name]
+
+
+@pytest.mark.parametrize(
+    "records",
+    [[], [(1, "initial", "not sqlq's checksum")], [(2, "worker_features", "x")]],
+    ids=["empty", "forged", "no-first"],
+)
+def test_a_foreign_database_with_a_sqlq_migrations_table_is_refused_untouched(
+    db_path: Path, records: list[tuple[int, str, str]]
+) -> None:
+    """A table name is not enough: without sqlq's application id, the migration
+    records must be sqlq's own."""
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+        conn.execute(Q.create_migrations_table)
+        conn.executemany("INSERT INTO sqlq_migrations VALUES (?, ?, ?, 0)", records)
+    conn.close()
+    before = _digest(db_path)
+    with pytest.raises(NotASqlqDatabase, match="not created by sqlq"):
+        sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
+    with pytest.raises(NotASqlqDatabase, match="not created by sqlq"):
+        SqliteBackend(db_path, migrate=False)
+    assert _digest(db_path) == before
+    assert sorted(p.name for p in db_path.parent.iterdir()) == [db_path.name]
+
+
+def test_a_database_made_before_the_application_id_opens_and_gets_it(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version 3 database (what sqlq made before migration 4) is recognised by its
+    migration records, and migrating it sets the application id."""
+    with monkeypatch.context() as m:
+        old = migrate.migrations()[: migrate.BEFORE_APPLICATION_ID]
+        m.setattr(migrate, "migrations", lambda: old)
+        with sqlq.Queue(db_path, lease_seconds=10, max_attempts=2) as q:
+            q.add("kept")
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA application_id").fetchone() == (0,)
+    conn.close()
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=2) as q:
+        assert q.status("kept") == "AVAILABLE"
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("PRAGMA application_id").fetchone() == (migrate.APPLICATION_ID,)
+        assert conn.execute("SELECT max(version) FROM sqlq_migrations").fetchone() == (
+            migrate.latest_version(),
+        )
+    conn.close()
 
 
 def test_a_file_that_is_not_a_database_is_refused_untouched(db_path: Path) -> None:
@@ -237,9 +287,39 @@ def test_query_file_parser_rejects_duplicates_and_empty_blocks() -> None:
         parse("-- name: a\nSELECT 1\n")
 
 
+@pytest.mark.parametrize("kind", ["zero bytes", "a header without tables"])
+def test_an_empty_file_is_a_database_not_created_yet(db_path: Path, kind: str) -> None:
+    """The one rule for an empty file, as in the command line: opening it to read
+    refuses it unchanged; opening a Queue creates the database in it."""
+    db_path.touch()
+    if kind == "a header without tables":  # what an interrupted creation leaves
+        with sqlite3.connect(db_path) as conn:
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.close()
+    before = _digest(db_path)
+    with pytest.raises(NotASqlqDatabase, match="the file is empty"):
+        SqliteBackend(db_path, migrate=False)
+    assert _digest(db_path) == before
+    with sqlq.Queue(db_path, lease_seconds=1, max_attempts=1) as q:
+        assert q.add("t")
+    backend = SqliteBackend(db_path, migrate=False)
+    assert backend.schema_version == migrate.latest_version()
+    backend.close()
+
+
+def test_a_file_without_tables_but_with_a_header_field_set_is_foreign(db_path: Path) -> None:
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("PRAGMA user_version = 7")  # someone's marker: not sqlq's to take
+    conn.close()
+    before = _digest(db_path)
+    with pytest.raises(NotASqlqDatabase, match="not created by sqlq"):
+        sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
+    assert _digest(db_path) == before
+    assert sorted(p.name for p in db_path.parent.iterdir()) == [db_path.name]
+
+
 def test_opening_without_migrating_never_writes(db_path: Path) -> None:
     from sqlq.errors import CannotOpen
-    from sqlq.sqlite.backend import SqliteBackend
 
     with pytest.raises(CannotOpen):
         SqliteBackend(db_path, migrate=False)
@@ -268,7 +348,7 @@ def test_a_version_1_database_keeps_every_task_through_migration_2(
     first = migrate.migrations()[:1]
     monkeypatch.setattr(migrate, "migrations", lambda: first)
     conn = dbapi.connect(str(db_path), isolation_level=None)
-    migrate.ensure_schema(conn, str(db_path))
+    migrate.ensure_schema(str(db_path), lambda: conn, mode=0o600, timeout=5)
     conn.executemany(
         "INSERT INTO sqlq_tasks (queue, task_id, state, seq, attempts, max_attempts, lease_id,"
         " deadline, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",

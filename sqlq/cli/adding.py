@@ -33,7 +33,6 @@ from .common import (
     positive_int,
     print_json,
     seconds,
-    sqlq_file,
     unix_time,
 )
 
@@ -125,12 +124,11 @@ def _add(args: argparse.Namespace) -> int:
         raise CliError(f"TASK_ID: {exc}; nothing was added") from exc
     path = os.path.abspath(args.db)
     created = not os.path.exists(path)
-    if created:
-        folder = os.path.dirname(path)
-        if not os.path.isdir(folder):
-            raise CliError(f"{args.db}: no such folder {folder}", EXIT_USAGE)
-    else:
-        sqlq_file(args.db, allow_older=True)
+    folder = os.path.dirname(path)
+    if created and not os.path.isdir(folder):
+        raise CliError(f"{args.db}: no such folder {folder}", EXIT_USAGE)
+    if os.path.isdir(path):
+        raise CliError(f"{args.db}: is a directory, not a database file", EXIT_USAGE)
     counts = {"added": 0, "existed": 0}
     progress = Progress("add")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..contract import MAX_BATCH, MAX_LEASE_SECONDS, MAX_TIME, State, check_queue_name
 from ..durable import Queue
-from ..errors import InvalidConfig, NotASqlqDatabase
+from ..errors import InvalidConfig
 from ..records import TaskInfo
 from ..sqlite import driver
 from ..sqlite.migrate import check_schema
@@ -194,6 +194,10 @@ def existing_file(arg: str, creates: str = "") -> str:
     return path
 
 
+#: Seconds a command waits for a lock another process holds (a Queue's default busy_timeout).
+LOCK_TIMEOUT = 30.0
+
+
 @contextmanager
 def plain_connection(path: str) -> Iterator[Any]:
     """A DB-API connection of sqlq's SQLite library, autocommit, errors as sqlq errors.
@@ -201,7 +205,7 @@ def plain_connection(path: str) -> Iterator[Any]:
     Connecting creates a missing file: callers check that it exists first.
     """
     try:
-        conn = driver.dbapi.connect(path, isolation_level=None, timeout=30.0)
+        conn = driver.dbapi.connect(path, isolation_level=None, timeout=LOCK_TIMEOUT)
     except driver.dbapi.Error as exc:
         raise driver.translate(exc, path) from exc
     try:
@@ -215,18 +219,19 @@ def plain_connection(path: str) -> Iterator[Any]:
 def check_sqlq_file(conn: Any, path: str, *, allow_older: bool) -> int:
     """The schema version of an existing sqlq database; refuses anything else unchanged.
 
-    An empty file or a SQLite file without sqlq's tables is refused (only
-    `sqlq migrate` turns one into a sqlq database), and so is a newer schema.
-    An older schema is refused unless ``allow_older`` (the command then opens a
-    sqlq.Queue, which migrates it as the library always does).
+    An empty file is a database not created yet (see sqlq.sqlite.migrate): the
+    commands that create databases (add, migrate) create it, the others refuse
+    it, like a SQLite file without sqlq's tables and a newer schema.  An older
+    schema is refused unless ``allow_older`` (the command then opens a
+    sqlq.Queue, which migrates it as the library always does).  A database that
+    another process is creating or migrating is waited for.
     """
-    if os.path.getsize(path) == 0:
-        raise NotASqlqDatabase(
-            f"{path}: the file is empty, not a sqlq database "
-            f"(`sqlq migrate {path}` turns it into one)"
-        )
     return check_schema(
-        conn, path, allow_older=allow_older, older_hint=MIGRATE_HINT.format(path=path)
+        conn,
+        path,
+        timeout=LOCK_TIMEOUT,
+        allow_older=allow_older,
+        older_hint=MIGRATE_HINT.format(path=path),
     )
 
 

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..contract import State
-from ..errors import SchemaTooNew
 from ..sqlite.backend import SqliteBackend
 from ..sqlite.migrate import applied_version, latest_version
 from ..sqlite.queries import Q
@@ -255,16 +254,9 @@ def _migrate(args: argparse.Namespace) -> int:
         raise CliError(f"{args.db}: no such folder {os.path.dirname(path)}", EXIT_USAGE)
     created = not os.path.exists(path)
     before = 0
-    if not created and os.path.getsize(path) > 0:
+    if not created:
         with plain_connection(path) as conn:
             before = applied_version(conn, path)  # refuses foreign files, writes nothing
-    if before > latest_version():
-        # Refused here rather than by SqliteBackend, which leaves its connection open
-        # when it refuses a file.
-        raise SchemaTooNew(
-            f"{path}: the database is at schema version {before}, but this sqlq "
-            f"knows versions up to {latest_version()}; upgrade sqlq"
-        )
     backend = SqliteBackend(path)  # creates or migrates (refusing a newer schema)
     after = backend.schema_version
     backend.close()

@@ -126,9 +126,9 @@ def _stats(args: argparse.Namespace) -> int:
     driver.warn_if_affected()
     now = time.time()  # of the ages; Queue.stats takes max(this, the database clock)
     with plain_connection(path) as conn:
+        version = check_sqlq_file(conn, path, allow_older=False)  # may wait: no snapshot yet
         conn.execute(Q.begin_read)  # one snapshot, never the write lock
         try:
-            version = check_sqlq_file(conn, path, allow_older=False)
             found: dict[str, dict[str, int]] = {}
             for queue, state, count in conn.execute(Q.count_states):
                 found.setdefault(queue, {})[state] = count

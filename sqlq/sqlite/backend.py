@@ -154,8 +154,6 @@ class SqliteBackend:
             raise InvalidConfig(f"busy_timeout must be between 0 and 86400, got {busy_timeout}")
         if migrate:
             files.check_writable(self.path)  # before creating anything
-            files.create_database_file(self.path, mode)
-        self.file_mode = files.file_mode(self.path)
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
         driver.warn_if_affected()
@@ -189,11 +187,15 @@ class SqliteBackend:
         _live_backends.add(self)
         try:
             with self._lock, self._guard():
-                conn = self._connection()
                 if migrate:
-                    self.schema_version = ensure_schema(conn, self.path, self.file_mode)
+                    self.schema_version = ensure_schema(
+                        self.path, self._connection, mode=mode, timeout=self.busy_timeout
+                    )
                 else:
-                    self.schema_version = check_schema(conn, self.path)
+                    self.schema_version = check_schema(
+                        self._connection(), self.path, timeout=self.busy_timeout
+                    )
+            self.file_mode = files.file_mode(self.path)
             self._rng = random.Random()
             self._opened = True  # from now on connections wait for locks in _waiting
             with self._lock, self._guard():

@@ -41,7 +41,7 @@ def create_database_file(path: str, mode: int) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     except FileExistsError:
-        return  # another process was first; it is an ordinary database then
+        return  # a database, or an empty file in which ensure_schema creates one
     except OSError as exc:
         raise CannotOpen(
             f"{path}: cannot create the database file: {_reason(os.path.dirname(path), exc)}"
@@ -52,12 +52,13 @@ def create_database_file(path: str, mode: int) -> None:
         os.close(fd)
 
 
-def file_mode(path: str) -> int:
-    """The permission bits sqlq gives the files beside an existing database."""
+def file_mode(path: str, missing: int = DEFAULT_FILE_MODE) -> int:
+    """The permission bits sqlq gives the files beside the database ``path``;
+    ``missing`` while there is no database file yet."""
     try:
         return stat.S_IMODE(os.stat(path).st_mode) & 0o666 | stat.S_IRUSR | stat.S_IWUSR
     except OSError:
-        return DEFAULT_FILE_MODE
+        return missing
 
 
 def open_side_file(path: str, mode: int) -> int:

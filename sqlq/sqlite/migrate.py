@@ -4,30 +4,52 @@ Migrations are the files ``NNNN_name.sql`` in the repository's
 ``migrations/sqlite/`` folder (the wheel carries them as
 ``sqlq/migrations/sqlite/``).  Each is applied in its own transaction together
 with its row in ``sqlq_migrations``, so a database is always at exactly one
-version.  Processes opening a database at once take a file lock
-(``<database>.migrate-lock``) before migrating; the usual case, a database that
-is already current, costs one query and takes no lock.
+version.  The usual case, a database that is already current, costs one query
+and takes no lock.
 
-A file that is not a SQLite database, or is one without ``sqlq_migrations`` but
-with other tables, or whose schema is newer than this library, is refused with a
-:class:`sqlq.errors.SchemaError` before anything is written to it.
+A sqlq database says so in its header (``PRAGMA application_id``, set by
+migration 4); one made before that is recognised by its ``sqlq_migrations``
+rows being exactly sqlq's own.  Anything else with tables, or with a header
+field set, is foreign, and so is a file that is not a SQLite database: they
+are refused with a :class:`sqlq.errors.SchemaError` before anything is written
+to them, and so is a schema newer than this library.
+
+An empty file (no bytes, or a SQLite header without tables and with no header
+field set: what an interrupted creation leaves) is a database not created yet.
+Opening it to write creates it exactly as a missing path; opening it to read
+refuses it.  Creating or migrating a database happens under an exclusive
+``flock`` on ``<database>.migrate-lock``, taken before the database file is
+created, so a process that finds a database empty or older than its sqlq first
+waits for a creation or migration under way (at most ``timeout`` seconds) and
+then looks again: no process fails because another is creating the file.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import re
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
-from ..errors import CannotOpen, NotASqlqDatabase, SchemaError, SchemaTooNew, StorageError
+from ..errors import Busy, CannotOpen, NotASqlqDatabase, SchemaError, SchemaTooNew, StorageError
+from . import files
 from .driver import dbapi
 from .queries import Q
+
+#: The header's application id in a sqlq database: "sqlq" in ASCII (migration 4).
+APPLICATION_ID = int.from_bytes(b"sqlq", "big")
+#: The migrations made before the application id: a database at one of these
+#: versions is recognised by its sqlq_migrations rows.
+BEFORE_APPLICATION_ID = 3
+#: Waiting for another process's migration lock: the longest pause, in seconds.
+LOCK_POLL = 0.05
 
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
@@ -83,48 +105,47 @@ def latest_version() -> int:
 
 
 def applied_version(conn: Any, path: str) -> int:
-    """The version of the database; 0 for an empty file.  Reads only."""
-    names = {name for _, name in conn.execute(Q.list_objects)}
-    if "sqlq_migrations" not in names:
-        if any(not name.startswith("sqlite_") for name in names):
-            raise NotASqlqDatabase(
-                f"{path}: this SQLite database was not created by sqlq "
-                "(it has tables but no sqlq_migrations); refusing to touch it"
-            )
+    """The schema version of a sqlq database, 0 for an empty file; refuses any
+    other file (NotASqlqDatabase).  Reads only."""
+    application_id, user_version, objects, has_migrations = conn.execute(Q.identify).fetchone()
+    if application_id == APPLICATION_ID and has_migrations:
+        version: int = conn.execute(Q.applied_version).fetchone()[0]
+        return version
+    if application_id == 0 and user_version == 0 and objects == 0:
         return 0
-    version: int = conn.execute(Q.applied_version).fetchone()[0]
-    return version
+    if application_id == 0 and has_migrations:
+        records = conn.execute(Q.migration_records).fetchall()
+        own = [(m.version, m.name, m.checksum) for m in migrations()[:BEFORE_APPLICATION_ID]]
+        if records and records == own[: len(records)]:
+            return len(records)
+    raise NotASqlqDatabase(
+        f"{path}: this SQLite database was not created by sqlq (neither sqlq's "
+        "application id nor sqlq's own migration records); refusing to touch it"
+    )
 
 
-def ensure_schema(conn: Any, path: str, mode: int = 0o600) -> int:
-    """Bring the database to the latest version; return that version.
+def ensure_schema(path: str, connect: Callable[[], Any], *, mode: int, timeout: float) -> int:
+    """Create the database at ``path`` if it is missing or empty, or bring it to the
+    latest version; return that version.
 
-    ``conn`` is a DB-API connection in autocommit mode (isolation_level=None).
+    ``connect()`` returns the DB-API connection to use (autocommit mode); it is
+    called once the file exists.  A new database file gets ``mode``.  Waiting for
+    another process's creation or migration lasts at most ``timeout`` seconds.
     """
     latest = latest_version()
-    version = applied_version(conn, path)
-    if version > latest:
-        raise SchemaTooNew(
-            f"{path}: the database is at schema version {version}, but this sqlq "
-            f"knows versions up to {latest}; upgrade sqlq"
-        )
-    if version < latest:
-        lock = FileLock(path + ".migrate-lock", mode=mode)
-        try:
-            lock.acquire()
-        except OSError as exc:
-            raise CannotOpen(
-                f"{path}: cannot take {path}.migrate-lock to migrate the schema "
-                f"({exc.strerror or exc})"
-            ) from exc
-        try:
-            version = applied_version(conn, path)  # another process may have migrated
-            if version == 0:
-                _enable_wal(conn, path)
-            for migration in migrations()[version:]:
-                _apply(conn, migration)
-        finally:
-            lock.release()
+    if os.path.exists(path):
+        conn = connect()
+        if _not_newer(applied_version(conn, path), path) == latest:
+            _enable_wal(conn, path)
+            return latest
+    with _migration_lock(path, mode, timeout):
+        files.create_database_file(path, mode)
+        conn = connect()
+        version = _not_newer(applied_version(conn, path), path)  # another may have migrated
+        if version == 0:
+            _enable_wal(conn, path)
+        for migration in migrations()[version:]:
+            _apply(conn, migration)
     _enable_wal(conn, path)
     return latest
 
@@ -133,18 +154,23 @@ def check_schema(
     conn: Any,
     path: str,
     *,
+    timeout: float,
     allow_older: bool = False,
     older_hint: str = "opening it with sqlq.Queue migrates it to the current version",
 ) -> int:
-    """The version of a sqlq database; refuses (without writing) any other file, a
-    newer schema, and an older one unless ``allow_older``."""
-    version = applied_version(conn, path)
+    """The version of a sqlq database; refuses (without writing) any other file, an
+    empty one, a newer schema, and an older one unless ``allow_older``.  A database
+    that is empty or older is looked at again once a creation or migration under
+    way in another process is over (waiting at most ``timeout`` seconds).
+    ``conn`` must not be inside a transaction (its snapshot would not move)."""
+    version = _not_newer(applied_version(conn, path), path)
+    if version < latest_version():
+        _wait_for_migration(path, timeout)
+        version = _not_newer(applied_version(conn, path), path)
     if version == 0:
-        raise NotASqlqDatabase(f"{path}: not a sqlq database (it has no sqlq tables)")
-    if version > latest_version():
-        raise SchemaTooNew(
-            f"{path}: the database is at schema version {version}, but this sqlq "
-            f"knows versions up to {latest_version()}; upgrade sqlq"
+        raise NotASqlqDatabase(
+            f"{path}: the file is empty, not a sqlq database yet (opening a sqlq.Queue "
+            "on it, `sqlq add` or `sqlq migrate` creates one)"
         )
     if version < latest_version() and not allow_older:
         raise SchemaError(
@@ -152,6 +178,64 @@ def check_schema(
             f"sqlq's {latest_version()}; {older_hint}"
         )
     return version
+
+
+def _not_newer(version: int, path: str) -> int:
+    if version > latest_version():
+        raise SchemaTooNew(
+            f"{path}: the database is at schema version {version}, but this sqlq "
+            f"knows versions up to {latest_version()}; upgrade sqlq"
+        )
+    return version
+
+
+@contextmanager
+def _migration_lock(path: str, mode: int, timeout: float) -> Iterator[None]:
+    """Held while this process creates or migrates the database at ``path``."""
+    lock_path = path + ".migrate-lock"
+    try:
+        fd = files.open_side_file(lock_path, files.file_mode(path, mode))
+    except OSError as exc:
+        raise CannotOpen(
+            f"{path}: cannot take {lock_path} to migrate the schema ({exc.strerror or exc})"
+        ) from exc
+    try:
+        if not _flock_within(fd, fcntl.LOCK_EX, timeout):
+            raise Busy(
+                f"{path}: another process kept {lock_path} (creating or migrating the "
+                f"database) for longer than busy_timeout ({timeout:g} s)"
+            )
+        yield
+    finally:
+        os.close(fd)  # which lets go of the lock
+
+
+def _wait_for_migration(path: str, timeout: float) -> None:
+    """Until no process holds the migration lock (at most ``timeout`` seconds).  Never
+    creates the lock file: where there is none, nobody is migrating."""
+    try:
+        fd = os.open(path + ".migrate-lock", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        _flock_within(fd, fcntl.LOCK_SH, timeout)
+    finally:
+        os.close(fd)
+
+
+def _flock_within(fd: int, operation: int, timeout: float) -> bool:
+    """Take a flock on ``fd`` within ``timeout`` seconds (polling); False if it stayed taken."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, LOCK_POLL)
 
 
 def _enable_wal(conn: Any, path: str) -> None:

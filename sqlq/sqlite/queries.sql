@@ -236,10 +236,19 @@ SELECT min(run_at) FROM sqlq_tasks WHERE queue = :queue AND run_at IS NOT NULL
 -- Tasks per queue and state, for the whole file (sqlq stats).
 SELECT queue, state, count(*) FROM sqlq_tasks GROUP BY queue, state ORDER BY queue, state
 
--- name: list_objects
--- Names of the tables, indexes, views and triggers in the file: tells a new or
--- foreign file from a sqlq database.
-SELECT type, name FROM sqlite_master
+-- name: identify
+-- What tells a sqlq database, an empty file and a foreign one apart: the
+-- header's application id and user version, how many tables, indexes, views
+-- and triggers the file has, and whether sqlq_migrations is one of them.
+SELECT (SELECT application_id FROM pragma_application_id),
+       (SELECT user_version FROM pragma_user_version),
+       (SELECT count(*) FROM sqlite_schema WHERE substr(name, 1, 7) <> 'sqlite_'),
+       EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'sqlq_migrations')
+
+-- name: migration_records
+-- The applied migrations as recorded: a database made before the application
+-- id existed is recognised by these being sqlq's own.
+SELECT version, name, checksum FROM sqlq_migrations ORDER BY version
 
 -- name: create_migrations_table
 -- The record of applied migrations; created in the first migration's transaction.
