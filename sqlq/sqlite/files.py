@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from contextlib import suppress
 
 from ..errors import CannotOpen, ReadOnly
 
@@ -62,7 +63,10 @@ def file_mode(path: str, missing: int = DEFAULT_FILE_MODE) -> int:
 
 
 def open_side_file(path: str, mode: int) -> int:
-    """Open (creating it with exactly ``mode`` if missing) one of sqlq's own side files."""
+    """Open one of sqlq's own files beside a database, creating it if missing with
+    exactly ``mode`` and, in a process running as root, the owner and group of the
+    database file, as SQLite does for -wal and -shm: a command that root runs on a
+    service user's queue must not leave a file that user cannot open."""
     flags = os.O_RDWR | os.O_CLOEXEC
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
@@ -70,10 +74,24 @@ def open_side_file(path: str, mode: int) -> int:
         return os.open(path, flags)
     try:
         os.fchmod(fd, mode)
+        if os.geteuid() == 0:
+            _give_to_database_owner(fd, path)
     except OSError:
         os.close(fd)
         raise
     return fd
+
+
+def _give_to_database_owner(fd: int, path: str) -> None:
+    """Chown a new side file to the database's owner and group.  The database is
+    the side file's name without its suffix (how SQLite finds it, too); a database
+    not created yet will be this process's, like the side file already is."""
+    for suffix in SIDE_FILES:
+        if path.endswith(suffix):
+            with suppress(FileNotFoundError):
+                owner = os.stat(path.removesuffix(suffix))
+                os.fchown(fd, owner.st_uid, owner.st_gid)
+            return
 
 
 def check_writable(path: str) -> None:

@@ -30,6 +30,7 @@ import pytest
 
 import sqlq
 from sqlq.errors import InvalidConfig, ReadOnly
+from sqlq.sqlite import migrate
 
 pytestmark = [pytest.mark.faults]
 
@@ -250,6 +251,57 @@ def test_a_group_shares_a_queue_created_with_file_mode_0660(world: Path) -> None
     assert q.status("from-root") == "COMPLETED" and q.status("w") == "AVAILABLE"
     q.close()
     assert as_user(4343, 4343, db)["type"] in ("CannotOpen", "ReadOnly")  # not in the group
+
+
+def owners(db: Path) -> dict[str, tuple[int, int]]:
+    return {
+        suffix: (os.stat(f"{db}{suffix}").st_uid, os.stat(f"{db}{suffix}").st_gid)
+        for suffix in SIDE
+        if os.path.exists(f"{db}{suffix}")
+    }
+
+
+def test_root_using_a_service_users_queue_leaves_it_usable(world: Path) -> None:
+    """As SQLite does for -wal and -shm, the files sqlq creates beside a database get
+    the database file's owner and group when root creates them."""
+    os.chown(world, NOBODY, NOBODY)  # the service user's folder
+    db = world / "q.db"
+    assert as_user(NOBODY, NOBODY, db, "open") == {"ok": True}  # creates the queue
+    assert not Path(f"{db}.sqlq-gate").exists()  # nothing written yet
+    added = subprocess.run(
+        [sys.executable, "-m", "sqlq", "add", str(db), "from-root-cli"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        timeout=60,
+    )
+    assert added.returncode == 0, added.stderr
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=3) as q:
+        q.add("from-root")
+        found = owners(db)  # while open: -wal and -shm exist too
+    assert set(found) == set(SIDE), found
+    assert set(found.values()) == {(NOBODY, NOBODY)}, found
+    assert as_user(NOBODY, NOBODY, db, "work") == {"ok": True}
+
+
+def test_root_migrating_a_service_users_queue_leaves_it_usable(
+    world: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The migration lock file that root creates to migrate is the owner's too."""
+    db = world / "q.db"
+    with monkeypatch.context() as m:  # a database of the schema before the latest
+        older = migrate.migrations()[:-1]
+        m.setattr(migrate, "migrations", lambda: older)
+        use(db)
+    for suffix in SIDE[1:]:
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    os.chown(db, NOBODY, NOBODY)
+    os.chown(world, NOBODY, NOBODY)
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=3) as q:  # as root: migrates
+        q.add("from-root")
+    assert owners(db) == {"": (NOBODY, NOBODY), ".sqlq-gate": (NOBODY, NOBODY),
+                          ".migrate-lock": (NOBODY, NOBODY)}  # fmt: skip
+    assert as_user(NOBODY, NOBODY, db, "work") == {"ok": True}
 
 
 # --- immutable files: refused even for root ---------------------------------------------
