@@ -201,3 +201,38 @@ def test_a_short_lived_queue_checkpoints_when_it_closes(db_path: Path) -> None:
         assert q._sqlite.last_checkpoint is not None  # a few commits, then close
         assert q._sqlite.last_checkpoint.checkpointed == q._sqlite.last_checkpoint.wal_frames
     keep.close()
+
+
+# A writer that adds 130 tasks, says so, then waits to be SIGKILLed with the queue open.
+ADD_AND_WAIT = """
+import sys, sqlq
+q = sqlq.Queue(sys.argv[1], lease_seconds=30, max_attempts=3)
+for i in range(130):
+    assert q.add(f"t{i}")
+print("added", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_wal_holds_acknowledged_commits_after_a_sigkilled_writer(tmp_path: Path) -> None:
+    """Why the README says never to delete the -wal file: after a crash it holds
+    commits that were acknowledged and are nowhere else; opening the queue replays
+    them.  The same files without the -wal lose them."""
+    db = tmp_path / "q.db"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", ADD_AND_WAIT, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert writer.stdout is not None and writer.stdout.readline() == "added\n"
+    writer.kill()
+    writer.communicate(timeout=60)
+    assert wal_size(db) > 0
+    without_wal = tmp_path / "without-wal"
+    without_wal.mkdir()
+    (without_wal / "q.db").write_bytes(db.read_bytes())  # as if the -wal had been deleted
+    with sqlq.Queue(without_wal / "q.db", lease_seconds=30, max_attempts=3) as q:
+        assert sum(q.counts().values()) < 130  # acknowledged adds lost
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=3) as q:
+        assert sum(q.counts().values()) == 130  # the -wal replayed: nothing lost
