@@ -4,8 +4,8 @@ Migrations are the files ``NNNN_name.sql`` in the repository's
 ``migrations/sqlite/`` folder (the wheel carries them as
 ``sqlq/migrations/sqlite/``).  Each is applied in its own transaction together
 with its row in ``sqlq_migrations``, so a database is always at exactly one
-version.  The usual case, a database that is already current, costs one query
-and takes no lock.
+version.  The usual case, a database that is already current, costs two
+queries and takes no lock.
 
 A sqlq database says so in its header (``PRAGMA application_id``, set by
 migration 4); one made before that is recognised by its ``sqlq_migrations``
