@@ -2,15 +2,16 @@
 
 A queue is the database file plus files beside it: ``-wal`` and ``-shm``
 (SQLite's write-ahead log and its index), ``.sqlq-gate`` (the fair write turn,
-see gate.py) and ``.migrate-lock`` (held while a schema migration runs).
+see gate.py) and ``.migrate-lock`` (held while the database is created or
+migrated).
 
 Permissions: sqlq creates a new database with ``file_mode`` (0o600 by default:
 only its owner can read the tasks).  SQLite gives ``-wal`` and ``-shm`` the
-database file's permissions (and, when root creates them, its owner and group),
-and sqlq does the same for its own two files, so
-sharing a queue between users means creating it with, say, ``file_mode=0o660``
-in a folder those users can write, owned by a group they share (or
-``chmod``-ing an existing database and its files alike).
+database file's permissions (and, when root creates them, its owner and
+group), and sqlq does the same for its own two files, so sharing a queue
+between users means creating it with, say, ``file_mode=0o660`` in a folder
+those users can write, owned by a group they share (or ``chmod``-ing an
+existing database and its files alike).
 """
 
 from __future__ import annotations
