@@ -125,6 +125,8 @@ def test_the_parent_closing_loses_nothing_the_child_added(
     from_child, child_out = os.pipe()
     child_in, to_child = os.pipe()
     kill, wait = start(method, (str(db), q, which, child_out, child_in))
+    os.close(child_out)  # the child's ends: a child that dies is then an end of file here
+    os.close(child_in)
     exited = False
     try:
         expect(from_child, b"20")
@@ -147,8 +149,8 @@ def test_the_parent_closing_loses_nothing_the_child_added(
         if not exited:
             kill()
             wait()
-        for fd in (from_child, child_out, child_in, to_child):
-            os.close(fd)
+        os.close(from_child)
+        os.close(to_child)
 
 
 def test_the_child_takes_its_own_turns_at_the_gate(tmp_path: Path) -> None:
@@ -173,13 +175,13 @@ def test_the_child_takes_its_own_turns_at_the_gate(tmp_path: Path) -> None:
         finally:
             os.write(child_out, outcome)
             os._exit(0)
+    os.close(child_out)
     try:
         assert os.read(from_child, 10) == b"busy"
     finally:
         os.waitpid(pid, 0)
         gate.release()
         os.close(from_child)
-        os.close(child_out)
     assert q.add("after")
     assert fresh_count(db) == 2
     q.close()
