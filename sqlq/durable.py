@@ -27,7 +27,6 @@ from .clock import kernel_time
 from .contract import (
     LEASE_EXPIRED,
     MAX_LEASE_SECONDS,
-    MAX_TIME,
     Number,
     State,
     after_failure,
@@ -37,14 +36,17 @@ from .contract import (
     check_leases,
     check_queue_name,
     check_retry,
+    check_rng,
     check_seconds,
     check_settings,
     check_start,
     check_states,
     check_task_id,
+    check_task_ids,
     check_time,
     check_token,
     first_run,
+    time_after,
 )
 from .errors import ClockSkew, InvalidConfig
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
@@ -119,8 +121,10 @@ class Queue:
         self.queue = check_queue_name(queue)
         self.retry = check_retry(retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
+        if not callable(clock):
+            raise InvalidConfig(f"clock must be a function giving the time, not {clock!r}")
         self._clock = clock
-        self._rng = rng or random.Random()
+        self._rng = check_rng(rng)
         self._sqlite = SqliteBackend(
             path_or_url, synchronous=synchronous, busy_timeout=busy_timeout, file_mode=file_mode
         )
@@ -261,7 +265,7 @@ class Queue:
         token = check_token(token)
         length = self.lease_seconds if seconds is None else check_seconds(seconds, "seconds")
         with self._call(now) as tx:
-            deadline = tx.now + length
+            deadline = time_after(tx.now, length)
             return deadline if tx.extend(self.queue, task_id, token, deadline) else None
 
     def release(self, task_id: str, token: int, now: Number | None = None) -> bool:
@@ -298,7 +302,7 @@ class Queue:
         """Up to ``n`` leases from the front of the line, in one transaction."""
         n = check_count(n, "n")
         with self._call(now) as tx:
-            deadline = tx.now + self.lease_seconds
+            deadline = time_after(tx.now, self.lease_seconds)
             return [
                 Lease(task_id, token, attempt, deadline, payloads.decode(encoded))
                 for task_id, token, attempt, encoded in tx.claim_many(self.queue, n, deadline)
@@ -348,7 +352,7 @@ class Queue:
         Returns how many were redriven; ids that are not DEAD are skipped.  Each
         call is one transaction; redriving all takes every DEAD task at once.
         """
-        ids = None if task_ids is None else [check_task_id(t) for t in task_ids]
+        ids = check_task_ids(task_ids)
         with self._call(now) as tx:
             if ids is None:
                 rows = [row_id for row_id, _ in tx.dead_ids(self.queue, -1)]
@@ -509,7 +513,7 @@ class Queue:
         """
         delay = task.retry.delay(task.attempts, self._rng)
         state = after_failure(task.attempts, task.max_attempts, delay)
-        run_at = min(at + delay, MAX_TIME) if state is State.WAITING else None
+        run_at = time_after(at, delay) if state is State.WAITING else None
         return state, tx.end_lease(task, state, at, error, run_at), run_at
 
     def _insert(
@@ -519,7 +523,7 @@ class Queue:
         return tx.insert(self.queue, task_id, self.max_attempts, self.retry, encoded, waiting)
 
     def _claim(self, tx: Transaction) -> Lease | None:
-        deadline = tx.now + self.lease_seconds
+        deadline = time_after(tx.now, self.lease_seconds)
         claimed = tx.claim(self.queue, deadline)
         if claimed is None:
             return None

@@ -953,3 +953,29 @@ def test_remove_old_demo_deletes_the_demo_database_and_its_side_files(tmp_path: 
     assert demo.remove_old_demo(db)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sqlq-demo.db.bak"]
     assert not demo.remove_old_demo(db)  # nothing left to delete
+
+
+# --- input sqlq cannot take -------------------------------------------------------------------
+
+
+def _one_error_line(err: str, command: str) -> None:
+    assert "Traceback" not in err
+    assert err.startswith(f"sqlq {command}: error: ") and err.count("\n") == 1, err
+
+
+def test_show_of_times_past_the_year_9999(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with _queue(db) as q:
+        q.add("far", run_at=sqlq.contract.MAX_TIME)
+    code, out, err = _cli(capsys, "show", db, "far")
+    assert (code, err) == (0, "")
+    assert "run_at:       Unix time 1000000000000 (after the year 9999)" in out
+    assert _json(capsys, "show", db, "far")["run_at"] == sqlq.contract.MAX_TIME
+
+
+def test_worker_with_a_handler_module_that_raises_at_import(tmp_path: Path, db: Path) -> None:
+    (tmp_path / "broken_handlers.py").write_text('raise RuntimeError("no config")\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = _run("worker", str(db), "broken_handlers:handle", "--burst", env=env)
+    assert proc.returncode == 1
+    _one_error_line(proc.stderr, "worker")
+    assert "cannot import module 'broken_handlers' (RuntimeError: no config)" in proc.stderr

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sqlq import Retry
+from sqlq.contract import MAX_TIME
 from sqlq.errors import (
     InvalidArgument,
     InvalidConfig,
@@ -478,3 +479,105 @@ def test_complete_many_in_one_call(make_queue: Factory) -> None:
     with pytest.raises(InvalidArgument):
         q.complete_many("c", 3)
     assert q.complete_many([c], 5) == [False]  # its lease ran out at 5
+
+
+# --- typed errors at the edges ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", [2**63, 2**64 + 5])
+def test_tokens_past_sqlite_integers_are_refused(make_queue: Factory, token: int) -> None:
+    q = make_queue(10, 2)
+    q.add("t", 0)
+    q.claim(0)
+    for call in (
+        lambda: q.complete("t", 1, token=token),
+        lambda: q.fail("t", 1, token=token),
+        lambda: q.extend("t", token, 1),
+        lambda: q.release("t", token, 1),
+        lambda: q.complete_many([("t", token)], 1),
+        lambda: q.complete_and_claim("t", 1, token=token),
+    ):
+        with pytest.raises(InvalidArgument, match="token"):
+            call()
+    assert q.status("t", 1) == "RESERVED"
+    assert q.complete("t", 1, token=2**63 - 1) is False  # the largest token is a valid one
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def test_an_exception_whose_str_raises_is_still_recorded(make_queue: Factory) -> None:
+    q = make_queue(10, 2)
+    q.add("t", 0)
+    q.claim(0)
+    assert q.fail("t", 1, error=_Unprintable()) == "AVAILABLE"
+    assert q.info("t", 1).last_error == "_Unprintable: <str() raised RuntimeError>"
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [("fixed", -1.0, -1.0), ("exponential", -5.0, 1.0), ("exponential", 5.0, 1.0),
+     ("fixed", 1e10, 1e10), ("fixed", "3", "3"), ("exponential_jitter", 1.0, float("nan"))],
+)  # fmt: skip
+def test_a_retry_policy_built_directly_is_checked_like_the_named_ones(
+    retry: tuple[Any, float, float],
+) -> None:
+    with pytest.raises(InvalidConfig):
+        Retry(*retry)
+
+
+def test_a_retry_policy_built_directly_works_on_both_faces(make_queue: Factory) -> None:
+    q = make_queue(10, 3, retry=Retry("fixed", 5, 5))
+    q.add("t", 0)
+    q.claim(0)
+    assert q.fail("t", 1) == "WAITING"
+    assert q.info("t", 1).run_at == 6
+
+
+@pytest.mark.parametrize("rng", [5, "seed", object()])
+def test_an_rng_without_random_is_refused_at_construction(make_queue: Factory, rng: object) -> None:
+    with pytest.raises(InvalidConfig, match="rng"):
+        make_queue(10, 3, rng=rng)
+
+
+def test_jitter_uses_only_the_rngs_random(make_queue: Factory) -> None:
+    class Half:
+        def random(self) -> float:
+            return 0.5
+
+    q = make_queue(10, 3, retry=Retry.exponential(4, 100), rng=Half())
+    q.add("t", 0)
+    q.claim(0)
+    assert q.fail("t", 1) == "WAITING"
+    assert q.info("t", 1).run_at == 3  # 1 + 0.5 * 4
+
+
+@pytest.mark.parametrize("task_ids", ["abc", b"abc", 5])
+def test_redrive_refuses_a_str_or_a_non_iterable_for_task_ids(
+    make_queue: Factory, task_ids: object
+) -> None:
+    q = make_queue(10, 1)
+    for task_id in ("a", "b", "c", "abc"):
+        q.add(task_id, 0)
+        q.claim(0)
+        q.fail(task_id, 0)
+    with pytest.raises(InvalidArgument, match="task_ids"):
+        q.redrive(1, task_ids)
+    assert q.counts()["DEAD"] == 4
+    assert q.redrive(1, ["abc"]) == 1
+
+
+def test_leases_and_retries_near_the_time_limit_end_at_it(make_queue: Factory) -> None:
+    """A lease taken just before MAX_TIME ends at MAX_TIME, which a call can reach."""
+    q = make_queue(30, 3, retry=Retry.fixed(60))
+    end = MAX_TIME
+    q.add_many(["leased", "extended", "claimed"], 0)
+    assert q.claim(end - 1).deadline == end
+    assert q.extend("extended", q.claim(end - 20).token, end - 1, seconds=100) == end
+    assert [lease.deadline for lease in q.claim_many(5, end - 1)] == [end]
+    assert q.fail("claimed", end - 1) == "WAITING"
+    assert q.info("claimed", end - 1).run_at == end
+    assert q.stats(end - 1).next_deadline == end
+    assert [q.status(t, end) for t in ("leased", "extended", "claimed")] == ["AVAILABLE"] * 3

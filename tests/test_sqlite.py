@@ -315,3 +315,62 @@ def test_errors_inside_a_call_release_the_lock_and_roll_back(
         raise RuntimeError("a bug in the middle of a call")
     assert q.status("half", 6) is None  # rolled back, and the lock is free again
     q.close()
+
+
+# --- typed errors of the settings -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["\x00", "a\x00b", "default\x00"])
+def test_a_queue_name_with_nul_is_refused(db_path: Path, name: str) -> None:
+    with pytest.raises(InvalidConfig, match="NUL"):
+        open_queue(db_path, queue=name)
+
+
+@pytest.mark.parametrize("where", ["q\x00.db", "sqlite:///q\x00.db"])
+def test_a_path_with_nul_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidConfig, match="NUL"):
+        open_queue(where)  # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///q.db?mode=ro", "sqlite:///q.db?timeout=5", "sqlite://host/q.db"]
+)
+def test_sqlite_url_options_are_refused_and_nothing_is_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidConfig, match="may only name the file"):
+        open_queue(url)  # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == []
+    open_queue("sqlite:///q.db").close()  # type: ignore[arg-type]
+    assert "q.db" in os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("clock", [5, "time.time", None])
+def test_a_clock_that_cannot_be_called_is_refused_at_construction(
+    db_path: Path, clock: object
+) -> None:
+    with pytest.raises(InvalidConfig, match="clock"):
+        open_queue(db_path, clock=clock)
+
+
+def test_calls_with_the_callers_connection_after_close_are_refused(db_path: Path) -> None:
+    q = open_queue(db_path)
+    q.add("t", 0)
+    token = q.claim(0).token
+    engine = q.engine
+    q.close()
+    with engine.begin() as conn:
+        with pytest.raises(QueueClosed):
+            q.add("late", 1, conn=conn)
+        with pytest.raises(QueueClosed):
+            q.add_many(["late"], 1, conn=conn)
+        with pytest.raises(QueueClosed):
+            q.complete("t", 1, token=token, conn=conn)
+    with open_queue(db_path) as reopened:
+        assert reopened.status("late", 1) is None
+        assert reopened.status("t", 1) == "RESERVED"

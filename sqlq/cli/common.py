@@ -317,10 +317,14 @@ def span(seconds: float) -> str:
 
 
 def moment(t: float | None, now: float) -> str:
-    """A Unix time for people: '2024-05-01 12:00:00 UTC (in 29s)'; '-' for None."""
+    """A Unix time for people: '2024-05-01 12:00:00 UTC (in 29s)'; '-' for None.
+    Past the year 9999 (times go up to 10**12), the seconds as they are."""
     if t is None:
         return "-"
-    stamp = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        stamp = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):
+        stamp = f"Unix time {t:.0f} (after the year 9999)"
     relative = f"in {span(t - now)}" if t > now else f"{span(now - t)} ago"
     return f"{stamp} ({relative})"
 

@@ -82,7 +82,11 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def database_path(path_or_url: str | os.PathLike[str]) -> str:
-    """The file path of a plain path or a ``sqlite:///`` URL."""
+    """The file path of a plain path or a ``sqlite:///path`` URL.
+
+    A URL names the file and nothing else: query options (``?mode=ro``, ...)
+    are refused, since the queue always opens its file read-write.
+    """
     if isinstance(path_or_url, os.PathLike):
         path_or_url = os.fspath(path_or_url)
     if not isinstance(path_or_url, str):
@@ -96,9 +100,16 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
             raise InvalidConfig(
                 f"{url.get_backend_name()!r} URLs are not supported yet; use a sqlite:/// URL"
             )
+        if url.query or url.host or url.port or url.username or url.password:
+            raise InvalidConfig(
+                f"{path_or_url!r}: a sqlite URL may only name the file (sqlite:///path); "
+                "sqlq takes no options from it and always opens the file read-write"
+            )
         path = url.database or ""
     else:
         path = path_or_url
+    if "\x00" in path:
+        raise InvalidConfig(f"a database path must not contain NUL ('\\x00'): {path!r}")
     if path in ("", ":memory:") or path.startswith("file:"):
         raise InvalidConfig(
             "sqlq needs a database file that several processes can share; "
@@ -275,6 +286,8 @@ class SqliteBackend:
         return SqliteTransaction(self, now, queue, external)
 
     def _external_connection(self, external: Any) -> Any:
+        if self._closed:
+            raise QueueClosed(f"{self.path}: the queue is closed")
         if not isinstance(external, sa.Connection):
             raise InvalidArgument(
                 f"conn must be a SQLAlchemy Connection, not {type(external).__name__}"
