@@ -157,9 +157,25 @@ def check_error(error: object) -> str | None:
         error = _describe(error)
     if not isinstance(error, str):
         raise InvalidArgument(f"error must be a str or an exception, not {type(error).__name__}")
-    if len(error) > MAX_ERROR_LENGTH:
-        error = error[: MAX_ERROR_LENGTH - 1] + "…"
-    return error.encode("utf-8", "replace").decode("utf-8")
+    return _fit(error)
+
+
+def _fit(text: str) -> str:
+    """An error text as stored: cut at MAX_ERROR_LENGTH, lone surrogates replaced."""
+    if len(text) > MAX_ERROR_LENGTH:
+        text = text[: MAX_ERROR_LENGTH - 1] + "…"
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def undecodable_error(exc: Exception) -> str:
+    """The last error of a task whose stored payload cannot be decoded.
+
+    ``claim`` never hands such a task out and never stops at it: in the same
+    call the task goes to DEAD (all its attempts used) with this error, and the
+    claim takes the next task.  ``redrive`` sends it back once it can be read.
+    ``reserve``, which hands out only the id, does not read the payload.
+    """
+    return _fit(f"payload cannot be decoded: {exc}")
 
 
 def _describe(exc: BaseException) -> str:

@@ -47,8 +47,9 @@ from .contract import (
     check_token,
     first_run,
     time_after,
+    undecodable_error,
 )
-from .errors import ClockSkew, InvalidConfig
+from .errors import ClockSkew, InvalidConfig, InvalidPayload
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .sqlite.backend import SqliteBackend, Synchronous
@@ -164,9 +165,13 @@ class Queue:
             return self._insert(tx, task_id, encoded, first_run(tx.now, start))
 
     def reserve(self, now: Number | None = None) -> str | None:
-        """Lease the front task until ``now + lease_seconds``; None if none is available."""
-        lease = self.claim(now)
-        return None if lease is None else lease.task_id
+        """Lease the front task until ``now + lease_seconds``; None if none is available.
+
+        Only the id is handed out: the payload is not read (nor decoded).
+        """
+        with self._call(now) as tx:
+            claimed = tx.claim(self.queue, time_after(tx.now, self.lease_seconds))
+            return None if claimed is None else claimed[0]
 
     def complete(
         self,
@@ -303,10 +308,13 @@ class Queue:
         n = check_count(n, "n")
         with self._call(now) as tx:
             deadline = time_after(tx.now, self.lease_seconds)
-            return [
-                Lease(task_id, token, attempt, deadline, payloads.decode(encoded))
-                for task_id, token, attempt, encoded in tx.claim_many(self.queue, n, deadline)
-            ]
+            leases: list[Lease] = []
+            while True:  # more than once only to replace tasks dead-lettered on the way
+                wanted = n - len(leases)
+                claimed = tx.claim_many(self.queue, wanted, deadline)
+                leases.extend(filter(None, (self._lease(tx, c, deadline) for c in claimed)))
+                if len(claimed) < wanted or len(leases) == n:
+                    return leases
 
     def complete_many(
         self, leases: Iterable[Lease | tuple[str, int]], now: Number | None = None
@@ -524,11 +532,26 @@ class Queue:
 
     def _claim(self, tx: Transaction) -> Lease | None:
         deadline = time_after(tx.now, self.lease_seconds)
-        claimed = tx.claim(self.queue, deadline)
-        if claimed is None:
-            return None
+        while (claimed := tx.claim(self.queue, deadline)) is not None:
+            lease = self._lease(tx, claimed, deadline)
+            if lease is not None:
+                return lease
+        return None
+
+    def _lease(
+        self, tx: Transaction, claimed: tuple[str, int, int, payloads.Encoded], deadline: Number
+    ) -> Lease | None:
+        """The lease of a task just claimed; None if its payload cannot be decoded, in
+        which case the task is dead-lettered (see contract.undecodable_error)."""
         task_id, token, attempt, encoded = claimed
-        return Lease(task_id, token, attempt, deadline, payloads.decode(encoded))
+        try:
+            return Lease(task_id, token, attempt, deadline, payloads.decode(encoded))
+        except InvalidPayload as exc:
+            task = tx.get(self.queue, task_id)
+            assert task is not None  # claimed in this transaction
+            delta = task.max_attempts - task.attempts
+            tx.end_lease(task, State.DEAD, tx.now, undecodable_error(exc), attempts_delta=delta)
+            return None
 
 
 class _Call:
@@ -574,7 +597,7 @@ def _info(task: TaskRow) -> TaskInfo:
         state=task.state.value,
         attempts=task.attempts,
         max_attempts=task.max_attempts,
-        payload=payloads.decode(task.payload),
+        payload=payloads.readable(task.payload),
         last_error=task.last_error,
         token=task.token,
         deadline=task.deadline,

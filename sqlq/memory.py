@@ -48,7 +48,9 @@ from .contract import (
     check_token,
     first_run,
     time_after,
+    undecodable_error,
 )
+from .errors import InvalidPayload
 from .records import Lease, QueueStats, TaskInfo
 from .retry import Retry
 
@@ -439,13 +441,20 @@ class WorkQueue:
         return task_id
 
     def _claim(self, now: Number) -> Lease | None:
-        task_id = self._take(now)
-        if task_id is None:
-            return None
-        task = self._tasks[task_id]
-        return Lease(
-            task_id, task.token, task.attempts, task.deadline, payloads.decode(task.payload)
-        )
+        """Lease the front of the line; a task whose payload cannot be decoded is
+        dead-lettered on the way (see contract.undecodable_error)."""
+        while (task_id := self._take(now)) is not None:
+            task = self._tasks[task_id]
+            try:
+                payload = payloads.decode(task.payload)
+            except InvalidPayload as exc:
+                task.state = _DEAD
+                task.attempts = self.max_attempts
+                task.error = undecodable_error(exc)
+                task.finished_at = now
+                continue
+            return Lease(task_id, task.token, task.attempts, task.deadline, payload)
+        return None
 
     def _end_lease(self, task_id: str, task: _Task, when: Number, error: str | None) -> State:
         """A failed or expired attempt at time ``when``: retry now, retry later, or DEAD."""
@@ -502,7 +511,7 @@ class WorkQueue:
             state=task.state.value,
             attempts=task.attempts,
             max_attempts=self.max_attempts,
-            payload=payloads.decode(task.payload),
+            payload=payloads.readable(task.payload),
             last_error=task.error,
             token=task.token or None,
             deadline=task.deadline if task.state is _RESERVED else None,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sqlq import Retry
+from sqlq import Retry, payload
 from sqlq.contract import MAX_TIME
 from sqlq.errors import (
     InvalidArgument,
@@ -481,6 +481,77 @@ def test_complete_many_in_one_call(make_queue: Factory) -> None:
     assert q.complete_many([c], 5) == [False]  # its lease ran out at 5
 
 
+# --- payloads that cannot be read back ---------------------------------------------------
+
+
+def _nested(depth: int) -> Any:
+    """A JSON value nesting arrays and objects ``depth`` deep."""
+    value: Any = []
+    for level in range(depth - 1):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_payloads_nested_past_the_limit_are_refused_by_add_and_add_many(
+    make_queue: Factory,
+) -> None:
+    q = make_queue(10, 2)
+    deepest = _nested(payload.MAX_DEPTH)
+    assert q.add("deepest", 0, payload=deepest) is True
+    assert q.add_many([("in-batch", deepest)], 0) == [True]
+    for too_deep in (_nested(payload.MAX_DEPTH + 1), _nested(991)):
+        with pytest.raises(InvalidPayload, match="nested more than"):
+            q.add("too-deep", 0, payload=too_deep)
+        with pytest.raises(InvalidPayload, match="nested more than"):
+            q.add_many(["fine", ("too-deep", too_deep)], 0)
+    assert q.status("too-deep", 0) is None and q.status("fine", 0) is None
+    # Brackets inside strings are not nesting.
+    assert q.add("brackets", 0, payload=["[{" * 1000, {"k": "]}" * 1000}]) is True
+    assert q.claim(1).payload == deepest
+    assert q.claim(1).payload == deepest
+    assert q.claim(1).payload == ["[{" * 1000, {"k": "]}" * 1000}]
+
+
+def test_a_payload_that_cannot_be_decoded_is_dead_lettered_and_the_line_moves_on(
+    make_queue: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = make_queue(10, 3)
+    q.add("poison", 0, payload=_nested(50))
+    q.add("next", 0, payload={"n": 1})
+    stored = payload.encode(_nested(50), 10**6)
+    monkeypatch.setattr(payload, "MAX_DEPTH", 20)  # stored under a higher limit
+    lease = q.claim(1)
+    assert (lease.task_id, lease.payload) == ("next", {"n": 1})
+    info = q.info("poison", 1)
+    assert (info.state, info.attempts, info.token, info.finished_at) == ("DEAD", 3, 3, 1)
+    assert info.last_error.startswith("payload cannot be decoded: JSON nested more than 20")
+    assert isinstance(info.payload, payload.Undecodable)  # inspection shows it as stored
+    assert info.payload.text == stored
+    assert info.payload.reason.startswith("JSON nested more than 20")
+    assert [t.task_id for t in q.dead(1)] == ["poison"]
+    assert [t.payload for t in q.tasks(1, state="DEAD")] == [info.payload]
+    monkeypatch.setattr(payload, "MAX_DEPTH", 200)  # readable again: redrive brings it back
+    assert q.redrive(2, ["poison"]) == 1
+    assert q.claim(3).payload == _nested(50)
+
+
+def test_claim_many_replaces_tasks_dead_lettered_on_the_way(
+    make_queue: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = make_queue(10, 3)
+    poison = _nested(30)
+    q.add_many([("p1", poison), "a", ("p2", poison), "b", "c", ("p3", poison), "d"], 0)
+    monkeypatch.setattr(payload, "MAX_DEPTH", 20)
+    assert [lease.task_id for lease in q.claim_many(3, 1)] == ["a", "b", "c"]
+    assert [lease.task_id for lease in q.claim_many(3, 1)] == ["d"]
+    assert [t.task_id for t in q.dead(1)] == ["p1", "p2", "p3"]
+    q.add("p4", 1, payload=_nested(20))
+    monkeypatch.setattr(payload, "MAX_DEPTH", 10)
+    done, lease = q.complete_and_claim("a", 2, token=q.info("a", 2).token)
+    assert (done, lease) == (True, None)
+    assert q.status("p4", 2) == "DEAD"
+
+
 # --- typed errors at the edges ---------------------------------------------------------------
 
 
@@ -581,3 +652,15 @@ def test_leases_and_retries_near_the_time_limit_end_at_it(make_queue: Factory) -
     assert q.info("claimed", end - 1).run_at == end
     assert q.stats(end - 1).next_deadline == end
     assert [q.status(t, end) for t in ("leased", "extended", "claimed")] == ["AVAILABLE"] * 3
+
+
+def test_reserve_hands_out_the_id_without_reading_the_payload(
+    make_queue: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = make_queue(10, 3)
+    q.add("poison", 0, payload=_nested(30))
+    monkeypatch.setattr(payload, "MAX_DEPTH", 20)
+    assert q.reserve(1) == "poison"
+    info = q.info("poison", 1)
+    assert info.state == "RESERVED" and isinstance(info.payload, payload.Undecodable)
+    assert q.complete("poison", 2) is True

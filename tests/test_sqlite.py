@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import sqlq
+from sqlq import payload
 from sqlq.errors import Busy, CannotOpen, InvalidConfig, QueueClosed
 from sqlq.sqlite import driver
 from sqlq.sqlite.queries import Q
@@ -317,7 +318,54 @@ def test_errors_inside_a_call_release_the_lock_and_roll_back(
     q.close()
 
 
-# --- typed errors of the settings -------------------------------------------------------------
+# --- payloads written by others, and typed errors of the settings -----------------------------
+
+
+def _store_payload(path: Path, task_id: str, stored: str) -> None:
+    """Write a task's payload column directly (an older sqlq, an outside edit)."""
+    conn = driver.dbapi.connect(path, isolation_level=None)
+    try:
+        conn.execute("UPDATE sqlq_tasks SET payload = ? WHERE task_id = ?", (stored, task_id))
+    finally:
+        conn.close()
+
+
+UNREADABLE = {
+    "deep": "[" * 100_000 + "]" * 100_000,
+    "unclosed": "[" * 100_000,
+    "not-json": '{"a": [1, 2',
+    "unterminated": '"open string \\" and more',
+}
+
+
+def test_rows_whose_payload_cannot_be_decoded_are_dead_lettered_by_claim(db_path: Path) -> None:
+    q = open_queue(db_path)
+    for task_id in UNREADABLE:
+        q.add(task_id, 0, payload="placeholder")
+    q.add("next", 0, payload={"n": 1})
+    for task_id, stored in UNREADABLE.items():
+        _store_payload(db_path, task_id, stored)
+    lease = q.claim(1)
+    assert (lease.task_id, lease.payload) == ("next", {"n": 1})
+    dead = q.dead(1)
+    assert [t.task_id for t in dead] == list(UNREADABLE)
+    for info in [*dead, *q.tasks(1, state="DEAD"), *(q.info(t, 1) for t in UNREADABLE)]:
+        assert (info.state, info.attempts) == ("DEAD", 3)
+        assert info.last_error.startswith("payload cannot be decoded: ")
+        assert info.payload == payload.Undecodable(UNREADABLE[info.task_id], info.payload.reason)
+    assert dead[0].payload.reason.startswith("JSON nested more than 200")
+    assert dead[2].payload.reason.startswith("not valid JSON")
+    assert q.claim(1) is None
+    q.close()
+
+
+def test_claim_many_skips_rows_whose_payload_cannot_be_decoded(db_path: Path) -> None:
+    q = open_queue(db_path)
+    q.add_many([("bad", "x"), "a", "b"], 0)
+    _store_payload(db_path, "bad", UNREADABLE["deep"])
+    assert [lease.task_id for lease in q.claim_many(2, 1)] == ["a", "b"]
+    assert q.status("bad", 1) == "DEAD"
+    q.close()
 
 
 @pytest.mark.parametrize("name", ["\x00", "a\x00b", "default\x00"])

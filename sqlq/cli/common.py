@@ -19,6 +19,7 @@ from typing import Any
 from ..contract import MAX_BATCH, MAX_LEASE_SECONDS, MAX_TIME, State, check_queue_name
 from ..durable import Queue
 from ..errors import InvalidConfig, NotASqlqDatabase
+from ..payload import Undecodable
 from ..records import TaskInfo
 from ..sqlite import driver
 from ..sqlite.migrate import check_schema
@@ -256,18 +257,27 @@ def error(command: str, message: str) -> None:
 
 
 def payload_json(payload: Any) -> tuple[str, Any]:
-    """(payload_type, JSON value): "none", "json" (the value) or "bytes" (base64 text)."""
+    """(payload_type, JSON value): "none", "json" (the value), "bytes" (base64 text)
+    or "undecodable" (the text as stored)."""
     if payload is None:
         return "none", None
     if isinstance(payload, bytes):
         return "bytes", base64.b64encode(payload).decode("ascii")
+    if isinstance(payload, Undecodable):
+        return "undecodable", payload.text
     return "json", payload
 
 
 def task_json(info: TaskInfo, queue: str) -> dict[str, Any]:
-    """Every field of a TaskInfo as JSON, with the queue and the payload's type."""
-    document: dict[str, Any] = {"queue": queue, **dataclasses.asdict(info)}
+    """Every field of a TaskInfo as JSON, with the queue and the payload's type (and
+    for a payload that cannot be decoded, why: payload_error)."""
+    document: dict[str, Any] = {
+        "queue": queue,
+        **{f.name: getattr(info, f.name) for f in dataclasses.fields(info)},
+    }
     document["payload_type"], document["payload"] = payload_json(info.payload)
+    if isinstance(info.payload, Undecodable):
+        document["payload_error"] = info.payload.reason
     return document
 
 
