@@ -262,10 +262,11 @@ def check_task_ids(task_ids: object) -> list[str] | None:
 
 
 def check_rng(rng: object) -> Any:
-    """A random number generator for retry jitter: anything with ``random()``."""
+    """A random number generator for retry jitter: a random.Random, or anything
+    with its ``uniform(a, b)``."""
     if rng is None:
         return random.Random()
-    if not callable(getattr(rng, "random", None)):
+    if not callable(getattr(rng, "uniform", None)):
         raise InvalidConfig(f"rng must be a random.Random, not {type(rng).__name__}")
     return rng
 

@@ -66,7 +66,7 @@ class Retry:
         ceiling = min(self.cap, self.base * math.ldexp(1.0, exponent))
         if self.kind == "exponential":
             return ceiling
-        return ceiling * rng.random()  # what rng.uniform(0, ceiling) gives
+        return rng.uniform(0, ceiling)
 
 
 def _seconds(value: object, what: str) -> float:

@@ -613,18 +613,6 @@ def test_an_rng_without_random_is_refused_at_construction(make_queue: Factory, r
         make_queue(10, 3, rng=rng)
 
 
-def test_jitter_uses_only_the_rngs_random(make_queue: Factory) -> None:
-    class Half:
-        def random(self) -> float:
-            return 0.5
-
-    q = make_queue(10, 3, retry=Retry.exponential(4, 100), rng=Half())
-    q.add("t", 0)
-    q.claim(0)
-    assert q.fail("t", 1) == "WAITING"
-    assert q.info("t", 1).run_at == 3  # 1 + 0.5 * 4
-
-
 @pytest.mark.parametrize("task_ids", ["abc", b"abc", 5])
 def test_redrive_refuses_a_str_or_a_non_iterable_for_task_ids(
     make_queue: Factory, task_ids: object
