@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 
 import sqlq
 from sqlq import payload
@@ -422,3 +423,15 @@ def test_calls_with_the_callers_connection_after_close_are_refused(db_path: Path
     with open_queue(db_path) as reopened:
         assert reopened.status("late", 1) is None
         assert reopened.status("t", 1) == "RESERVED"
+
+
+def test_the_callers_engine_may_carry_url_options(db_path: Path) -> None:
+    q = open_queue(db_path)
+    engine = sqlalchemy.create_engine(f"sqlite:///{db_path}?timeout=5", module=driver.dbapi)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        assert q.add("t", 0, conn=conn) is True
+        conn.exec_driver_sql("COMMIT")
+    assert q.status("t", 0) == "AVAILABLE"
+    engine.dispose()
+    q.close()

@@ -297,7 +297,8 @@ class SqliteBackend:
                 "conn uses another SQLite library than the queue; two SQLite libraries in "
                 "one process do not see each other's locks. Use queue.engine for your connection"
             )
-        if database_path(external.engine.url.render_as_string(False)) != self.path:
+        # The file alone: options in the caller's own URL (?timeout=...) are the caller's.
+        if os.path.realpath(external.engine.url.database or "") != self.path:
             raise InvalidArgument(f"conn is not connected to the queue's database {self.path}")
         if not external.in_transaction():
             raise InvalidArgument("conn must be in an open transaction (with engine.begin())")
