@@ -19,6 +19,7 @@ is ever WAITING, and the four states of the core contract are all there is.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Final
@@ -98,9 +99,13 @@ def check_task_id(task_id: object) -> str:
 
 
 def check_queue_name(name: object) -> str:
+    """Return ``name`` if it is a usable queue name: a task id without NUL (which
+    SQLite's text functions, and so the schema's checks, take as the end)."""
     if not isinstance(name, str):
         raise InvalidConfig(f"queue name must be a str, not {type(name).__name__}")
     _check_text(name, "queue name", InvalidConfig)
+    if "\x00" in name:
+        raise InvalidConfig("queue name must not contain NUL ('\\x00')")
     return name
 
 
@@ -149,18 +154,53 @@ def check_error(error: object) -> str | None:
     if error is None:
         return None
     if isinstance(error, BaseException):
-        error = f"{type(error).__name__}: {error}"
+        error = _describe(error)
     if not isinstance(error, str):
         raise InvalidArgument(f"error must be a str or an exception, not {type(error).__name__}")
-    if len(error) > MAX_ERROR_LENGTH:
-        error = error[: MAX_ERROR_LENGTH - 1] + "…"
-    return error.encode("utf-8", "replace").decode("utf-8")
+    return _fit(error)
+
+
+def _fit(text: str) -> str:
+    """An error text as stored: cut at MAX_ERROR_LENGTH, lone surrogates replaced."""
+    if len(text) > MAX_ERROR_LENGTH:
+        text = text[: MAX_ERROR_LENGTH - 1] + "…"
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def undecodable_error(exc: Exception) -> str:
+    """The last error of a task whose stored payload cannot be decoded.
+
+    ``claim`` never hands such a task out and never stops at it: in the same
+    call the task goes to DEAD (all its attempts used) with this error, and the
+    claim takes the next task.  ``redrive`` sends it back once it can be read.
+    ``reserve``, which hands out only the id, does not read the payload.
+    """
+    return _fit(f"payload cannot be decoded: {exc}")
+
+
+def _describe(exc: BaseException) -> str:
+    """'Type: message' of an exception, even one whose str() raises."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception as failure:
+        return f"{type(exc).__name__}: <str() raised {type(failure).__name__}>"
+
+
+#: Tokens are SQLite integers: 1 to 2**63 - 1.
+MAX_TOKEN: Final = 2**63 - 1
 
 
 def check_token(token: object) -> int:
-    if isinstance(token, bool) or not isinstance(token, int) or token < 1:
-        raise InvalidArgument(f"a lease token is a positive int, not {token!r}")
+    if isinstance(token, bool) or not isinstance(token, int) or not 1 <= token <= MAX_TOKEN:
+        raise InvalidArgument(f"a lease token is an int from 1 to 2**63 - 1, not {token!r}")
     return token
+
+
+def time_after(now: Number, seconds: Number) -> Number:
+    """``now + seconds`` (a lease's end, a delay's), never past MAX_TIME: every
+    time stored stays within the limits, and a call at MAX_TIME still reaches it."""
+    end = now + seconds
+    return end if end <= MAX_TIME else MAX_TIME
 
 
 def check_seconds(seconds: object, what: str) -> Number:
@@ -207,7 +247,28 @@ def first_run(now: Number, start: tuple[Number | None, Number | None]) -> Number
     delay, run_at = start
     if run_at is not None:
         return run_at
-    return now if delay is None else min(now + delay, MAX_TIME)
+    return now if delay is None else time_after(now, delay)
+
+
+def check_task_ids(task_ids: object) -> list[str] | None:
+    """The ids of a call that takes some ids or None (all); a str is one id, not a list."""
+    if task_ids is None:
+        return None
+    if isinstance(task_ids, str | bytes) or not hasattr(task_ids, "__iter__"):
+        raise InvalidArgument(
+            f"task_ids must be an iterable of task ids, not {type(task_ids).__name__}"
+        )
+    return [check_task_id(task_id) for task_id in task_ids]
+
+
+def check_rng(rng: object) -> Any:
+    """A random number generator for retry jitter: a random.Random, or anything
+    with its ``uniform(a, b)``."""
+    if rng is None:
+        return random.Random()
+    if not callable(getattr(rng, "uniform", None)):
+        raise InvalidConfig(f"rng must be a random.Random, not {type(rng).__name__}")
+    return rng
 
 
 def check_retry(retry: object) -> Retry:

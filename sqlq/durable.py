@@ -27,7 +27,6 @@ from .clock import kernel_time
 from .contract import (
     LEASE_EXPIRED,
     MAX_LEASE_SECONDS,
-    MAX_TIME,
     Number,
     State,
     after_failure,
@@ -37,16 +36,20 @@ from .contract import (
     check_leases,
     check_queue_name,
     check_retry,
+    check_rng,
     check_seconds,
     check_settings,
     check_start,
     check_states,
     check_task_id,
+    check_task_ids,
     check_time,
     check_token,
     first_run,
+    time_after,
+    undecodable_error,
 )
-from .errors import ClockSkew, InvalidConfig
+from .errors import ClockSkew, InvalidConfig, InvalidPayload
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .sqlite.backend import SqliteBackend, Synchronous
@@ -119,8 +122,10 @@ class Queue:
         self.queue = check_queue_name(queue)
         self.retry = check_retry(retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
+        if not callable(clock):
+            raise InvalidConfig(f"clock must be a function giving the time, not {clock!r}")
         self._clock = clock
-        self._rng = rng or random.Random()
+        self._rng = check_rng(rng)
         self._sqlite = SqliteBackend(
             path_or_url, synchronous=synchronous, busy_timeout=busy_timeout, file_mode=file_mode
         )
@@ -160,9 +165,13 @@ class Queue:
             return self._insert(tx, task_id, encoded, first_run(tx.now, start))
 
     def reserve(self, now: Number | None = None) -> str | None:
-        """Lease the front task until ``now + lease_seconds``; None if none is available."""
-        lease = self.claim(now)
-        return None if lease is None else lease.task_id
+        """Lease the front task until ``now + lease_seconds``; None if none is available.
+
+        Only the id is handed out: the payload is not read (nor decoded).
+        """
+        with self._call(now) as tx:
+            claimed = tx.claim(self.queue, time_after(tx.now, self.lease_seconds))
+            return None if claimed is None else claimed[0]
 
     def complete(
         self,
@@ -261,7 +270,7 @@ class Queue:
         token = check_token(token)
         length = self.lease_seconds if seconds is None else check_seconds(seconds, "seconds")
         with self._call(now) as tx:
-            deadline = tx.now + length
+            deadline = time_after(tx.now, length)
             return deadline if tx.extend(self.queue, task_id, token, deadline) else None
 
     def release(self, task_id: str, token: int, now: Number | None = None) -> bool:
@@ -298,11 +307,14 @@ class Queue:
         """Up to ``n`` leases from the front of the line, in one transaction."""
         n = check_count(n, "n")
         with self._call(now) as tx:
-            deadline = tx.now + self.lease_seconds
-            return [
-                Lease(task_id, token, attempt, deadline, payloads.decode(encoded))
-                for task_id, token, attempt, encoded in tx.claim_many(self.queue, n, deadline)
-            ]
+            deadline = time_after(tx.now, self.lease_seconds)
+            leases: list[Lease] = []
+            while True:  # more than once only to replace tasks dead-lettered on the way
+                wanted = n - len(leases)
+                claimed = tx.claim_many(self.queue, wanted, deadline)
+                leases.extend(filter(None, (self._lease(tx, c, deadline) for c in claimed)))
+                if len(claimed) < wanted or len(leases) == n:
+                    return leases
 
     def complete_many(
         self, leases: Iterable[Lease | tuple[str, int]], now: Number | None = None
@@ -348,7 +360,7 @@ class Queue:
         Returns how many were redriven; ids that are not DEAD are skipped.  Each
         call is one transaction; redriving all takes every DEAD task at once.
         """
-        ids = None if task_ids is None else [check_task_id(t) for t in task_ids]
+        ids = check_task_ids(task_ids)
         with self._call(now) as tx:
             if ids is None:
                 rows = [row_id for row_id, _ in tx.dead_ids(self.queue, -1)]
@@ -509,7 +521,7 @@ class Queue:
         """
         delay = task.retry.delay(task.attempts, self._rng)
         state = after_failure(task.attempts, task.max_attempts, delay)
-        run_at = min(at + delay, MAX_TIME) if state is State.WAITING else None
+        run_at = time_after(at, delay) if state is State.WAITING else None
         return state, tx.end_lease(task, state, at, error, run_at), run_at
 
     def _insert(
@@ -519,12 +531,27 @@ class Queue:
         return tx.insert(self.queue, task_id, self.max_attempts, self.retry, encoded, waiting)
 
     def _claim(self, tx: Transaction) -> Lease | None:
-        deadline = tx.now + self.lease_seconds
-        claimed = tx.claim(self.queue, deadline)
-        if claimed is None:
-            return None
+        deadline = time_after(tx.now, self.lease_seconds)
+        while (claimed := tx.claim(self.queue, deadline)) is not None:
+            lease = self._lease(tx, claimed, deadline)
+            if lease is not None:
+                return lease
+        return None
+
+    def _lease(
+        self, tx: Transaction, claimed: tuple[str, int, int, payloads.Encoded], deadline: Number
+    ) -> Lease | None:
+        """The lease of a task just claimed; None if its payload cannot be decoded, in
+        which case the task is dead-lettered (see contract.undecodable_error)."""
         task_id, token, attempt, encoded = claimed
-        return Lease(task_id, token, attempt, deadline, payloads.decode(encoded))
+        try:
+            return Lease(task_id, token, attempt, deadline, payloads.decode(encoded))
+        except InvalidPayload as exc:
+            task = tx.get(self.queue, task_id)
+            assert task is not None  # claimed in this transaction
+            delta = task.max_attempts - task.attempts
+            tx.end_lease(task, State.DEAD, tx.now, undecodable_error(exc), attempts_delta=delta)
+            return None
 
 
 class _Call:
@@ -570,7 +597,7 @@ def _info(task: TaskRow) -> TaskInfo:
         state=task.state.value,
         attempts=task.attempts,
         max_attempts=task.max_attempts,
-        payload=payloads.decode(task.payload),
+        payload=payloads.readable(task.payload),
         last_error=task.last_error,
         token=task.token,
         deadline=task.deadline,

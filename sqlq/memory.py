@@ -37,15 +37,20 @@ from .contract import (
     check_error,
     check_leases,
     check_retry,
+    check_rng,
     check_seconds,
     check_settings,
     check_start,
     check_states,
     check_task_id,
+    check_task_ids,
     check_time,
     check_token,
     first_run,
+    time_after,
+    undecodable_error,
 )
+from .errors import InvalidPayload
 from .records import Lease, QueueStats, TaskInfo
 from .retry import Retry
 
@@ -106,7 +111,7 @@ class WorkQueue:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
         self.retry = check_retry(retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
-        self._rng = rng or random.Random()
+        self._rng = check_rng(rng)
         self._tasks: dict[str, _Task] = {}
         self._line: deque[str] = deque()
         self._leases: list[tuple[Number, int, str]] = []
@@ -221,7 +226,7 @@ class WorkQueue:
         task = self._tasks.get(task_id)
         if task is None or task.state is not _RESERVED or task.token != token:
             return None
-        task.deadline = now + length
+        task.deadline = time_after(now, length)
         task.updated_at = now
         heapq.heappush(self._leases, (task.deadline, token, task_id))
         return task.deadline
@@ -303,7 +308,7 @@ class WorkQueue:
 
         Returns how many were redriven; ids that are not DEAD are skipped.
         """
-        ids = None if task_ids is None else [check_task_id(t) for t in task_ids]
+        ids = check_task_ids(task_ids)
         now = self._advance(now)
         count = 0
         for task_id in self._dead_ids() if ids is None else ids:
@@ -430,19 +435,26 @@ class WorkQueue:
         task.attempts += 1
         self._counter += 1
         task.token = token = self._counter
-        task.deadline = deadline = now + self.lease_seconds
+        task.deadline = deadline = time_after(now, self.lease_seconds)
         task.updated_at = now
         heapq.heappush(self._leases, (deadline, token, task_id))
         return task_id
 
     def _claim(self, now: Number) -> Lease | None:
-        task_id = self._take(now)
-        if task_id is None:
-            return None
-        task = self._tasks[task_id]
-        return Lease(
-            task_id, task.token, task.attempts, task.deadline, payloads.decode(task.payload)
-        )
+        """Lease the front of the line; a task whose payload cannot be decoded is
+        dead-lettered on the way (see contract.undecodable_error)."""
+        while (task_id := self._take(now)) is not None:
+            task = self._tasks[task_id]
+            try:
+                payload = payloads.decode(task.payload)
+            except InvalidPayload as exc:
+                task.state = _DEAD
+                task.attempts = self.max_attempts
+                task.error = undecodable_error(exc)
+                task.finished_at = now
+                continue
+            return Lease(task_id, task.token, task.attempts, task.deadline, payload)
+        return None
 
     def _end_lease(self, task_id: str, task: _Task, when: Number, error: str | None) -> State:
         """A failed or expired attempt at time ``when``: retry now, retry later, or DEAD."""
@@ -453,7 +465,7 @@ class WorkQueue:
         if state is _AVAILABLE:
             self._make_available(task_id, task, when)
         elif state is _WAITING:
-            self._make_waiting(task_id, task, when + delay, when)
+            self._make_waiting(task_id, task, time_after(when, delay), when)
         else:
             task.state = State.DEAD
             task.updated_at = task.finished_at = when
@@ -467,7 +479,7 @@ class WorkQueue:
 
     def _make_waiting(self, task_id: str, task: _Task, run_at: Number, now: Number) -> None:
         task.state = _WAITING
-        task.run_at = min(run_at, MAX_TIME)
+        task.run_at = run_at
         task.order = self._next()
         task.updated_at = now
         heapq.heappush(self._waiting, (task.run_at, task.order, task_id))
@@ -499,7 +511,7 @@ class WorkQueue:
             state=task.state.value,
             attempts=task.attempts,
             max_attempts=self.max_attempts,
-            payload=payloads.decode(task.payload),
+            payload=payloads.readable(task.payload),
             last_error=task.error,
             token=task.token or None,
             deadline=task.deadline if task.state is _RESERVED else None,

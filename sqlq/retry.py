@@ -37,18 +37,23 @@ class Retry:
 
     @classmethod
     def fixed(cls, seconds: float) -> Retry:
-        return cls("fixed", _seconds(seconds, "seconds"), _seconds(seconds, "seconds"))
+        seconds = _seconds(seconds, "seconds")  # named as the caller named it
+        return cls("fixed", seconds, seconds)
 
     @classmethod
     def exponential(cls, base: float, cap: float, *, jitter: bool = True) -> Retry:
-        base, cap = _seconds(base, "base"), _seconds(cap, "cap")
-        if cap < base:
-            raise InvalidConfig(f"cap ({cap}) must not be below base ({base})")
         return cls("exponential_jitter" if jitter else "exponential", base, cap)
 
     def __post_init__(self) -> None:
+        """Every policy is checked here, however it is built, so both faces of the
+        queue refuse the same ones (the numbers are stored as floats)."""
         if self.kind not in KINDS:
             raise InvalidConfig(f"unknown retry kind {self.kind!r}")
+        base, cap = _seconds(self.base, "base"), _seconds(self.cap, "cap")
+        if cap < base:
+            raise InvalidConfig(f"cap ({cap}) must not be below base ({base})")
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "cap", cap)
 
     def delay(self, attempts: int, rng: random.Random) -> float:
         """Seconds to wait after ``attempts`` attempts have failed (attempts >= 1)."""

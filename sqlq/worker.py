@@ -693,9 +693,10 @@ def resolve_target(target: str) -> Callable[[Any], object]:
         raise InvalidConfig(f"handler target {target!r} must look like 'package.module:function'")
     try:
         obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
+    except Exception as exc:  # not found, or the module raised while it was imported
         raise InvalidConfig(
-            f"handler target {target!r}: cannot import module {module_name!r} ({exc})"
+            f"handler target {target!r}: cannot import module {module_name!r} "
+            f"({type(exc).__name__}: {exc})"
         ) from exc
     for part in path.split("."):
         try:

@@ -1043,3 +1043,121 @@ def test_remove_old_demo_deletes_the_demo_database_and_its_side_files(tmp_path: 
     assert demo.remove_old_demo(db)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sqlq-demo.db.bak"]
     assert not demo.remove_old_demo(db)  # nothing left to delete
+
+
+# --- input sqlq cannot take, and rows it cannot read ----------------------------------------
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+
+
+def _one_error_line(err: str, command: str) -> None:
+    assert "Traceback" not in err
+    assert err.startswith(f"sqlq {command}: error: ") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("depth", [100_000, sqlq.payload.MAX_DEPTH + 1])
+def test_add_refuses_json_nested_too_deep(
+    depth: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "payload.json"
+    source.write_text("[" * depth + "]" * depth)
+    db = tmp_path / "new.db"
+    code, out, err = _cli(capsys, "add", db, "t1", "--payload-file", source)
+    assert (code, out) == (2, "")
+    _one_error_line(err, "add")
+    assert "nested more than 200" in err
+    code, _, err = _cli(capsys, "add", db, "t1", "--payload", "[" * depth + "]" * depth)
+    assert code == 2 and "nested more than 200" in err
+    assert not db.exists()
+
+
+def test_add_from_a_file_refuses_a_line_nested_too_deep(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deepest = "[" * 200 + "]" * 200
+    source = tmp_path / "tasks.txt"
+    source.write_text(
+        f'{{"id": "fits", "payload": {deepest}}}\n{{"id": "deep", "payload": {DEEP_JSON}}}\n'
+    )
+    code, _, err = _cli(capsys, "add", db, "--from-file", source)
+    assert code == 2
+    _one_error_line(err, "add")
+    assert f"{source}, line 2:" in err and "nested more than" in err
+    source.write_text(f'{{"id": "deeper", "payload": [{deepest}]}}\n')
+    code, _, err = _cli(capsys, "add", db, "--from-file", source)
+    assert code == 2 and "line 1:" in err and "nested more than 200 deep" in err
+    with _queue(db) as q:
+        assert q.info("fits").payload == json.loads(deepest)  # type: ignore[union-attr]
+        assert q.info("deep") is None and q.info("deeper") is None
+    assert _json(capsys, "show", db, "fits")["payload"] == json.loads(deepest)
+    assert _cli(capsys, "show", db, "fits")[0] == 0
+
+
+def _poison(db: Path) -> None:
+    """Tasks whose stored payload sqlq cannot decode, written with the sqlite3 module."""
+    with _queue(db) as q:
+        q.add_many([("p-deep", "x"), ("p-text", "x"), ("p-surrogate", "x")])
+    conn = driver.dbapi.connect(db, isolation_level=None)
+    for task_id, stored in [
+        ("p-deep", DEEP_JSON),
+        ("p-text", "{oops"),
+        ("p-surrogate", '"\\ud800"'),
+    ]:
+        conn.execute("UPDATE sqlq_tasks SET payload = ? WHERE task_id = ?", (stored, task_id))
+    conn.close()
+
+
+def test_inspection_shows_payloads_that_cannot_be_decoded(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _poison(db)
+    code, out, err = _cli(capsys, "show", db, "p-deep")
+    assert (code, err) == (0, "")
+    assert "payload:      cannot be decoded (JSON nested more than 200" in out
+    assert DEEP_JSON in out
+    document = _json(capsys, "show", db, "p-text")
+    assert (document["payload_type"], document["payload"]) == ("undecodable", "{oops")
+    assert document["payload_error"].startswith("not valid JSON")
+    # JSON that decodes to a lone surrogate: printed as an escape, not a crash.
+    code, out, err = _cli(capsys, "show", db, "p-surrogate")
+    assert (code, err) == (0, "") and 'payload:      "\\ud800"' in out
+    listed = _json(capsys, "list", db, "--limit", "100")["tasks"]
+    assert {t["task_id"]: t["payload_type"] for t in listed}["p-deep"] == "undecodable"
+    assert _cli(capsys, "list", db)[0] == 0
+
+
+def test_show_of_times_past_the_year_9999(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with _queue(db) as q:
+        q.add("far", run_at=sqlq.contract.MAX_TIME)
+    code, out, err = _cli(capsys, "show", db, "far")
+    assert (code, err) == (0, "")
+    assert "run_at:       Unix time 1000000000000 (after the year 9999)" in out
+    assert _json(capsys, "show", db, "far")["run_at"] == sqlq.contract.MAX_TIME
+
+
+def test_worker_dead_letters_a_payload_it_cannot_decode_and_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "cli_test_handlers.py").write_text(HANDLERS)
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=2) as q:
+        q.add_many([("poison", {"n": 0}), ("next", {"n": 1})])
+    conn = driver.dbapi.connect(db, isolation_level=None)
+    conn.execute("UPDATE sqlq_tasks SET payload = ? WHERE task_id = 'poison'", (DEEP_JSON,))
+    conn.close()
+    log = tmp_path / "handled.log"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "HANDLED_LOG": str(log)}
+    proc = _run("worker", str(db), "cli_test_handlers:handle", "--burst", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert log.read_text() == "1\n"
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=2) as q:
+        assert q.status("poison") == "DEAD" and q.status("next") == "COMPLETED"
+        assert q.info("poison").last_error.startswith("payload cannot be decoded")  # type: ignore[union-attr]
+
+
+def test_worker_with_a_handler_module_that_raises_at_import(tmp_path: Path, db: Path) -> None:
+    (tmp_path / "broken_handlers.py").write_text('raise RuntimeError("no config")\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = _run("worker", str(db), "broken_handlers:handle", "--burst", env=env)
+    assert proc.returncode == 1
+    _one_error_line(proc.stderr, "worker")
+    assert "cannot import module 'broken_handlers' (RuntimeError: no config)" in proc.stderr

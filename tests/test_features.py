@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from sqlq import Retry
+from sqlq import Retry, payload
+from sqlq.contract import MAX_TIME
 from sqlq.errors import (
     InvalidArgument,
     InvalidConfig,
@@ -478,3 +479,176 @@ def test_complete_many_in_one_call(make_queue: Factory) -> None:
     with pytest.raises(InvalidArgument):
         q.complete_many("c", 3)
     assert q.complete_many([c], 5) == [False]  # its lease ran out at 5
+
+
+# --- payloads that cannot be read back ---------------------------------------------------
+
+
+def _nested(depth: int) -> Any:
+    """A JSON value nesting arrays and objects ``depth`` deep."""
+    value: Any = []
+    for level in range(depth - 1):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_payloads_nested_past_the_limit_are_refused_by_add_and_add_many(
+    make_queue: Factory,
+) -> None:
+    q = make_queue(10, 2)
+    deepest = _nested(payload.MAX_DEPTH)
+    assert q.add("deepest", 0, payload=deepest) is True
+    assert q.add_many([("in-batch", deepest)], 0) == [True]
+    for too_deep in (_nested(payload.MAX_DEPTH + 1), _nested(991)):
+        with pytest.raises(InvalidPayload, match="nested more than"):
+            q.add("too-deep", 0, payload=too_deep)
+        with pytest.raises(InvalidPayload, match="nested more than"):
+            q.add_many(["fine", ("too-deep", too_deep)], 0)
+    assert q.status("too-deep", 0) is None and q.status("fine", 0) is None
+    # Brackets inside strings are not nesting.
+    assert q.add("brackets", 0, payload=["[{" * 1000, {"k": "]}" * 1000}]) is True
+    assert q.claim(1).payload == deepest
+    assert q.claim(1).payload == deepest
+    assert q.claim(1).payload == ["[{" * 1000, {"k": "]}" * 1000}]
+
+
+def test_a_payload_that_cannot_be_decoded_is_dead_lettered_and_the_line_moves_on(
+    make_queue: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = make_queue(10, 3)
+    q.add("poison", 0, payload=_nested(50))
+    q.add("next", 0, payload={"n": 1})
+    stored = payload.encode(_nested(50), 10**6)
+    monkeypatch.setattr(payload, "MAX_DEPTH", 20)  # stored under a higher limit
+    lease = q.claim(1)
+    assert (lease.task_id, lease.payload) == ("next", {"n": 1})
+    info = q.info("poison", 1)
+    assert (info.state, info.attempts, info.token, info.finished_at) == ("DEAD", 3, 3, 1)
+    assert info.last_error.startswith("payload cannot be decoded: JSON nested more than 20")
+    assert isinstance(info.payload, payload.Undecodable)  # inspection shows it as stored
+    assert info.payload.text == stored
+    assert info.payload.reason.startswith("JSON nested more than 20")
+    assert [t.task_id for t in q.dead(1)] == ["poison"]
+    assert [t.payload for t in q.tasks(1, state="DEAD")] == [info.payload]
+    monkeypatch.setattr(payload, "MAX_DEPTH", 200)  # readable again: redrive brings it back
+    assert q.redrive(2, ["poison"]) == 1
+    assert q.claim(3).payload == _nested(50)
+
+
+def test_claim_many_replaces_tasks_dead_lettered_on_the_way(
+    make_queue: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = make_queue(10, 3)
+    poison = _nested(30)
+    q.add_many([("p1", poison), "a", ("p2", poison), "b", "c", ("p3", poison), "d"], 0)
+    monkeypatch.setattr(payload, "MAX_DEPTH", 20)
+    assert [lease.task_id for lease in q.claim_many(3, 1)] == ["a", "b", "c"]
+    assert [lease.task_id for lease in q.claim_many(3, 1)] == ["d"]
+    assert [t.task_id for t in q.dead(1)] == ["p1", "p2", "p3"]
+    q.add("p4", 1, payload=_nested(20))
+    monkeypatch.setattr(payload, "MAX_DEPTH", 10)
+    done, lease = q.complete_and_claim("a", 2, token=q.info("a", 2).token)
+    assert (done, lease) == (True, None)
+    assert q.status("p4", 2) == "DEAD"
+
+
+# --- typed errors at the edges ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", [2**63, 2**64 + 5])
+def test_tokens_past_sqlite_integers_are_refused(make_queue: Factory, token: int) -> None:
+    q = make_queue(10, 2)
+    q.add("t", 0)
+    q.claim(0)
+    for call in (
+        lambda: q.complete("t", 1, token=token),
+        lambda: q.fail("t", 1, token=token),
+        lambda: q.extend("t", token, 1),
+        lambda: q.release("t", token, 1),
+        lambda: q.complete_many([("t", token)], 1),
+        lambda: q.complete_and_claim("t", 1, token=token),
+    ):
+        with pytest.raises(InvalidArgument, match="token"):
+            call()
+    assert q.status("t", 1) == "RESERVED"
+    assert q.complete("t", 1, token=2**63 - 1) is False  # the largest token is a valid one
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def test_an_exception_whose_str_raises_is_still_recorded(make_queue: Factory) -> None:
+    q = make_queue(10, 2)
+    q.add("t", 0)
+    q.claim(0)
+    assert q.fail("t", 1, error=_Unprintable()) == "AVAILABLE"
+    assert q.info("t", 1).last_error == "_Unprintable: <str() raised RuntimeError>"
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [("fixed", -1.0, -1.0), ("exponential", -5.0, 1.0), ("exponential", 5.0, 1.0),
+     ("fixed", 1e10, 1e10), ("fixed", "3", "3"), ("exponential_jitter", 1.0, float("nan"))],
+)  # fmt: skip
+def test_a_retry_policy_built_directly_is_checked_like_the_named_ones(
+    retry: tuple[Any, float, float],
+) -> None:
+    with pytest.raises(InvalidConfig):
+        Retry(*retry)
+
+
+def test_a_retry_policy_built_directly_works_on_both_faces(make_queue: Factory) -> None:
+    q = make_queue(10, 3, retry=Retry("fixed", 5, 5))
+    q.add("t", 0)
+    q.claim(0)
+    assert q.fail("t", 1) == "WAITING"
+    assert q.info("t", 1).run_at == 6
+
+
+@pytest.mark.parametrize("rng", [5, "seed", object()])
+def test_an_rng_without_random_is_refused_at_construction(make_queue: Factory, rng: object) -> None:
+    with pytest.raises(InvalidConfig, match="rng"):
+        make_queue(10, 3, rng=rng)
+
+
+@pytest.mark.parametrize("task_ids", ["abc", b"abc", 5])
+def test_redrive_refuses_a_str_or_a_non_iterable_for_task_ids(
+    make_queue: Factory, task_ids: object
+) -> None:
+    q = make_queue(10, 1)
+    for task_id in ("a", "b", "c", "abc"):
+        q.add(task_id, 0)
+        q.claim(0)
+        q.fail(task_id, 0)
+    with pytest.raises(InvalidArgument, match="task_ids"):
+        q.redrive(1, task_ids)
+    assert q.counts()["DEAD"] == 4
+    assert q.redrive(1, ["abc"]) == 1
+
+
+def test_leases_and_retries_near_the_time_limit_end_at_it(make_queue: Factory) -> None:
+    """A lease taken just before MAX_TIME ends at MAX_TIME, which a call can reach."""
+    q = make_queue(30, 3, retry=Retry.fixed(60))
+    end = MAX_TIME
+    q.add_many(["leased", "extended", "claimed"], 0)
+    assert q.claim(end - 1).deadline == end
+    assert q.extend("extended", q.claim(end - 20).token, end - 1, seconds=100) == end
+    assert [lease.deadline for lease in q.claim_many(5, end - 1)] == [end]
+    assert q.fail("claimed", end - 1) == "WAITING"
+    assert q.info("claimed", end - 1).run_at == end
+    assert q.stats(end - 1).next_deadline == end
+    assert [q.status(t, end) for t in ("leased", "extended", "claimed")] == ["AVAILABLE"] * 3
+
+
+def test_reserve_hands_out_the_id_without_reading_the_payload(
+    make_queue: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = make_queue(10, 3)
+    q.add("poison", 0, payload=_nested(30))
+    monkeypatch.setattr(payload, "MAX_DEPTH", 20)
+    assert q.reserve(1) == "poison"
+    info = q.info("poison", 1)
+    assert info.state == "RESERVED" and isinstance(info.payload, payload.Undecodable)
+    assert q.complete("poison", 2) is True

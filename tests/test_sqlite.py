@@ -9,8 +9,10 @@ import threading
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 
 import sqlq
+from sqlq import payload
 from sqlq.errors import Busy, CannotOpen, InvalidConfig, QueueClosed
 from sqlq.sqlite import driver
 from sqlq.sqlite.queries import Q
@@ -312,4 +314,122 @@ def test_errors_inside_a_call_release_the_lock_and_roll_back(
         tx.insert("default", "half", 3, sqlq.Retry(), None, None)
         raise RuntimeError("a bug in the middle of a call")
     assert q.status("half", 6) is None  # rolled back, and the lock is free again
+    q.close()
+
+
+# --- payloads written by others, and typed errors of the settings -----------------------------
+
+
+def _store_payload(path: Path, task_id: str, stored: str) -> None:
+    """Write a task's payload column directly (an older sqlq, an outside edit)."""
+    conn = driver.dbapi.connect(path, isolation_level=None)
+    try:
+        conn.execute("UPDATE sqlq_tasks SET payload = ? WHERE task_id = ?", (stored, task_id))
+    finally:
+        conn.close()
+
+
+UNREADABLE = {
+    "deep": "[" * 100_000 + "]" * 100_000,
+    "unclosed": "[" * 100_000,
+    "not-json": '{"a": [1, 2',
+    "unterminated": '"open string \\" and more',
+}
+
+
+def test_rows_whose_payload_cannot_be_decoded_are_dead_lettered_by_claim(db_path: Path) -> None:
+    q = open_queue(db_path)
+    for task_id in UNREADABLE:
+        q.add(task_id, 0, payload="placeholder")
+    q.add("next", 0, payload={"n": 1})
+    for task_id, stored in UNREADABLE.items():
+        _store_payload(db_path, task_id, stored)
+    lease = q.claim(1)
+    assert (lease.task_id, lease.payload) == ("next", {"n": 1})
+    dead = q.dead(1)
+    assert [t.task_id for t in dead] == list(UNREADABLE)
+    for info in [*dead, *q.tasks(1, state="DEAD"), *(q.info(t, 1) for t in UNREADABLE)]:
+        assert (info.state, info.attempts) == ("DEAD", 3)
+        assert info.last_error.startswith("payload cannot be decoded: ")
+        assert info.payload == payload.Undecodable(UNREADABLE[info.task_id], info.payload.reason)
+    assert dead[0].payload.reason.startswith("JSON nested more than 200")
+    assert dead[2].payload.reason.startswith("not valid JSON")
+    assert q.claim(1) is None
+    q.close()
+
+
+def test_claim_many_skips_rows_whose_payload_cannot_be_decoded(db_path: Path) -> None:
+    q = open_queue(db_path)
+    q.add_many([("bad", "x"), "a", "b"], 0)
+    _store_payload(db_path, "bad", UNREADABLE["deep"])
+    assert [lease.task_id for lease in q.claim_many(2, 1)] == ["a", "b"]
+    assert q.status("bad", 1) == "DEAD"
+    q.close()
+
+
+@pytest.mark.parametrize("name", ["\x00", "a\x00b", "default\x00"])
+def test_a_queue_name_with_nul_is_refused(db_path: Path, name: str) -> None:
+    with pytest.raises(InvalidConfig, match="NUL"):
+        open_queue(db_path, queue=name)
+
+
+@pytest.mark.parametrize("where", ["q\x00.db", "sqlite:///q\x00.db"])
+def test_a_path_with_nul_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidConfig, match="NUL"):
+        open_queue(where)  # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///q.db?mode=ro", "sqlite:///q.db?timeout=5", "sqlite://host/q.db"]
+)
+def test_sqlite_url_options_are_refused_and_nothing_is_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidConfig, match="may only name the file"):
+        open_queue(url)  # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == []
+    open_queue("sqlite:///q.db").close()  # type: ignore[arg-type]
+    assert "q.db" in os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("clock", [5, "time.time", None])
+def test_a_clock_that_cannot_be_called_is_refused_at_construction(
+    db_path: Path, clock: object
+) -> None:
+    with pytest.raises(InvalidConfig, match="clock"):
+        open_queue(db_path, clock=clock)
+
+
+def test_calls_with_the_callers_connection_after_close_are_refused(db_path: Path) -> None:
+    q = open_queue(db_path)
+    q.add("t", 0)
+    token = q.claim(0).token
+    engine = q.engine
+    q.close()
+    with engine.begin() as conn:
+        with pytest.raises(QueueClosed):
+            q.add("late", 1, conn=conn)
+        with pytest.raises(QueueClosed):
+            q.add_many(["late"], 1, conn=conn)
+        with pytest.raises(QueueClosed):
+            q.complete("t", 1, token=token, conn=conn)
+    with open_queue(db_path) as reopened:
+        assert reopened.status("late", 1) is None
+        assert reopened.status("t", 1) == "RESERVED"
+
+
+def test_the_callers_engine_may_carry_url_options(db_path: Path) -> None:
+    q = open_queue(db_path)
+    engine = sqlalchemy.create_engine(f"sqlite:///{db_path}?timeout=5", module=driver.dbapi)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        assert q.add("t", 0, conn=conn) is True
+        conn.exec_driver_sql("COMMIT")
+    assert q.status("t", 0) == "AVAILABLE"
+    engine.dispose()
     q.close()

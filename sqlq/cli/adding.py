@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from .. import payload as payloads
 from ..contract import MAX_ATTEMPTS, check_task_id
 from ..durable import Queue
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidPayload
 from .common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -224,9 +224,9 @@ def _default_payload(args: argparse.Namespace) -> Any:
 
 def _json(text: str, where: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CliError(f"{where}: not valid JSON ({exc})", EXIT_USAGE) from None
+        return payloads.decode(text)
+    except InvalidPayload as exc:
+        raise CliError(f"{where}: {exc}", EXIT_USAGE) from None
 
 
 @contextmanager
@@ -261,9 +261,9 @@ def _parse_line(line: str, default: Any) -> str | tuple[str, Any] | None:
     if not text.startswith("{"):
         return text if default is None else (text, default)
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"a line starting with '{{' must be a JSON object ({exc})") from None
+        obj = payloads.decode(text, around=1)  # the payload is one level in
+    except InvalidPayload as exc:
+        raise ValueError(f"a line starting with '{{' must be a JSON object: {exc}") from None
     if not isinstance(obj, dict) or "id" not in obj or not set(obj) <= {"id", "payload"}:
         raise ValueError('a JSON line is {"id": ..., "payload": ...} (payload optional)')
     if not isinstance(obj["id"], str):

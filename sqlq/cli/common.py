@@ -19,6 +19,7 @@ from typing import Any
 from ..contract import MAX_BATCH, MAX_LEASE_SECONDS, MAX_TIME, State, check_queue_name
 from ..durable import Queue
 from ..errors import InvalidConfig
+from ..payload import Undecodable
 from ..records import TaskInfo
 from ..sqlite import driver
 from ..sqlite.migrate import check_schema
@@ -261,18 +262,27 @@ def error(command: str, message: str) -> None:
 
 
 def payload_json(payload: Any) -> tuple[str, Any]:
-    """(payload_type, JSON value): "none", "json" (the value) or "bytes" (base64 text)."""
+    """(payload_type, JSON value): "none", "json" (the value), "bytes" (base64 text)
+    or "undecodable" (the text as stored)."""
     if payload is None:
         return "none", None
     if isinstance(payload, bytes):
         return "bytes", base64.b64encode(payload).decode("ascii")
+    if isinstance(payload, Undecodable):
+        return "undecodable", payload.text
     return "json", payload
 
 
 def task_json(info: TaskInfo, queue: str) -> dict[str, Any]:
-    """Every field of a TaskInfo as JSON, with the queue and the payload's type."""
-    document: dict[str, Any] = {"queue": queue, **dataclasses.asdict(info)}
+    """Every field of a TaskInfo as JSON, with the queue and the payload's type (and
+    for a payload that cannot be decoded, why: payload_error)."""
+    document: dict[str, Any] = {
+        "queue": queue,
+        **{f.name: getattr(info, f.name) for f in dataclasses.fields(info)},
+    }
     document["payload_type"], document["payload"] = payload_json(info.payload)
+    if isinstance(info.payload, Undecodable):
+        document["payload_error"] = info.payload.reason
     return document
 
 
@@ -322,10 +332,14 @@ def span(seconds: float) -> str:
 
 
 def moment(t: float | None, now: float) -> str:
-    """A Unix time for people: '2024-05-01 12:00:00 UTC (in 29s)'; '-' for None."""
+    """A Unix time for people: '2024-05-01 12:00:00 UTC (in 29s)'; '-' for None.
+    Past the year 9999 (times go up to 10**12), the seconds as they are."""
     if t is None:
         return "-"
-    stamp = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        stamp = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):
+        stamp = f"Unix time {t:.0f} (after the year 9999)"
     relative = f"in {span(t - now)}" if t > now else f"{span(now - t)} ago"
     return f"{stamp} ({relative})"
 

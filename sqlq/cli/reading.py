@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from ..contract import State
+from ..payload import Undecodable
 from ..records import TaskInfo
 from ..sqlite import driver
 from ..sqlite.files import wal_bytes
@@ -263,8 +264,12 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         payload = "none"
     elif isinstance(info.payload, bytes):
         payload = f"{len(info.payload)} bytes of binary data (--json shows them as base64)"
+    elif isinstance(info.payload, Undecodable):
+        payload = f"cannot be decoded ({info.payload.reason}); as stored:\n{info.payload.text}"
     else:
         payload = json.dumps(info.payload, indent=2, ensure_ascii=False)
+        if not payload.isascii() and not _encodable(payload):  # lone surrogates (outside edits)
+            payload = json.dumps(info.payload, indent=2)
     return [
         ("task_id", printable(info.task_id)),
         ("queue", printable(queue)),
@@ -280,6 +285,14 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("last_error", "-" if info.last_error is None else info.last_error),
         ("payload", payload),
     ]
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _dead(args: argparse.Namespace) -> int:

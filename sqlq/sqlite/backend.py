@@ -98,7 +98,11 @@ os.register_at_fork(
 
 
 def database_path(path_or_url: str | os.PathLike[str]) -> str:
-    """The file path of a plain path or a ``sqlite:///`` URL."""
+    """The file path of a plain path or a ``sqlite:///path`` URL.
+
+    A URL names the file and nothing else: query options (``?mode=ro``, ...)
+    are refused, since the queue always opens its file read-write.
+    """
     if isinstance(path_or_url, os.PathLike):
         path_or_url = os.fspath(path_or_url)
     if not isinstance(path_or_url, str):
@@ -112,9 +116,16 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
             raise InvalidConfig(
                 f"{url.get_backend_name()!r} URLs are not supported yet; use a sqlite:/// URL"
             )
+        if url.query or url.host or url.port or url.username or url.password:
+            raise InvalidConfig(
+                f"{path_or_url!r}: a sqlite URL may only name the file (sqlite:///path); "
+                "sqlq takes no options from it and always opens the file read-write"
+            )
         path = url.database or ""
     else:
         path = path_or_url
+    if "\x00" in path:
+        raise InvalidConfig(f"a database path must not contain NUL ('\\x00'): {path!r}")
     if path in ("", ":memory:") or path.startswith("file:"):
         raise InvalidConfig(
             "sqlq needs a database file that several processes can share; "
@@ -321,6 +332,8 @@ class SqliteBackend:
         return SqliteTransaction(self, now, queue, external)
 
     def _external_connection(self, external: Any) -> Any:
+        if self._closed:
+            raise QueueClosed(f"{self.path}: the queue is closed")
         if not isinstance(external, sa.Connection):
             raise InvalidArgument(
                 f"conn must be a SQLAlchemy Connection, not {type(external).__name__}"
@@ -330,7 +343,8 @@ class SqliteBackend:
                 "conn uses another SQLite library than the queue; two SQLite libraries in "
                 "one process do not see each other's locks. Use queue.engine for your connection"
             )
-        if database_path(external.engine.url.render_as_string(False)) != self.path:
+        # The file alone: options in the caller's own URL (?timeout=...) are the caller's.
+        if os.path.realpath(external.engine.url.database or "") != self.path:
             raise InvalidArgument(f"conn is not connected to the queue's database {self.path}")
         if not external.in_transaction():
             raise InvalidArgument("conn must be in an open transaction (with engine.begin())")
