@@ -9,11 +9,16 @@ Concurrency model:
 
 * Between processes: WAL mode, ``BEGIN IMMEDIATE`` (the write lock from the first
   statement) after a turn at the write gate (gate.py), which makes processes
-  take fair turns.  Waiting for the gate and the lock together lasts at most
-  ``busy_timeout`` seconds; past that the call raises :class:`sqlq.errors.Busy`.
-  SQLite's own busy handler is used only while opening (migrations).
+  take fair turns.  SQLite's own busy handler is used only while opening
+  (migrations).
 * Within a process: one connection per backend object, calls serialised by a
   lock, so a Queue can be shared by threads.
+* One wait budget per call: the thread lock, the turn at the gate and the retries
+  of a busy write lock together last at most ``busy_timeout`` seconds from the
+  start of the call; past that the call raises :class:`sqlq.errors.Busy` naming
+  the file.  Threads behind a held lock therefore all give up after one
+  busy_timeout, not one after another.  ``interrupt_waits`` ends waits sooner
+  (a worker that stops: its grace period bounds them).
 * Across ``fork``: the child never touches the parent's connection (SQLite
   forbids it); it opens its own on first use.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -156,6 +162,7 @@ class SqliteBackend:
         sa.event.listen(self._engine, "connect", self._on_connect)
         sa.event.listen(self._engine, "begin", self._on_begin)
         self._lock = threading.Lock()
+        self._cutoff = math.inf  # waits end by this time.monotonic() (interrupt_waits)
         self._fairy: Any = None  # SQLAlchemy's wrapper, owning the DB-API connection
         self._conn: Any = None
         # The cursor that calls' transactions run on (one per connection: a cursor
@@ -174,7 +181,9 @@ class SqliteBackend:
             with self._guard():
                 conn = self._connection()
                 if migrate:
-                    self.schema_version = ensure_schema(conn, self.path, self.file_mode)
+                    self.schema_version = ensure_schema(
+                        conn, self.path, self.file_mode, self.busy_timeout
+                    )
                 else:
                     self.schema_version = check_schema(conn, self.path)
             self._rng = random.Random()
@@ -301,39 +310,72 @@ class SqliteBackend:
         connection.exec_driver_sql(Q.begin_write)
 
     def ready(self, queue: str, now: Number) -> bool:
-        with self._lock, self._guard():
-            conn = self._connection()
-            row = self._waiting(
-                lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone()
-            )
+        deadline = self.take_lock()
+        try:
+            with self._guard():
+                conn = self._connection()
+                row = self._waiting(
+                    lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone(),
+                    deadline,
+                )
+        finally:
+            self._lock.release()
         return bool(row[0])
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
-        with self._lock, self._guard():
-            conn = self._connection()
-            for queue, state, count in self._waiting(
-                lambda: conn.execute(Q.count_states).fetchall()
-            ):
-                out.setdefault(queue, {})[state] = count
+        deadline = self.take_lock()
+        try:
+            with self._guard():
+                conn = self._connection()
+                rows = self._waiting(lambda: conn.execute(Q.count_states).fetchall(), deadline)
+        finally:
+            self._lock.release()
+        for queue, state, count in rows:
+            out.setdefault(queue, {})[state] = count
         return out
+
+    # --- waiting, within one budget ---------------------------------------------------
+
+    def take_lock(self) -> float:
+        """Take this object's thread lock, the first wait of a call; return the call's
+        deadline (time.monotonic()), busy_timeout from now.  Busy if the lock stays
+        taken that long (another thread's call waits for the write lock meanwhile)."""
+        deadline = time.monotonic() + self.busy_timeout
+        if not self._lock.acquire(timeout=self.busy_timeout):
+            raise self._busy("other calls on this queue object held it")
+        return deadline
+
+    def _busy(self, why: str) -> Busy:
+        return Busy(
+            f"{self.path}: no turn at the write lock within busy_timeout "
+            f"({self.busy_timeout:g} s): {why}"
+        )
+
+    def interrupt_waits(self, after: float | None) -> None:
+        """End every wait of this object's calls, those in progress included, ``after``
+        seconds from now at the latest (then the call raises Busy); None: waits last
+        busy_timeout again.  Thread-safe, and safe in a signal handler.  A call whose
+        lock is free at once still goes through."""
+        self._cutoff = math.inf if after is None else time.monotonic() + after
+        gate = self._gate
+        if gate is not None:
+            gate.interrupt(self._cutoff)
 
     # --- waiting for the lock, fairly -------------------------------------------------
 
-    def begin_write(self, conn: Any) -> None:
+    def begin_write(self, conn: Any, deadline: float) -> None:
         """Take a turn at the gate (see gate.py), then BEGIN IMMEDIATE.
 
-        Both waits together last at most busy_timeout; past that, Busy.  The
-        caller releases the gate (``end_write``) once the transaction is over.
+        Both waits end by ``deadline`` (time.monotonic(); see take_lock); past
+        that, Busy.  The caller releases the gate (``end_write``) once the
+        transaction is over.
         """
-        deadline = time.monotonic() + self.busy_timeout
         if self._gate is None:
             self._gate = Gate(self.path + ".sqlq-gate", self.file_mode)
-        if not self._gate.acquire(self.busy_timeout):
-            raise Busy(
-                f"{self.path}: no turn at the write lock within busy_timeout "
-                f"({self.busy_timeout:g} s): another process kept it"
-            )
+            self._gate.interrupt(self._cutoff)
+        if not self._gate.acquire(deadline):
+            raise self._busy("another process kept it")
         try:
             try:
                 conn.execute(Q.begin_write)
@@ -353,8 +395,12 @@ class SqliteBackend:
 
     def checkpoint(self) -> Checkpoint:
         """Run a passive checkpoint now; DB-API errors leave as sqlq errors."""
-        with self._lock, self._guard():
-            return self._checkpoint(self._connection())
+        self.take_lock()
+        try:
+            with self._guard():
+                return self._checkpoint(self._connection())
+        finally:
+            self._lock.release()
 
     def _checkpoint(self, conn: Any) -> Checkpoint:
         self._commits = 0
@@ -388,20 +434,16 @@ class SqliteBackend:
         return files.wal_bytes(self.path)
 
     def _waiting(
-        self,
-        attempt: Callable[[], T],
-        deadline: float | None = None,
-        error: BaseException | None = None,
+        self, attempt: Callable[[], T], deadline: float, error: BaseException | None = None
     ) -> T:
         """``attempt()``, retried with short randomised pauses while SQLite says busy
-        (a writer that does not take the gate holds the lock), until ``deadline``.
-        ``error``: the busy error of a first attempt the caller already made."""
+        (a writer that does not take the gate holds the lock), until ``deadline``
+        (or an interrupt_waits cutoff).  ``error``: the busy error of a first
+        attempt the caller already made."""
         pause = WAIT_MIN
         while True:
             if error is not None:  # busy: pause (randomised, growing), then try again
-                if deadline is None:
-                    deadline = time.monotonic() + self.busy_timeout
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= min(deadline, self._cutoff):
                     raise error
                 time.sleep(pause * (0.5 + self._rng.random()))
                 pause = min(pause * 2, WAIT_MAX)
@@ -451,11 +493,11 @@ class SqliteTransaction:
         backend = self._backend
         try:
             if self._external is None:
-                backend._lock.acquire()
+                deadline = backend.take_lock()
                 self._locked = True
                 self._conn = backend._connection()
                 self._cur = backend._cursor
-                backend.begin_write(self._cur)
+                backend.begin_write(self._cur, deadline)
             else:
                 self._conn = backend._external_connection(self._external)
                 self._cur = self._conn.cursor()

@@ -23,9 +23,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
-from ..errors import CannotOpen, NotASqlqDatabase, SchemaError, SchemaTooNew, StorageError
+from ..errors import Busy, CannotOpen, NotASqlqDatabase, SchemaError, SchemaTooNew, StorageError
 from .driver import dbapi
 from .queries import Q
 
@@ -96,10 +96,12 @@ def applied_version(conn: Any, path: str) -> int:
     return version
 
 
-def ensure_schema(conn: Any, path: str, mode: int = 0o600) -> int:
+def ensure_schema(conn: Any, path: str, mode: int = 0o600, busy_timeout: float = 30.0) -> int:
     """Bring the database to the latest version; return that version.
 
     ``conn`` is a DB-API connection in autocommit mode (isolation_level=None).
+    The migrate lock is waited for at most ``busy_timeout`` seconds (then Busy):
+    a process frozen while migrating never makes others hang.
     """
     latest = latest_version()
     version = applied_version(conn, path)
@@ -111,7 +113,12 @@ def ensure_schema(conn: Any, path: str, mode: int = 0o600) -> int:
     if version < latest:
         lock = FileLock(path + ".migrate-lock", mode=mode)
         try:
-            lock.acquire()
+            lock.acquire(timeout=busy_timeout)
+        except Timeout:
+            raise Busy(
+                f"{path}.migrate-lock: not free within busy_timeout ({busy_timeout:g} s): "
+                "another process is migrating the schema, or froze while migrating"
+            ) from None
         except OSError as exc:
             raise CannotOpen(
                 f"{path}: cannot take {path}.migrate-lock to migrate the schema "
