@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -392,17 +393,53 @@ def test_handler_targets(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- real processes --------------------------------------------------------------------
 
 
-def _serve(db: Path, stderr: IO[bytes], **options: Any) -> subprocess.Popen[bytes]:
-    """A worker process: ``sqlq.worker.serve(db, "runner_handlers:handle", **options)``."""
-    code = (
-        "import sys; from sqlq.worker import serve; "
-        f"sys.exit(serve({str(db)!r}, {HANDLERS!r}, **{options!r}))"
-    )
+def _env() -> dict[str, str]:
+    """The environment of a worker process: this folder importable (for the handlers)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH")) if p)
-    return subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=stderr, env=env
+    return env
+
+
+def _serve(
+    db: Path,
+    stderr: IO[bytes],
+    target: str = HANDLERS,
+    switch_interval: float | None = None,
+    **options: Any,
+) -> subprocess.Popen[bytes]:
+    """A worker process: ``sqlq.worker.serve(db, target, **options)``, with the
+    interpreter's thread switch interval set to ``switch_interval`` if given."""
+    code = (
+        "import sys; from sqlq.worker import serve; "
+        + ("" if switch_interval is None else f"sys.setswitchinterval({switch_interval!r}); ")
+        + f"sys.exit(serve({str(db)!r}, {target!r}, **{options!r}))"
     )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=stderr, env=_env()
+    )
+
+
+def _cli_worker(db: Path, stderr: IO[bytes], *args: str) -> subprocess.Popen[bytes]:
+    """``sqlq worker DB ARGS...`` in a process of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sqlq", "worker", str(db), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        env=_env(),
+    )
+
+
+_STOPPED = re.compile(
+    r"worker stopped: (\d+) claimed, (\d+) completed, (\d+) failed, (\d+) lost, "
+    r"(\d+) released, (\d+) timed out"
+)
+
+
+def _final_stats(stderr_text: str) -> WorkerStats:
+    """The counts of the "worker stopped" line a worker process logged."""
+    found = _STOPPED.findall(stderr_text)
+    assert len(found) == 1, stderr_text
+    return WorkerStats(*(int(n) for n in found[0]))
 
 
 def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -531,3 +568,130 @@ def test_worker_processes_survive_a_kill_and_keep_long_tasks(
         assert "Traceback" not in text, (i, text)
         if processes[i] is not victim:
             assert "worker stopped" in text, (i, text)
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_a_worker_never_holds_more_leases_than_its_concurrency(
+    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue], concurrency: int
+) -> None:
+    """Sampled from this process while a worker process drains 5 ms tasks, with the
+    thread switch interval so short that the worker's threads interleave at almost
+    every bytecode: the tasks RESERVED never outnumber the worker's slots."""
+    tasks = 300
+    queue = open_queue(lease_seconds=60.0)
+    queue.add_many([(f"t{i}", 0.005) for i in range(tasks)])
+    err_path = tmp_path / "worker.stderr"
+    peak = 0
+    with err_path.open("wb") as stderr:
+        process = _serve(
+            db_path,
+            stderr,
+            "runner_handlers:nap",
+            switch_interval=1e-6,
+            lease_seconds=60.0,
+            concurrency=concurrency,
+            stop_when_idle=True,
+            synchronous="normal",
+        )
+        try:
+            while process.poll() is None:
+                peak = max(peak, queue.counts()["RESERVED"])
+                time.sleep(0.001)  # sampling, not ordering: the worker goes on regardless
+            assert process.returncode == 0, err_path.read_text()
+        finally:
+            process.kill()
+            process.wait()
+    assert 1 <= peak <= concurrency
+    assert queue.counts()["COMPLETED"] == tasks
+    assert _final_stats(err_path.read_text()) == WorkerStats(claimed=tasks, completed=tasks)
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("how", ["SIGTERM with --grace 0", "two SIGTERMs"])
+def test_a_stopped_worker_leaves_no_lease_behind(
+    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue], how: str
+) -> None:
+    """`sqlq worker` draining fast tasks is stopped mid-stream, three times over: every
+    lease it took is completed or released, none is left RESERVED to run out."""
+    queue = open_queue(lease_seconds=600.0)
+    queue.add_many([f"t{i}" for i in range(3000)])
+    grace = "0" if how.startswith("SIGTERM with") else "30"
+    for run in range(3):
+        before = queue.counts()["COMPLETED"]
+        err_path = tmp_path / f"worker{run}.stderr"
+        with err_path.open("wb") as stderr:
+            process = _cli_worker(
+                db_path, stderr, "runner_handlers:fast", "--grace", grace, "--lease", "600",
+                "--synchronous", "normal",
+            )  # fmt: skip
+            try:
+                _wait_for(lambda b=before: queue.counts()["COMPLETED"] > b + 50, 30, "the drain")
+                process.send_signal(signal.SIGTERM)
+                if how == "two SIGTERMs":
+                    process.send_signal(signal.SIGTERM)
+                # A second SIGTERM that comes once the worker is done ends the
+                # process the default way, after its last log line.
+                exits = (0, -signal.SIGTERM) if how == "two SIGTERMs" else (0,)
+                assert process.wait(30) in exits, err_path.read_text()
+            finally:
+                process.kill()
+                process.wait()
+        counts = queue.counts()
+        assert counts["RESERVED"] == 0, (run, counts, err_path.read_text())
+        stats = _final_stats(err_path.read_text())
+        assert stats.claimed == stats.completed + stats.released, stats
+        assert stats.completed == counts["COMPLETED"] - before
+        assert (stats.failed, stats.lost, stats.timed_out) == (0, 0, 0)
+    assert counts["AVAILABLE"] > 0  # each run was stopped before the queue ran dry
+
+
+_HOLD_WRITE_LOCK = """
+import sys
+from sqlq.sqlite.driver import dbapi
+conn = dbapi.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.processes
+def test_grace_bounds_a_wait_for_a_write_lock_held_elsewhere(
+    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
+) -> None:
+    """Another connection holds the write lock (a sqlite3 shell inside BEGIN IMMEDIATE),
+    and the worker waits to claim with a busy_timeout of 60 s.  SIGTERM with
+    --grace 1 ends that wait: the worker exits long before the busy_timeout."""
+    queue = open_queue()
+    queue.add("t")
+    queue.close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_WRITE_LOCK, str(db_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    err_path = tmp_path / "worker.stderr"
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        with err_path.open("wb") as stderr:
+            process = _cli_worker(
+                db_path, stderr, "runner_handlers:fast", "--grace", "1", "--busy-timeout", "60"
+            )
+            try:
+                # The claim loop claims right after it logs this: it waits for the lock.
+                _wait_for(lambda: b"worker started" in err_path.read_bytes(), 30, "the worker")
+                stopped = time.monotonic()
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(30) == 0
+                took = time.monotonic() - stopped
+            finally:
+                process.kill()
+                process.wait()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert took < 10, f"the worker took {took:.1f}s to stop"  # generous: 1 s, not 60
+    assert _final_stats(err_path.read_text()) == WorkerStats()
+    reopened = open_queue()
+    assert reopened.status("t") == "AVAILABLE"
