@@ -6,6 +6,7 @@ seconds; the real-process tests run the handlers of tests/runner_handlers.py.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -24,6 +25,7 @@ import pytest
 
 import sqlq
 from sqlq.errors import Busy, InvalidConfig
+from sqlq.testing import ManualClock
 from sqlq.worker import Worker, WorkerStats, resolve_target
 
 TESTS = Path(__file__).resolve().parent
@@ -32,15 +34,20 @@ HANDLERS = "runner_handlers:handle"
 
 @pytest.fixture
 def open_queue(db_path: Path) -> Iterator[Callable[..., sqlq.Queue]]:
-    """open_queue(lease_seconds=1.0, max_attempts=5) -> a Queue on the test's database.
+    """open_queue(lease_seconds=1.0, max_attempts=5, **options) -> a Queue on the test's
+    database (``options``: more arguments of Queue, such as ``clock``).
 
     Each call opens another Queue object on the same file, as another process would.
     """
     opened: list[sqlq.Queue] = []
 
-    def make(lease_seconds: float = 1.0, max_attempts: int = 5) -> sqlq.Queue:
+    def make(lease_seconds: float = 1.0, max_attempts: int = 5, **options: Any) -> sqlq.Queue:
         queue = sqlq.Queue(
-            db_path, lease_seconds=lease_seconds, max_attempts=max_attempts, synchronous="normal"
+            db_path,
+            lease_seconds=lease_seconds,
+            max_attempts=max_attempts,
+            synchronous="normal",
+            **options,
         )
         opened.append(queue)
         return queue
@@ -121,11 +128,39 @@ def test_drains_the_queue_with_threads_and_retries_failures(
     assert any("worker started" in m for m in _messages(caplog, logging.INFO))
 
 
-def test_heartbeats_keep_a_long_handler_s_lease(open_queue: Callable[..., sqlq.Queue]) -> None:
-    queue = open_queue(lease_seconds=0.5)
-    queue.add("long", payload=2.0)
-    stats = Worker(queue, time.sleep).run(stop_when_idle=True)  # 4 leases long
-    assert stats == WorkerStats(claimed=1, completed=1)
+def test_heartbeats_keep_a_long_handler_s_lease_one_beat_per_period(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """A handler four leases long keeps its lease: the worker extends it once every
+    lease_seconds / 3, no more and no less (time moved by the test's clock)."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=3.0, clock=clock.time)
+    queue.add("long")
+    beats: list[float] = []
+    extend = queue.extend
+
+    def counting_extend(*args: Any, **kwargs: Any) -> Any:
+        beats.append(clock.monotonic())
+        return extend(*args, **kwargs)
+
+    queue.extend = counting_extend  # type: ignore[method-assign]
+    started, finish = threading.Event(), threading.Event()
+
+    def handler(payload: None) -> None:
+        started.set()
+        assert finish.wait(30)
+
+    thread, out = _in_thread(Worker(queue, handler, clock=clock), stop_when_idle=True)
+    assert started.wait(10)
+    # Two threads wait on the clock: the claim loop (for a free slot) and the
+    # heartbeat thread (for the next beat); each step runs the next beat.
+    steps = [clock.step(2) for _ in range(12)]
+    clock.wait_for_sleepers(2)  # the last beat is done
+    finish.set()
+    thread.join(10)
+    assert steps == [float(n) for n in range(1, 13)]
+    assert beats == steps
+    assert out == [WorkerStats(claimed=1, completed=1)]
     info = queue.info("long")
     assert info is not None
     assert (info.state, info.attempts, info.last_error) == ("COMPLETED", 1, None)
@@ -138,24 +173,26 @@ def test_a_stale_worker_cannot_complete(
     takes the task and completes it; A's heartbeat finds the lease lost, and A's
     completion is refused."""
     caplog.set_level(logging.INFO, logger="sqlq.worker")
-    first, second = open_queue(lease_seconds=0.5), open_queue(lease_seconds=0.5)
+    clock = ManualClock()
+    first = open_queue(lease_seconds=0.5, clock=clock.time)
+    second = open_queue(lease_seconds=0.5, clock=clock.time)
     first.add("t", payload="work")
-    started, b_done = threading.Event(), threading.Event()
+    started, finish = threading.Event(), threading.Event()
     handled: list[str] = []
 
     def stale(payload: str) -> None:
-        start = time.monotonic()
         handled.append("A")
         started.set()
-        assert b_done.wait(10)
-        time.sleep(max(0.0, start + 1.3 - time.monotonic()))  # past A's first heartbeat
+        assert finish.wait(30)
 
-    worker_a = Worker(first, stale, heartbeat=1.0)
+    worker_a = Worker(first, stale, heartbeat=1.0, clock=clock)
     thread, out = _in_thread(worker_a, stop_when_idle=True)
     assert started.wait(10)
-    time.sleep(0.6)  # A's lease runs out
-    stats_b = Worker(second, lambda p: handled.append("B")).run(stop_when_idle=True)
-    b_done.set()
+    clock.advance(0.6)  # A's lease runs out
+    stats_b = Worker(second, lambda p: handled.append("B"), clock=clock).run(stop_when_idle=True)
+    assert clock.step(2) == 1.0  # A's first heartbeat
+    clock.wait_for_sleepers(2)  # done: it found the lease lost
+    finish.set()
     thread.join(10)
 
     assert stats_b == WorkerStats(claimed=1, completed=1)
@@ -170,69 +207,118 @@ def test_a_stale_worker_cannot_complete(
     assert any("'t': completion refused" in m for m in warnings)
 
 
+def test_a_handler_that_raises_after_its_lease_was_lost_leaves_the_task_alone(
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker's lease runs out while its handler runs and another worker takes
+    the task; then the handler raises.  The failure carries the lease's token, so
+    it is refused and counted as lost: the other worker's lease, the attempts and
+    the last error stay as they were."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=0.5, clock=clock.time)
+    other = open_queue(lease_seconds=60.0, clock=clock.time)
+    queue.add("t")
+    started, finish = threading.Event(), threading.Event()
+
+    def handler(payload: None) -> None:
+        started.set()
+        assert finish.wait(30)
+        raise ValueError("too late")
+
+    worker = Worker(queue, handler, heartbeat=1.0, clock=clock)
+    thread, out = _in_thread(worker, stop_when_idle=True)
+    assert started.wait(10)
+    clock.advance(0.6)  # the lease (0.5 s) runs out before the first heartbeat (1 s)
+    lease = other.claim()
+    assert lease is not None and lease.attempt == 2
+    finish.set()
+    thread.join(10)
+
+    assert out == [WorkerStats(claimed=1, lost=1)]
+    info = other.info("t")
+    assert info is not None
+    assert (info.state, info.token, info.attempts, info.last_error) == (
+        "RESERVED",
+        lease.token,
+        2,
+        "lease expired",
+    )
+    assert any("'t': failure refused" in m for m in _messages(caplog, logging.WARNING))
+
+
 def test_time_limit_fails_the_task_and_the_late_result_is_refused(
     open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="sqlq.worker")
-    queue = open_queue(lease_seconds=1.0, max_attempts=3)
-    queue.add("slow", payload=1.0)
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=3.0, max_attempts=3, clock=clock.time)
+    queue.add("slow")
     attempts: list[tuple[int, float]] = []
+    started, finish = threading.Event(), threading.Event()
 
     def handler(lease: sqlq.Lease) -> None:
-        attempts.append((lease.attempt, time.monotonic()))
+        attempts.append((lease.attempt, clock.monotonic()))
         if lease.attempt == 1:
-            time.sleep(lease.payload)
+            started.set()
+            assert finish.wait(30)
 
-    start = time.monotonic()
-    stats = Worker(queue, handler, time_limit=0.3, with_lease=True).run(stop_when_idle=True)
+    worker = Worker(queue, handler, time_limit=2.5, with_lease=True, clock=clock)
+    thread, out = _in_thread(worker, stop_when_idle=True)
+    assert started.wait(10)
+    assert [clock.step(2) for _ in range(3)] == [1.0, 2.0, 2.5]  # two heartbeats, the limit
+    clock.wait_for_sleepers(2)  # the task has been failed
+    info = queue.info("slow")
+    assert info is not None
+    assert (info.state, info.last_error) == ("AVAILABLE", "time limit of 2.5s exceeded")
+    assert attempts == [(1, 0.0)]  # attempt 1 keeps the only slot until its handler returns
+    finish.set()
+    thread.join(10)
 
-    assert stats == WorkerStats(claimed=2, completed=1, timed_out=1)
+    assert out == [WorkerStats(claimed=2, completed=1, timed_out=1)]
+    assert attempts == [(1, 0.0), (2, 2.5)]
     info = queue.info("slow")
     assert info is not None
     assert (info.state, info.attempts) == ("COMPLETED", 2)
-    assert info.last_error == "time limit of 0.3s exceeded"
-    # Attempt 1 kept the only slot until its handler returned, 1 s after it began.
-    assert [a for a, _ in attempts] == [1, 2]
-    assert attempts[1][1] - start >= 1.0
+    assert info.last_error == "time limit of 2.5s exceeded"
     warnings = _messages(caplog, logging.WARNING)
-    assert any("exceeded its time limit of 0.3s" in m for m in warnings)
+    assert any("exceeded its time limit of 2.5s" in m for m in warnings)
     assert any("returned after its time limit; result refused" in m for m in warnings)
 
 
 def test_stop_lets_short_handlers_finish_and_releases_the_rest(
-    open_queue: Callable[..., sqlq.Queue],
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = open_queue(lease_seconds=1.0)
-    queue.add("quick", payload=0.3)
-    queue.add("stuck", payload=None)
-    both, unblock = threading.Barrier(3), threading.Event()
-    returned = threading.Event()
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=10.0, clock=clock.time)
+    queue.add("quick")
+    queue.add("stuck")
+    both = threading.Barrier(3)
+    go = {"quick": threading.Event(), "stuck": threading.Event()}
 
-    def handler(payload: float | None) -> None:
+    def handler(lease: sqlq.Lease) -> None:
         both.wait(10)
-        if payload is None:
-            unblock.wait(10)
-            returned.set()
-        else:
-            time.sleep(payload)
+        assert go[lease.task_id].wait(30)
 
-    worker = Worker(queue, handler, concurrency=2, grace=1.0)
+    worker = Worker(queue, handler, concurrency=2, grace=1.0, with_lease=True, clock=clock)
     thread, out = _in_thread(worker)
     both.wait(10)
-    stopped = time.monotonic()
     worker.stop()
+    go["quick"].set()
+    _wait_for(lambda: worker.stats.completed == 1, 10, "the quick task")
+    clock.advance(1.0)  # the grace period is over
     thread.join(10)
-    took = time.monotonic() - stopped
 
     assert out == [WorkerStats(claimed=2, completed=1, released=1)]
-    assert 0.9 <= took < 3.0  # the grace period, then the release
     quick, stuck = queue.info("quick"), queue.info("stuck")
     assert quick is not None and stuck is not None
     assert (quick.state, quick.attempts) == ("COMPLETED", 1)
     assert (stuck.state, stuck.attempts) == ("AVAILABLE", 0)  # the attempt is not counted
-    unblock.set()  # the abandoned handler returns: its result is ignored
-    assert returned.wait(10)
-    time.sleep(0.1)
+    go["stuck"].set()  # the abandoned handler returns: its result is ignored
+    _wait_for(
+        lambda: any("result is ignored" in m for m in _messages(caplog, logging.WARNING)),
+        10,
+        "the abandoned handler",
+    )
     assert queue.status("stuck") == "AVAILABLE"
 
 
@@ -264,32 +350,62 @@ def test_sigterm_in_the_main_thread_stops_the_worker(
     assert (info.state, info.attempts) == ("AVAILABLE", 0)
 
 
-def test_idle_polling_is_capped_and_picks_up_new_tasks_quickly(
+def test_idle_waits_double_up_to_poll_max_and_a_new_task_is_taken_at_the_next_poll(
     open_queue: Callable[..., sqlq.Queue],
 ) -> None:
-    queue = open_queue(lease_seconds=1.0)
-    polls = 0
+    clock = ManualClock()
+    queue = open_queue(clock=clock.time)
+    polls: list[float] = []
     ready = queue.ready
 
     def counting_ready(now: float | None = None) -> bool:
-        nonlocal polls
-        polls += 1
+        polls.append(clock.monotonic())
         return ready(now)
 
     queue.ready = counting_ready  # type: ignore[method-assign]
     handled = threading.Event()
-    worker = Worker(queue, lambda p: handled.set(), poll_min=0.005, poll_max=0.05)
+    worker = Worker(queue, lambda p: handled.set(), poll_min=0.005, poll_max=0.04, clock=clock)
     thread, out = _in_thread(worker)
-    time.sleep(1.0)
-    assert polls <= 40  # about 25 (doubling from 5 ms to 50 ms, then 20 a second)
-    added = time.monotonic()
+    # The claim loop's idle wait and the heartbeat thread (nothing to do) wait on the clock.
+    for _ in range(8):
+        clock.step(2)
+    clock.wait_for_sleepers(2)  # the last poll is done
+    gaps = [b - a for a, b in itertools.pairwise(polls)]
+    assert polls[0] == pytest.approx(0.005)
+    assert gaps == pytest.approx([0.01, 0.02, 0.04, 0.04, 0.04, 0.04, 0.04])
+
+    added = clock.monotonic()
     queue.add("new")
-    assert handled.wait(5)
-    latency = time.monotonic() - added
+    assert clock.step(2) - added <= 0.04  # the next poll takes it
+    assert handled.wait(10)
     worker.stop()
     thread.join(10)
     assert out == [WorkerStats(claimed=1, completed=1)]
-    assert latency < 0.5  # about poll_max
+
+
+def test_each_task_costs_one_transaction_while_there_is_work(
+    open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler that returns completes its task and claims the next in one call
+    (complete_and_claim): one commit per task, not a complete and a claim."""
+    queue = open_queue()
+    queue.add_many([f"t{i}" for i in range(10)])
+    calls: Counter[str] = Counter()
+
+    def counted(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return call(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("claim", "complete", "complete_and_claim"):
+        monkeypatch.setattr(queue, name, counted(name, getattr(queue, name)))
+    stats = Worker(queue, lambda p: None).run(stop_when_idle=True)
+    assert stats == WorkerStats(claimed=10, completed=10)
+    # The first claim, ten completions that each bring the next task (the last none),
+    # and the claim that finds the queue empty.
+    assert calls == Counter({"complete_and_claim": 10, "claim": 2})
 
 
 def test_busy_is_logged_and_retried(
@@ -357,6 +473,7 @@ def test_settings_are_checked(open_queue: Callable[..., sqlq.Queue]) -> None:
         {"poll_min": 0},
         {"poll_min": 0.5, "poll_max": 0.1},
         {"with_lease": 1},
+        {"clock": time},  # no wait()
     ]
     for options in bad:
         with pytest.raises(InvalidConfig):
