@@ -731,15 +731,25 @@ class Worker:
             for entry in self._running.values():
                 if entry.state in (_State.RUNNING, _State.TIMED_OUT):
                     entry.state = _State.RELEASED
-        if pending:  # the grace is over; what is left gets a short wait of its own
+        # The grace is over: releases and the reports still being made (their Busy
+        # retries, and the release of a lease complete_and_claim brings) get
+        # RELEASE_WAIT of their own, then they give up.
+        last = self.clock.monotonic() + RELEASE_WAIT
+        if pending:
             self.queue.interrupt_waits(RELEASE_WAIT)
         for lease in give_back:
             self._give_back(lease, "was still running after the grace period")
+
+        def reporting() -> bool:
+            return any(e.state is _State.REPORTING for e in self._running.values())
+
         with self._cond:
+            while reporting() and self.clock.monotonic() < last:
+                self._wait(last)
             self._returned = True  # reports retrying Busy give up
             self._monitor_exit = True
             self._cond.notify_all()
-            while any(e.state is _State.REPORTING for e in self._running.values()):
+            while reporting():
                 self._wait()
 
     def _give_back(self, lease: Lease, why: str) -> None:

@@ -322,6 +322,30 @@ def test_stop_lets_short_handlers_finish_and_releases_the_rest(
     assert queue.status("stuck") == "AVAILABLE"
 
 
+def test_a_report_that_meets_busy_as_the_worker_stops_is_retried(
+    open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop (grace 0) comes while a finished handler's completion meets Busy: the
+    completion is still retried and made (within RELEASE_WAIT), not abandoned to
+    let its lease run out and the task run again."""
+    queue = open_queue()
+    queue.add("t")
+    worker = Worker(queue, lambda p: None, grace=0.0)
+    complete_and_claim = queue.complete_and_claim
+    busy_once = [Busy("the write lock is held elsewhere")]
+
+    def stopped_midway(*args: Any, **kwargs: Any) -> Any:
+        if busy_once:
+            worker.stop()  # SIGTERM, say, while the call waits for the lock
+            raise busy_once.pop()
+        return complete_and_claim(*args, **kwargs)
+
+    monkeypatch.setattr(queue, "complete_and_claim", stopped_midway)
+    stats = worker.run()
+    assert stats == WorkerStats(claimed=1, completed=1)
+    assert queue.status("t") == "COMPLETED"
+
+
 def test_sigterm_in_the_main_thread_stops_the_worker(
     open_queue: Callable[..., sqlq.Queue],
 ) -> None:
