@@ -81,6 +81,7 @@ from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any, Protocol, TypeVar, cast
 
+from .contract import MAX_LEASE_SECONDS
 from .durable import Queue
 from .errors import Busy, ClockSkew, InvalidConfig, StorageFull, StorageIOError
 from .records import Lease
@@ -790,9 +791,11 @@ _BUSY = _Busy()
 def _positive(value: object, what: str, *, zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidConfig(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        bound = "0 or more" if zero else "more than 0"
-        raise InvalidConfig(f"{what} must be a finite number of seconds {bound}, got {value!r}")
+    if not value <= MAX_LEASE_SECONDS or value < 0 or (value == 0 and not zero):
+        bound = "from 0" if zero else "more than 0"
+        raise InvalidConfig(
+            f"{what} must be a number of seconds {bound} to {MAX_LEASE_SECONDS:g}, got {value!r}"
+        )
     return float(value)
 
 

@@ -494,6 +494,7 @@ def test_settings_are_checked(open_queue: Callable[..., sqlq.Queue]) -> None:
         {"time_limit": -1},
         {"time_limit": math.inf},
         {"grace": -0.1},
+        {"grace": 2e9},  # beyond any wait a queue can be told to keep
         {"poll_min": 0},
         {"poll_min": 0.5, "poll_max": 0.1},
         {"with_lease": 1},
