@@ -310,29 +310,21 @@ class SqliteBackend:
         connection.exec_driver_sql(Q.begin_write)
 
     def ready(self, queue: str, now: Number) -> bool:
-        deadline = self.take_lock()
-        try:
-            with self._guard():
-                conn = self._connection()
-                row = self._waiting(
-                    lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone(),
-                    deadline,
-                )
-        finally:
-            self._lock.release()
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            row = self._waiting(
+                lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone(), deadline
+            )
         return bool(row[0])
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
-        deadline = self.take_lock()
-        try:
-            with self._guard():
-                conn = self._connection()
-                rows = self._waiting(lambda: conn.execute(Q.count_states).fetchall(), deadline)
-        finally:
-            self._lock.release()
-        for queue, state, count in rows:
-            out.setdefault(queue, {})[state] = count
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            for queue, state, count in self._waiting(
+                lambda: conn.execute(Q.count_states).fetchall(), deadline
+            ):
+                out.setdefault(queue, {})[state] = count
         return out
 
     # --- waiting, within one budget ---------------------------------------------------
@@ -345,6 +337,15 @@ class SqliteBackend:
         if not self._lock.acquire(timeout=self.busy_timeout):
             raise self._busy("other calls on this queue object held it")
         return deadline
+
+    @contextmanager
+    def _holding_lock(self) -> Iterator[float]:
+        """take_lock for a call outside a transaction (a read, a checkpoint)."""
+        deadline = self.take_lock()
+        try:
+            yield deadline
+        finally:
+            self._lock.release()
 
     def _busy(self, why: str) -> Busy:
         return Busy(
@@ -395,12 +396,8 @@ class SqliteBackend:
 
     def checkpoint(self) -> Checkpoint:
         """Run a passive checkpoint now; DB-API errors leave as sqlq errors."""
-        self.take_lock()
-        try:
-            with self._guard():
-                return self._checkpoint(self._connection())
-        finally:
-            self._lock.release()
+        with self._holding_lock(), self._guard():
+            return self._checkpoint(self._connection())
 
     def _checkpoint(self, conn: Any) -> Checkpoint:
         self._commits = 0
