@@ -189,7 +189,9 @@ class Worker:
 
     ``handler`` gets the task's payload (or, with ``with_lease=True``, the whole
     :class:`sqlq.Lease`).  Its return value is ignored; an exception fails the
-    task.  A Worker runs once: call ``run`` a single time.
+    task.  A Worker runs once: call ``run`` a single time.  ``clock`` (a
+    :class:`Clock`) is the time it measures heartbeats, time limits, the grace
+    period and idle waits with (the queue keeps its own clock for leases).
     """
 
     def __init__(
