@@ -329,19 +329,20 @@ class SqliteBackend:
 
     # --- waiting, within one budget ---------------------------------------------------
 
-    def take_lock(self) -> float:
-        """Take this object's thread lock, the first wait of a call; return the call's
-        deadline (time.monotonic()), busy_timeout from now.  Busy if the lock stays
-        taken that long (another thread's call waits for the write lock meanwhile)."""
-        deadline = time.monotonic() + self.busy_timeout
-        if not self._lock.acquire(timeout=self.busy_timeout):
+    def wait_for_lock(self, deadline: float) -> None:
+        """Take this object's thread lock, the first wait of a call whose ``deadline``
+        (time.monotonic(), busy_timeout after it began) is given; Busy if it stays
+        taken until then (another thread's call waits for the write lock meanwhile).
+        (A transaction, on the hot path, first tries ``_lock.acquire(False)``.)"""
+        if not self._lock.acquire(True, max(0.0, deadline - time.monotonic())):
             raise self._busy("other calls on this queue object held it")
-        return deadline
 
     @contextmanager
     def _holding_lock(self) -> Iterator[float]:
-        """take_lock for a call outside a transaction (a read, a checkpoint)."""
-        deadline = self.take_lock()
+        """The thread lock for a call outside a transaction (a read, a checkpoint);
+        gives the call's deadline."""
+        deadline = time.monotonic() + self.busy_timeout
+        self.wait_for_lock(deadline)
         try:
             yield deadline
         finally:
@@ -368,7 +369,7 @@ class SqliteBackend:
     def begin_write(self, conn: Any, deadline: float) -> None:
         """Take a turn at the gate (see gate.py), then BEGIN IMMEDIATE.
 
-        Both waits end by ``deadline`` (time.monotonic(); see take_lock); past
+        Both waits end by ``deadline`` (time.monotonic(); see wait_for_lock); past
         that, Busy.  The caller releases the gate (``end_write``) once the
         transaction is over.
         """
@@ -490,7 +491,9 @@ class SqliteTransaction:
         backend = self._backend
         try:
             if self._external is None:
-                deadline = backend.take_lock()
+                deadline = time.monotonic() + backend.busy_timeout
+                if not backend._lock.acquire(False):
+                    backend.wait_for_lock(deadline)
                 self._locked = True
                 self._conn = backend._connection()
                 self._cur = backend._cursor
