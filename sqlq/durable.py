@@ -432,6 +432,14 @@ class Queue:
         found = self._backend.counts().get(self.queue, {})
         return {state.value: found.get(state.value, 0) for state in State}
 
+    def interrupt_waits(self, after: float | None) -> None:
+        """End every wait of this object's calls for a lock, those already waiting
+        included, ``after`` seconds from now at the latest: the call then raises
+        ``Busy`` (a call whose lock is free goes through).  ``None`` lifts the limit:
+        waits last ``busy_timeout`` again.  Thread-safe and safe in a signal handler;
+        a stopping ``Worker`` uses it so that its grace period bounds every wait."""
+        self._sqlite.interrupt_waits(None if after is None else check_seconds(after, "after"))
+
     def close(self) -> None:
         self._backend.close()
 

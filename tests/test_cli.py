@@ -970,6 +970,7 @@ def test_worker_drains_the_queue_and_exits(tmp_path: Path) -> None:
         "HANDLED_LOG": str(log),
     }
     args = ["--queue", "jobs", "--concurrency", "3", "--lease", "10", "--grace", "5", "--burst"]
+    args += ["--busy-timeout", "20"]
     proc = _run("worker", str(db), "cli_test_handlers:handle", *args, env=env)
     assert proc.returncode == 0, proc.stderr
     with sqlq.Queue(db, lease_seconds=30, max_attempts=2, queue="jobs") as q:
@@ -993,6 +994,15 @@ def test_worker_rejects_a_malformed_handler(
     code, _, err = _cli(capsys, "worker", db, target)
     assert code == 2
     assert "not a handler" in err
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "soon", "86401"])
+def test_worker_rejects_a_bad_busy_timeout(
+    value: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "worker", db, "mod:fn", "--busy-timeout", value)
+    assert code == 2
+    assert "--busy-timeout" in err
 
 
 # --- sqlq demo (its guards; the demo itself runs in test_processes.py) -------------------------
