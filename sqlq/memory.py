@@ -35,6 +35,7 @@ from .contract import (
     check_batch,
     check_count,
     check_error,
+    check_failures,
     check_leases,
     check_retry,
     check_rng,
@@ -274,6 +275,26 @@ class WorkQueue:
         items = check_leases(leases)
         now = self._advance(now)
         return [self.complete(task_id, now, token=token) for task_id, token in items]
+
+    def settle_and_claim(
+        self,
+        n: int,
+        now: Number,
+        *,
+        completed: Iterable[Lease | tuple[str, int]] = (),
+        failed: Iterable[tuple[str, int, object]] = (),
+    ) -> tuple[list[bool], list[str | None], list[Lease]]:
+        """``complete`` each of ``completed``, ``fail`` each of ``failed`` (id, token,
+        error), then claim up to ``n`` (0 to MAX_BATCH), as one call."""
+        n = check_count(n, "n", least=0)
+        done_items = check_leases(completed, "completed")
+        fail_items = check_failures(failed)
+        now = self._advance(now)
+        done = [self.complete(task_id, now, token=token) for task_id, token in done_items]
+        states = [
+            self.fail(task_id, now, token=token, error=text) for task_id, token, text in fail_items
+        ]
+        return done, states, self.claim_many(n, now) if n else []
 
     # --- dead letters, retention, inspection ---------------------------------------
 

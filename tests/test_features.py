@@ -481,6 +481,39 @@ def test_complete_many_in_one_call(make_queue: Factory) -> None:
     assert q.complete_many([c], 5) == [False]  # its lease ran out at 5
 
 
+def test_settle_and_claim_reports_outcomes_then_claims_in_one_call(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    q.add_many(["a", "b", "c", "d", "e"], 0)
+    a, b, c = q.claim_many(3, 0)
+    q.complete("b", 1, token=b.token)
+    done, states, leases = q.settle_and_claim(
+        3, 2, completed=[a, ("b", b.token), ("zz", 1)], failed=[("c", c.token, "boom")]
+    )
+    assert done == [True, True, False]  # b: a retried completion, True again
+    assert states == ["AVAILABLE"]
+    # The claim comes after the failure: c, back at the end of the line, is taken too.
+    assert [(x.task_id, x.attempt) for x in leases] == [("d", 1), ("e", 1), ("c", 2)]
+    assert q.info("c", 2).last_error == "boom"
+    d, e, c2 = leases
+    # A lease that ran out (at 7) is refused by its token; n=0 only reports.
+    assert q.settle_and_claim(0, 8, completed=[d], failed=[("e", e.token, None)]) == (
+        [False],
+        [None],
+        [],
+    )
+    assert [x.task_id for x in q.settle_and_claim(5, 8)[2]] == ["d", "e", "c"]
+    for bad in (
+        lambda: q.settle_and_claim(-1, 9),
+        lambda: q.settle_and_claim(True, 9),
+        lambda: q.settle_and_claim(1, 9, completed="a"),
+        lambda: q.settle_and_claim(1, 9, failed=[("a", 1)]),
+        lambda: q.settle_and_claim(1, 9, failed=[("a", "token", None)]),
+        lambda: q.settle_and_claim(1, 9, failed=[("a", 1, 42)]),
+    ):
+        with pytest.raises(InvalidArgument):
+            bad()
+
+
 # --- payloads that cannot be read back ---------------------------------------------------
 
 

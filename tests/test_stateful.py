@@ -387,6 +387,31 @@ class FeaturesDurableVsMemory(TwoQueues):
         )
         self._remember(lease)
 
+    @rule(
+        n=st.integers(0, 3),
+        move=time_moves,
+        data=st.data(),
+        completed=st.lists(task_ids, max_size=2),
+        failed=st.lists(st.tuples(task_ids, st.sampled_from([None, "boom"])), max_size=2),
+    )
+    def settle_and_claim(
+        self,
+        n: int,
+        move: Any,
+        data: st.DataObject,
+        completed: list[str],
+        failed: list[tuple[str, Any]],
+    ) -> None:
+        _, _, leases = self._same(
+            "settle_and_claim",
+            n,
+            self._time(move),
+            completed=[(task_id, self._token(data)) for task_id in completed],
+            failed=[(task_id, self._token(data), error) for task_id, error in failed],
+        )
+        for lease in leases:
+            self._remember(lease)
+
     @rule(task_id=task_ids, move=time_moves, data=st.data(), error=st.sampled_from([None, "boom"]))
     def fail_with_token(self, task_id: str, move: Any, data: st.DataObject, error: Any) -> None:
         self._same("fail", task_id, self._time(move), token=self._token(data), error=error)
