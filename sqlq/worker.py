@@ -2,22 +2,27 @@
 
 ``Worker(queue, handler).run()`` is the loop every consumer of a queue needs:
 
-* **Claim and report.**  One claim loop (the thread that calls ``run``) takes
-  leases with ``queue.claim()`` and hands them to ``concurrency`` handler
-  threads.  When the handler returns, the task is completed and the next one
-  claimed in one transaction (``complete_and_claim``: one commit per task while
-  there is work), or just completed with ``complete(task, token=...)`` once
-  the worker is stopping; when it raises, ``fail(task, token=...,
-  error=exc)`` records the exception text and the queue's retry policy decides
-  what happens next.  Every report carries the lease's token, so a worker whose
-  lease ran out can never complete or fail a task another worker now holds: its
-  report is refused and counted as *lost*.
+* **Claim and report: group commit.**  One claim loop (the thread that calls
+  ``run``) takes leases and hands them to ``concurrency`` handler threads.  A
+  handler that returns or raises leaves its outcome with the claim loop, which
+  reports every outcome pending and claims a lease for every free slot in one
+  transaction (``queue.settle_and_claim``: completions, failures with the
+  exception text, then the claim; one commit).  Outcomes that come while that
+  commit is in flight go with the next, so the tasks per commit grow with the
+  load (up to ``concurrency``) and are one when the worker is not busy:
+  nothing waits for a batch to fill.  An outcome is acknowledged (counted and
+  logged) only once its transaction has committed; one that met ``Busy`` goes
+  with the next call.  The queue's retry policy decides what happens to a
+  failed task.  Every report carries the lease's token, so a worker whose
+  lease ran out can never complete or fail a task another worker now holds:
+  its report is refused and counted as *lost*.
 * **Slots.**  A worker never holds more than ``concurrency`` leases: a lease is
   only ever obtained for a slot already reserved for it.  The claim loop
-  reserves a free slot before it claims (and frees it if the claim found
-  nothing); ``complete_and_claim`` hands the finishing handler's own slot to
-  the lease it brings.  A lease that arrives once the worker is stopping is
-  released at once, so none is left to run out.
+  reserves the free slots and those of the outcomes it reports (which the same
+  transaction ends before it claims), and frees those the claim did not fill;
+  a handler's slot stays reserved until its outcome is reported.  A lease
+  that arrives once the worker is stopping is released at once, so none is
+  left to run out.
 * **Heartbeats.**  One monitor thread extends the lease of every running task
   every ``heartbeat`` seconds (default ``lease_seconds / 3``), so a handler may
   run far longer than ``lease_seconds`` while its worker lives.  A heartbeat
@@ -37,10 +42,11 @@
   that can hang should have timeouts of their own.
 * **Stopping.**  ``stop()`` (thread-safe), SIGTERM or SIGINT (when ``run`` is
   called in the main thread) stop the claiming; running handlers get ``grace``
-  seconds to finish and report.  Tasks whose handlers are still running after
-  that are **released** with ``queue.release(task, token)``: they go back to
-  the end of the line *without counting the attempt* (the worker gave up on
-  them; the task did not fail), and ``run`` returns.  A second signal skips
+  seconds to finish (the claim loop goes on reporting their outcomes).  Tasks
+  whose handlers are still running after that are **released** with
+  ``queue.release(task, token)``: they go back to the end of the line
+  *without counting the attempt* (the worker gave up on them; the task did
+  not fail), and ``run`` returns.  A second signal skips
   what is left of the grace period.  Handler threads are daemon threads, so a
   handler that never returns does not keep the process alive; its late result
   is ignored.  The grace period bounds every wait for a lock too
@@ -77,11 +83,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol, TypeVar, cast
 
-from .contract import MAX_LEASE_SECONDS
+from .contract import MAX_BATCH, MAX_LEASE_SECONDS
 from .durable import Queue
 from .errors import Busy, ClockSkew, InvalidConfig, StorageFull, StorageIOError
 from .records import Lease
@@ -162,6 +168,11 @@ class WorkerStats:
     released: int = 0
     #: Failed by the worker because the handler ran past ``time_limit``.
     timed_out: int = 0
+    #: Transactions of the claim loop (``settle_and_claim`` calls that committed):
+    #: each reported the outcomes pending and claimed for the free slots, so
+    #: ``(completed + failed) / commits`` is about the tasks per commit.  A
+    #: measure, not an outcome: left out of comparisons.
+    commits: int = field(default=0, compare=False)
 
 
 class _State(enum.Enum):
@@ -255,8 +266,12 @@ class Worker:
         self._running: dict[int, _Running] = {}  # by lease token
         # Slots not reserved for a lease.  The one rule that keeps the leases held
         # at most concurrency: a lease is only obtained for a slot reserved for it
-        # (_claim reserves one; complete_and_claim reuses the handler's own).
+        # (_settle reserves the free slots and those of the outcomes it reports,
+        # which the same transaction ends before it claims).
         self._free = concurrency
+        # Outcomes of handlers that returned, not yet reported: (task, error, whether
+        # the handler returned after its time limit).
+        self._outcomes: list[tuple[_Running, BaseException | None, bool]] = []
         self._stopping = False
         self._stop_at: float | None = None
         self._hurry = False  # skip what is left of the grace period
@@ -336,13 +351,14 @@ class Worker:
             stats = self.stats
             self.log.info(
                 "worker stopped: %d claimed, %d completed, %d failed, %d lost, %d released, "
-                "%d timed out",
+                "%d timed out; %d commits",
                 stats.claimed,
                 stats.completed,
                 stats.failed,
                 stats.lost,
                 stats.released,
                 stats.timed_out,
+                stats.commits,
             )
             # Last: a signal that comes after this meets the previous handler.
             for signum, handler in previous.items():
@@ -355,44 +371,73 @@ class Worker:
         idle: float | None = None  # the current idle wait, or None if not idle
         while True:
             with self._cond:
-                while not self._stopping and self._free == 0:
+                while not self._stopping and not self._outcomes and self._free == 0:
                     self._wait()
                 if self._stopping:
-                    return
-            if idle is not None:
-                if self._wait_for_stop(idle):
-                    return
+                    return  # _drain reports what is left
+                reporting = bool(self._outcomes)
+            if idle is not None and not reporting:
+                if self._pause(idle, lambda: self._stopping or bool(self._outcomes)):
+                    continue
                 idle = min(idle * 2, self.poll_max)
                 if not self._ready():
                     if stop_when_idle and self._in_flight() == 0:
                         self.log.debug("queue %r is idle; stopping", self.queue.queue)
                         return
                     continue
-            lease = self._claim()
-            if isinstance(lease, _Busy):
+            short = self._settle(claim=True)
+            if isinstance(short, _Busy):
+                self._wait_for_stop(BUSY_PAUSE)
                 continue
-            if lease is None:
-                if stop_when_idle and self._in_flight() == 0 and not self._ready():
-                    self.log.debug("queue %r is idle; stopping", self.queue.queue)
-                    return
-                if idle is None:
-                    idle = self.poll_min
-                continue
-            idle = None
+            if not short:
+                idle = None
+            elif stop_when_idle and self._in_flight() == 0 and not self._ready():
+                self.log.debug("queue %r is idle; stopping", self.queue.queue)
+                return
+            elif idle is None:
+                idle = self.poll_min
 
-    def _claim(self) -> Lease | _Busy | None:
-        """Claim a lease for a free slot (there is one), reserved before the claim
-        and freed again unless the lease went to a handler thread."""
+    def _settle(self, *, claim: bool) -> bool | _Busy:
+        """One transaction: report every outcome pending and, with ``claim``, take a
+        lease for each free slot and each slot those outcomes free.  True if the
+        claim found fewer tasks than it asked for; _BUSY (logged) if the call
+        met a transient error, and then the outcomes wait for the next call.
+
+        Outcomes that arrive while the call is in flight wait for the next one,
+        so the tasks per commit grow with the load and are one when idle."""
         with self._cond:
-            self._free -= 1
-        taken = False
+            batch = self._outcomes[:MAX_BATCH]
+            del self._outcomes[: len(batch)]
+            reserved = min(self._free, MAX_BATCH - len(batch)) if claim else 0
+            self._free -= reserved
+        slots = reserved + len(batch)
+        completed = [(e.lease.task_id, e.lease.token) for e, x, _ in batch if x is None]
+        failed = [(e.lease.task_id, e.lease.token, x) for e, x, _ in batch if x is not None]
         try:
-            lease = self._queue_call(self.queue.claim)
-            taken = isinstance(lease, Lease) and self._take(lease)
-        finally:
-            if not taken:
+            done, states, leases = self.queue.settle_and_claim(
+                slots if claim else 0, completed=completed, failed=failed
+            )
+        except BaseException as exc:
+            with self._cond:  # nothing changed: the outcomes go with the next call
+                self._outcomes[:0] = batch
+                self._free += reserved
+                self._cond.notify_all()
+            if not isinstance(exc, TRANSIENT):
+                raise
+            self._log_busy(exc)
+            return _BUSY
+        answers = iter(done), iter(states)
+        with self._cond:
+            self._stats.commits += 1
+            for entry, error, late in batch:
+                self._acknowledge(entry, error, late, next(answers[error is not None]))
+                del self._running[entry.lease.token]
+            self._free += slots - len(leases)
+            self._cond.notify_all()
+        for lease in leases:
+            if not self._take(lease):
                 self._free_slot()
-        return lease
+        return len(leases) < slots
 
     def _take(self, lease: Lease) -> bool:
         """A lease just obtained, in a slot reserved for it: hand it to a handler thread
@@ -445,15 +490,6 @@ class Worker:
         """Wait on _cond (held) for a notification, until ``until`` at most."""
         self.clock.wait(self._cond, until)
 
-    def _queue_call(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T | _Busy:
-        """``call(*args, **kwargs)``, or _BUSY (logged, after a pause) if it raised Busy."""
-        try:
-            return call(*args, **kwargs)
-        except TRANSIENT as exc:
-            self._log_busy(exc)
-            self._wait_for_stop(BUSY_PAUSE)
-            return _BUSY
-
     def _log_busy(self, exc: Exception) -> None:
         """A transient error: a warning, then at most one a REPEAT_WARNING seconds for
         the same kind of error (a full disk or a wrong clock can last a while; the
@@ -501,78 +537,42 @@ class Worker:
 
     def _handler_thread(self) -> None:
         while (entry := self._work.get()) is not None:
-            passed_on = False  # the slot went to the lease complete_and_claim brought
+            arg = entry.lease if self.with_lease else entry.lease.payload
+            error: BaseException | None = None
             try:
-                arg = entry.lease if self.with_lease else entry.lease.payload
-                error: BaseException | None = None
-                try:
-                    self.handler(arg)
-                except BaseException as exc:  # a handler's SystemExit fails its task too
-                    error = exc
-                following = self._report(entry, error)
-                if following is not None:  # still REPORTING: a stop waits for this
-                    passed_on = self._take(following)
+                self.handler(arg)
+            except BaseException as exc:  # a handler's SystemExit fails its task too
+                error = exc
+            try:
+                self._finished(entry, error)
             except BaseException:
                 self.log.error(
-                    "worker error while reporting task %r", entry.lease.task_id, exc_info=True
+                    "worker error after the handler of task %r", entry.lease.task_id, exc_info=True
                 )
-            finally:
-                with self._cond:
-                    self._running.pop(entry.lease.token, None)
-                    if not passed_on:
-                        self._free += 1
-                    self._cond.notify_all()
 
-    def _report(self, entry: _Running, error: BaseException | None) -> Lease | None:
-        """Complete or fail the task; the next lease if complete_and_claim brought one."""
+    def _finished(self, entry: _Running, error: BaseException | None) -> None:
+        """The handler returned or raised: its outcome waits for the claim loop to
+        report it (its slot stays reserved until then)."""
         lease = entry.lease
         with self._cond:
-            prior = entry.state
-            if self._returned or prior is _State.RELEASED:
-                self.log.warning(
-                    "handler of task %r returned after the worker gave the task up; "
-                    "its result is ignored",
-                    lease.task_id,
-                )
-                return None
-            entry.state = _State.REPORTING
-        late = prior is _State.TIMED_OUT
-        if error is None:
-            with self._cond:
-                chain = not (late or self._stopping)
-            following = None
-            if chain:  # complete and take the next task in one transaction: one commit
-                result = self._persist(
-                    self.queue.complete_and_claim, lease.task_id, token=lease.token
-                )
-                if isinstance(result, _Busy):
-                    return None
-                done, following = result
+            if self._returned or entry.state is _State.RELEASED:
+                del self._running[lease.token]
+                self._free += 1
+                self._cond.notify_all()
+                given_up = True
             else:
-                outcome = self._persist(self.queue.complete, lease.task_id, token=lease.token)
-                if isinstance(outcome, _Busy):
-                    return None
-                done = outcome
-            if done:
-                self._count("completed")
-                if late:  # cannot happen: the time limit failed the lease already
-                    self.log.warning("task %r completed after its time limit", lease.task_id)
-                else:
-                    self.log.debug("task %r completed", lease.task_id)
-            elif late:
-                self.log.warning(
-                    "task %r: handler returned after its time limit; result refused",
-                    lease.task_id,
-                )
-            else:
-                self._count("lost")
-                self.log.warning(
-                    "task %r: completion refused, the lease (token %d) was lost",
-                    lease.task_id,
-                    lease.token,
-                )
-            return following
-        if not late:
+                late = entry.state is _State.TIMED_OUT
+                entry.state = _State.REPORTING
+                self._outcomes.append((entry, error, late))
+                self._cond.notify_all()
+                given_up = False
+        if given_up:
+            self.log.warning(
+                "handler of task %r returned after the worker gave the task up; "
+                "its result is ignored",
+                lease.task_id,
+            )
+        elif error is not None and not late:
             self.log.warning(
                 "task %r failed on attempt %d: %s: %s",
                 lease.task_id,
@@ -581,24 +581,31 @@ class Worker:
                 error,
             )
             self.log.debug("traceback of task %r", lease.task_id, exc_info=error)
-        state = self._persist(self.queue.fail, lease.task_id, token=lease.token, error=error)
-        if isinstance(state, _Busy):
-            return None
-        if state is not None:
-            self._count("failed")
-            self.log.debug("task %r is now %s", lease.task_id, state)
+
+    def _acknowledge(
+        self, entry: _Running, error: BaseException | None, late: bool, answer: bool | str | None
+    ) -> None:
+        """Count and log an outcome the queue has answered (holding _cond)."""
+        lease = entry.lease
+        what = "completion" if error is None else "failure"
+        if answer:
+            self._stats.completed += error is None
+            self._stats.failed += error is not None
+            self.log.debug("task %r: %s accepted (%s)", lease.task_id, what, answer)
         elif late:
             self.log.warning(
-                "task %r: handler raised after its time limit; result refused", lease.task_id
+                "task %r: handler %s after its time limit; result refused",
+                lease.task_id,
+                "returned" if error is None else "raised",
             )
         else:
-            self._count("lost")
+            self._stats.lost += 1
             self.log.warning(
-                "task %r: failure refused, the lease (token %d) was lost",
+                "task %r: %s refused, the lease (token %d) was lost",
                 lease.task_id,
+                what,
                 lease.token,
             )
-        return None
 
     def _count(self, what: str) -> None:
         with self._cond:
@@ -719,41 +726,63 @@ class Worker:
         self.queue.interrupt_waits(0)
 
     def _drain(self) -> None:
-        """Let running handlers finish within the grace period, then release the rest."""
+        """Report what handlers return within the grace period, then release the rest."""
         with self._cond:
             start = self._stop_at if self._stop_at is not None else self.clock.monotonic()
-            end = start + self.grace
 
-            def settled() -> bool:
-                return self._hurry or not any(e.state in _ACTIVE for e in self._running.values())
+        def settled() -> bool:
+            return self._hurry or not any(e.state in _ACTIVE for e in self._running.values())
 
-            while not settled() and self.clock.monotonic() < end:
-                self._wait(end)
+        self._report_until(start + self.grace, settled)
+        with self._cond:
             pending = any(e.state in _ACTIVE for e in self._running.values())
             give_back = [e.lease for e in self._running.values() if e.state is _State.RUNNING]
             for entry in self._running.values():
                 if entry.state in (_State.RUNNING, _State.TIMED_OUT):
                     entry.state = _State.RELEASED
-        # The grace is over: releases and the reports still being made (their Busy
-        # retries, and the release of a lease complete_and_claim brings) get
-        # RELEASE_WAIT of their own, then they give up.
+        # The grace is over: releases and the reports still pending (their Busy
+        # retries) get RELEASE_WAIT of their own, then they give up.
         last = self.clock.monotonic() + RELEASE_WAIT
         if pending:
             self.queue.interrupt_waits(RELEASE_WAIT)
         for lease in give_back:
             self._give_back(lease, "was still running after the grace period")
-
-        def reporting() -> bool:
-            return any(e.state is _State.REPORTING for e in self._running.values())
-
+        self._report_until(last, lambda: not self._outcomes)
         with self._cond:
-            while reporting() and self.clock.monotonic() < last:
-                self._wait(last)
-            self._returned = True  # reports retrying Busy give up
+            self._returned = True
             self._monitor_exit = True
             self._cond.notify_all()
-            while reporting():
-                self._wait()
+            self._abandon("could not be reported before the worker stopped")
+
+    def _report_until(self, end: float, done: Callable[[], bool]) -> None:
+        """Report outcomes as they come, claiming nothing, until ``done()`` (asked
+        holding _cond) or the clock reaches ``end``."""
+        while True:
+            with self._cond:
+                while not (done() or self._outcomes) and self.clock.monotonic() < end:
+                    self._wait(end)
+                if done() or self.clock.monotonic() >= end:
+                    return
+            try:
+                if isinstance(self._settle(claim=False), _Busy):
+                    self._pause(BUSY_PAUSE, done)
+            except Exception:
+                self.log.error("worker error while reporting outcomes", exc_info=True)
+                with self._cond:
+                    self._abandon("could not be reported")
+
+    def _abandon(self, why: str) -> None:
+        """Give up the outcomes not reported (holding _cond): their leases run out."""
+        for entry, _, _ in self._outcomes:
+            entry.state = _State.RELEASED
+            self.log.warning(
+                "task %r: the outcome of its handler %s; its lease runs out in at most %gs "
+                "and the task is retried then",
+                entry.lease.task_id,
+                why,
+                self.queue.lease_seconds,
+            )
+        self._outcomes.clear()
 
     def _give_back(self, lease: Lease, why: str) -> None:
         """Release ``lease`` (its attempt is not counted).  One that cannot be released

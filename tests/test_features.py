@@ -494,7 +494,7 @@ def test_settle_and_claim_reports_outcomes_then_claims_in_one_call(make_queue: F
     # The claim comes after the failure: c, back at the end of the line, is taken too.
     assert [(x.task_id, x.attempt) for x in leases] == [("d", 1), ("e", 1), ("c", 2)]
     assert q.info("c", 2).last_error == "boom"
-    d, e, c2 = leases
+    d, e, _ = leases
     # A lease that ran out (at 7) is refused by its token; n=0 only reports.
     assert q.settle_and_claim(0, 8, completed=[d], failed=[("e", e.token, None)]) == (
         [False],

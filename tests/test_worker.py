@@ -331,16 +331,16 @@ def test_a_report_that_meets_busy_as_the_worker_stops_is_retried(
     queue = open_queue()
     queue.add("t")
     worker = Worker(queue, lambda p: None, grace=0.0)
-    complete_and_claim = queue.complete_and_claim
+    settle_and_claim = queue.settle_and_claim
     busy_once = [Busy("the write lock is held elsewhere")]
 
     def stopped_midway(*args: Any, **kwargs: Any) -> Any:
-        if busy_once:
+        if busy_once and kwargs["completed"]:
             worker.stop()  # SIGTERM, say, while the call waits for the lock
             raise busy_once.pop()
-        return complete_and_claim(*args, **kwargs)
+        return settle_and_claim(*args, **kwargs)
 
-    monkeypatch.setattr(queue, "complete_and_claim", stopped_midway)
+    monkeypatch.setattr(queue, "settle_and_claim", stopped_midway)
     stats = worker.run()
     assert stats == WorkerStats(claimed=1, completed=1)
     assert queue.status("t") == "COMPLETED"
@@ -411,7 +411,7 @@ def test_each_task_costs_one_transaction_while_there_is_work(
     open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A handler that returns completes its task and claims the next in one call
-    (complete_and_claim): one commit per task, not a complete and a claim."""
+    (settle_and_claim): one commit per task, not a complete and a claim."""
     queue = open_queue()
     queue.add_many([f"t{i}" for i in range(10)])
     calls: Counter[str] = Counter()
@@ -423,13 +423,50 @@ def test_each_task_costs_one_transaction_while_there_is_work(
 
         return wrapper
 
-    for name in ("claim", "complete", "complete_and_claim"):
+    for name in ("claim", "complete", "fail", "complete_and_claim", "settle_and_claim"):
         monkeypatch.setattr(queue, name, counted(name, getattr(queue, name)))
     stats = Worker(queue, lambda p: None).run(stop_when_idle=True)
     assert stats == WorkerStats(claimed=10, completed=10)
-    # The first claim, ten completions that each bring the next task (the last none),
-    # and the claim that finds the queue empty.
-    assert calls == Counter({"complete_and_claim": 10, "claim": 2})
+    # The first claim, then ten completions that each bring the next task (the last
+    # none, which also finds the queue empty).
+    assert calls == Counter({"settle_and_claim": 11})
+    assert stats.commits == 11
+
+
+def test_outcomes_that_come_while_a_commit_is_in_flight_share_the_next_commit(
+    open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: four slots, four tasks.  The call that reports the first outcome
+    is held until the three other handlers have returned; their outcomes all go in
+    the next call, one commit for three tasks.  No outcome is counted (acknowledged)
+    before the call that reports it has returned, and no call asks for more leases
+    than the slots it has."""
+    queue = open_queue()
+    queue.add_many([f"t{i}" for i in range(4)])
+    first_reported = threading.Event()
+
+    def handler(lease: sqlq.Lease) -> None:
+        if lease.task_id != "t0":
+            assert first_reported.wait(10)
+
+    worker = Worker(queue, handler, concurrency=4, with_lease=True)
+    settle_and_claim = queue.settle_and_claim
+    calls: list[tuple[int, int]] = []  # (leases asked for, completions reported)
+
+    def held(n: int, *args: Any, completed: Any = (), **kwargs: Any) -> Any:
+        if completed and len(calls) == 1:
+            first_reported.set()
+            _wait_for(lambda: len(worker._outcomes) == 3, 10, "the other three outcomes")
+        assert worker.stats.completed == sum(done for _, done in calls)
+        calls.append((n, len(completed)))
+        return settle_and_claim(n, *args, completed=completed, **kwargs)
+
+    monkeypatch.setattr(queue, "settle_and_claim", held)
+    stats = worker.run(stop_when_idle=True)
+    assert stats == WorkerStats(claimed=4, completed=4)
+    # Claim four; report one (its slot may take one lease); report three (four slots).
+    assert calls == [(4, 0), (1, 1), (4, 3)]
+    assert stats.commits == 3
 
 
 def test_busy_is_logged_and_retried(
@@ -440,24 +477,20 @@ def test_busy_is_logged_and_retried(
     caplog.set_level(logging.DEBUG, logger="sqlq.worker")
     queue = open_queue()
     queue.add("t")
-    claim, complete = queue.claim, queue.complete
-    fails = Counter({"claim": 2, "complete": 1})
+    settle_and_claim = queue.settle_and_claim
+    fails = Counter({"claim": 2, "report": 1})
 
-    def flaky(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if fails[name] > 0:
-                fails[name] -= 1
-                raise Busy("the write lock was not free within busy_timeout")
-            return call(*args, **kwargs)
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        name = "report" if kwargs["completed"] else "claim"
+        if fails[name] > 0:
+            fails[name] -= 1
+            raise Busy("the write lock was not free within busy_timeout")
+        return settle_and_claim(*args, **kwargs)
 
-        return wrapper
-
-    monkeypatch.setattr(queue, "claim", flaky("claim", claim))
-    monkeypatch.setattr(queue, "complete", flaky("complete", complete))
-    # The worker completes with complete_and_claim while it keeps going.
-    monkeypatch.setattr(queue, "complete_and_claim", flaky("complete", queue.complete_and_claim))
+    monkeypatch.setattr(queue, "settle_and_claim", flaky)
     stats = Worker(queue, lambda p: None).run(stop_when_idle=True)
     assert stats == WorkerStats(claimed=1, completed=1)
+    assert +fails == Counter()  # every Busy was met
     assert queue.status("t") == "COMPLETED"
     # Every retry is logged; the first as a warning, the repeats (within
     # REPEAT_WARNING seconds) at DEBUG, so a long outage does not flood the log.
@@ -473,10 +506,10 @@ def test_an_unexpected_error_is_logged_and_raised(
 ) -> None:
     queue = open_queue()
 
-    def broken(now: float | None = None) -> sqlq.Lease | None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(queue, "claim", broken)
+    monkeypatch.setattr(queue, "settle_and_claim", broken)
     with pytest.raises(RuntimeError, match="disk on fire"):
         Worker(queue, lambda p: None).run(stop_when_idle=True)
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
