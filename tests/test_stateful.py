@@ -6,10 +6,14 @@
 * ``FeaturesDurableVsMemory``: Queue against WorkQueue again, with the worker
   features too: tokens, heartbeats, release, delays, retry backoff, payloads,
   errors, dead letters, purge, batches and inspection.
+* ``test_long_histories_...``: Queue against WorkQueue again without hypothesis:
+  long seeded random histories, rich in calls that find lease expiries and
+  wake-ups due together (the order of those is where the faces could differ).
 
-Both machines drive time the same way: a current time that moves forward by
-small steps, plus calls that pass a time below it ("late" calls, which the
-contract handles at the high-water mark).
+The machines drive time the same way: a current time that moves forward by
+small steps and now and then by a jump past several leases and delays, plus
+calls that pass a time below it ("late" calls, which the contract handles at
+the high-water mark).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, seed, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import sqlq
 from sqlq.errors import InvalidTaskId
@@ -350,6 +354,7 @@ class FeaturesDurableVsMemory(TwoQueues):
         self.log.append(f"lease_seconds={lease_seconds}, max_attempts={max_attempts}, {retry}")
         self.directory = tempfile.mkdtemp(prefix="sqlq-stateful-")
         self.tokens: list[int] = [1, 2]
+        self.leases: list[tuple[str, int]] = []  # (task id, token) of every lease handed out
         self.left = sqlq.Queue(
             os.path.join(self.directory, "queue.db"),
             lease_seconds=lease_seconds,
@@ -371,6 +376,7 @@ class FeaturesDurableVsMemory(TwoQueues):
     def _remember(self, lease: Any) -> None:
         if lease is not None:
             self.tokens.append(lease.token)
+            self.leases.append((lease.task_id, lease.token))
 
     @rule(
         task_id=task_ids,
@@ -422,6 +428,19 @@ class FeaturesDurableVsMemory(TwoQueues):
     )
     def extend(self, task_id: str, move: Any, data: st.DataObject, seconds: Any) -> None:
         self._same("extend", task_id, self._token(data), self._time(move), seconds=seconds)
+
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data(), seconds=st.sampled_from([1, 2, 3]))
+    def lease_ends_as_a_task_wakes(self, data: st.DataObject, seconds: int) -> None:
+        """A lease moved to end when a new delayed task wakes, then the time of both and
+        the front of the line: two events due at one time, the lease's token older than
+        the wake-up's order, and their order shows in the line."""
+        task_id, token = data.draw(st.sampled_from(self.leases[-3:]))  # mostly live
+        self._same("extend", task_id, token, self.now, seconds=seconds)
+        self._same("add", f"new{len(self.log)}", self.now, delay=seconds)
+        self.now += seconds
+        for lease in self._same("claim_many", len(TASK_IDS), self.now):
+            self._remember(lease)
 
     @rule(task_id=task_ids, move=time_moves, data=st.data())
     def release(self, task_id: str, move: Any, data: st.DataObject) -> None:
