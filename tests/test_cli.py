@@ -614,10 +614,14 @@ def test_list_shows_the_tasks_in_the_order_added(
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["task_id", "state", "attempts", "last_error"]
-    with _queue(db) as q:
-        tasks = q.tasks()
-    assert [ln.split()[:3] for ln in lines[1:]] == [
-        [t.task_id, t.state, f"{t.attempts}/{t.max_attempts}"] for t in tasks
+    assert [ln.split()[:3] for ln in lines[1:]] == [  # what _fill made
+        ["d0", "COMPLETED", "1/1"],
+        ["d1", "COMPLETED", "1/1"],
+        ["d2", "DEAD", "1/1"],
+        ["d3", "RESERVED", "1/1"],
+        ["d4", "AVAILABLE", "0/1"],
+        ["d5", "AVAILABLE", "0/1"],
+        ["d6", "AVAILABLE", "0/1"],
     ]
     dead_line = next(ln for ln in lines if ln.startswith("d2 "))
     assert "ValueError: xxx" in dead_line and dead_line.endswith("...")
@@ -635,6 +639,12 @@ def test_list_json_matches_the_queue_api(db: Path, capsys: pytest.CaptureFixture
         "limit": 100,
         "tasks": expected,
     }
+    assert [(t["task_id"], t["state"], t["attempts"]) for t in document["tasks"]] == [
+        ("e0", "RESERVED", 1),
+        ("e1", "AVAILABLE", 0),
+        ("e2", "AVAILABLE", 0),
+        ("e3", "WAITING", 0),
+    ]
     document = _json(capsys, "list", db, "--state", "dead")
     assert [t["task_id"] for t in document["tasks"]] == ["d2"]
     assert document["tasks"][0]["last_error"] == LONG_ERROR  # in full
