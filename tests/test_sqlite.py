@@ -82,6 +82,30 @@ def test_max_attempts_is_fixed_per_task_when_added(db_path: Path) -> None:
     q3.close()
 
 
+def test_retry_policy_is_fixed_per_task_when_added(db_path: Path) -> None:
+    """Whichever Queue object fails a task or sees its lease run out, the task's own
+    policy decides the wait: two objects with different policies share one file."""
+    patient = open_queue(db_path, retry=sqlq.Retry.fixed(100))
+    eager = open_queue(db_path, retry=sqlq.Retry.immediate())
+    patient.add("slow", 0)
+    patient.add("slow-expired", 0)
+    eager.add("quick", 0)
+    lease = eager.claim(0)
+    assert lease is not None and lease.task_id == "slow"
+    assert eager.fail("slow", 1, token=lease.token) == "WAITING"
+    assert eager.reserve(1) == "slow-expired"  # its lease ends at 11, in eager's call
+    assert eager.status("slow-expired", 11) == "WAITING"
+    lease = patient.claim(11)
+    assert lease is not None and lease.task_id == "quick"
+    assert patient.fail("quick", 12, token=lease.token) == "AVAILABLE"
+    assert [(t.task_id, t.run_at) for t in patient.tasks(12, state="WAITING")] == [
+        ("slow", 101),
+        ("slow-expired", 111),
+    ]
+    patient.close()
+    eager.close()
+
+
 def test_default_clock_is_used_and_injectable(db_path: Path) -> None:
     now = [1_000.0]
     q = open_queue(db_path, lease_seconds=30, clock=lambda: now[0])
@@ -251,7 +275,9 @@ def _open_and_add(path: str, name: str) -> None:
     q.close()
 
 
-def test_processes_opening_a_new_file_together_migrate_once(tmp_path: Path) -> None:
+def test_processes_opening_a_new_file_together_migrate_once(
+    tmp_path: Path, migration_files: list[Path]
+) -> None:
     path = str(tmp_path / "fresh.db")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_open_and_add, args=(path, f"p{i}")) for i in range(6)]
@@ -261,9 +287,8 @@ def test_processes_opening_a_new_file_together_migrate_once(tmp_path: Path) -> N
         p.join(60)
     assert [p.exitcode for p in procs] == [0] * 6
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT count(*) FROM sqlq_migrations").fetchone()[0] >= 1
-        versions = [r[0] for r in conn.execute("SELECT version FROM sqlq_migrations")]
-        assert len(versions) == len(set(versions))
+        versions = [r[0] for r in conn.execute("SELECT version FROM sqlq_migrations ORDER BY 1")]
+        assert versions == list(range(1, len(migration_files) + 1))  # each applied once
         assert conn.execute("SELECT count(*) FROM sqlq_tasks").fetchone() == (6,)
     conn.close()
 
