@@ -1155,6 +1155,25 @@ def test_inspection_shows_payloads_that_cannot_be_decoded(
     assert _cli(capsys, "list", db)[0] == 0
 
 
+def test_inspection_of_a_payload_stored_as_text_that_is_not_utf8(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with _queue(db) as q:
+        q.add("bad", payload="x")
+    conn = driver.dbapi.connect(db, isolation_level=None)
+    conn.execute("UPDATE sqlq_tasks SET payload = CAST(X'2280FF22' AS TEXT)")
+    conn.close()
+    code, out, err = _cli(capsys, "show", db, "bad")
+    assert (code, err) == (0, "")
+    assert "payload:      cannot be decoded (the stored text is not valid UTF-8)" in out
+    document = _json(capsys, "show", db, "bad")
+    assert document["payload_type"] == "undecodable"
+    assert document["payload_error"] == "the stored text is not valid UTF-8"
+    listed = _json(capsys, "list", db, "--limit", "100")["tasks"]
+    assert {t["task_id"]: t["payload_type"] for t in listed}["bad"] == "undecodable"
+    assert _cli(capsys, "list", db)[:3:2] == (0, "")
+
+
 def test_show_of_times_past_the_year_9999(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with _queue(db) as q:
         q.add("far", run_at=sqlq.contract.MAX_TIME)

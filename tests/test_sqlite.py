@@ -392,6 +392,32 @@ def test_claim_many_skips_rows_whose_payload_cannot_be_decoded(db_path: Path) ->
     q.close()
 
 
+def test_a_payload_stored_as_text_that_is_not_utf8_is_dead_lettered(db_path: Path) -> None:
+    """Only an outside edit stores such text; SQLite's driver would raise on every
+    read of the row, so no claim could get past it."""
+    q = open_queue(db_path)
+    q.add_many([("bad", "x"), ("next", {"n": 1})], 0)
+    conn = driver.dbapi.connect(db_path, isolation_level=None)
+    try:  # the JSON text "\x80\xff" with its two bytes not UTF-8
+        conn.execute(
+            "UPDATE sqlq_tasks SET payload = CAST(X'2280FF22' AS TEXT) WHERE task_id = 'bad'"
+        )
+    finally:
+        conn.close()
+    lease = q.claim(1)
+    assert (lease.task_id, lease.payload) == ("next", {"n": 1})
+    info = q.info("bad", 1)
+    assert (info.state, info.last_error) == (
+        "DEAD",
+        "payload cannot be decoded: the stored text is not valid UTF-8",
+    )
+    assert info.payload == payload.Undecodable(
+        '"\udc80\udcff"', "the stored text is not valid UTF-8"
+    )
+    assert [t.task_id for t in q.tasks(1)] == ["bad", "next"]
+    q.close()
+
+
 @pytest.mark.parametrize("name", ["\x00", "a\x00b", "default\x00"])
 def test_a_queue_name_with_nul_is_refused(db_path: Path, name: str) -> None:
     with pytest.raises(InvalidConfig, match="NUL"):
