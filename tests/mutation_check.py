@@ -105,8 +105,8 @@ MUTANTS = [
     Mutant(
         "durable-extend-ignores-seconds",
         "sqlq/durable.py",
-        "deadline = tx.now + length",
-        "deadline = tx.now + self.lease_seconds",
+        "deadline = time_after(tx.now, length)",
+        "deadline = time_after(tx.now, self.lease_seconds)",
     ),
     # --- tokens
     Mutant(
@@ -252,7 +252,7 @@ MUTANTS = [
         "    return json.loads(stored)",
         "    return stored",
     ),
-    # --- the worker (sqlq/worker.py as of before its rewrite; re-point them after it)
+    # --- the worker
     Mutant(
         "worker-fails-without-its-token",
         "sqlq/worker.py",
