@@ -150,12 +150,17 @@ def test_a_foreign_sqlite_database_is_refused_untouched(db_path: Path) -> None:
     [[], [(1, "initial", "not sqlq's checksum")], [(2, "worker_features", "x")]],
     ids=["empty", "forged", "no-first"],
 )
+@pytest.mark.parametrize("stamped", [False, True], ids=["no-id", "sqlq-id"])
 def test_a_foreign_database_with_a_sqlq_migrations_table_is_refused_untouched(
-    db_path: Path, records: list[tuple[int, str, str]]
+    db_path: Path, records: list[tuple[int, str, str]], stamped: bool
 ) -> None:
     """A table name is not enough: without sqlq's application id, the migration
-    records must be sqlq's own."""
+    records must be sqlq's own.  Nor is the id alone: sqlq stamps it in the
+    migration that records version BEFORE_APPLICATION_ID + 1, so a file with the
+    id and fewer records (another program that chose "sqlq" too) is not sqlq's."""
     with sqlite3.connect(db_path) as conn:
+        if stamped:
+            conn.execute(f"PRAGMA application_id = {int.from_bytes(b'sqlq', 'big')}")
         conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
         conn.execute(Q.create_migrations_table)
         conn.executemany("INSERT INTO sqlq_migrations VALUES (?, ?, ?, 0)", records)

@@ -10,9 +10,10 @@ queries and takes no lock.
 A sqlq database says so in its header (``PRAGMA application_id``, set by
 migration 4); one made before that is recognised by its ``sqlq_migrations``
 rows being exactly sqlq's own.  Anything else with tables, or with a header
-field set, is foreign, and so is a file that is not a SQLite database: they
-are refused with a :class:`sqlq.errors.SchemaError` before anything is written
-to them, and so is a schema newer than this library.
+field set (sqlq's id without the record of migration 4 too), is foreign, and
+so is a file that is not a SQLite database: they are refused with a
+:class:`sqlq.errors.SchemaError` before anything is written to them, and so is
+a schema newer than this library.
 
 An empty file (no bytes, or a SQLite header without tables and with no header
 field set: what an interrupted creation leaves) is a database not created yet.
@@ -110,7 +111,8 @@ def applied_version(conn: Any, path: str) -> int:
     application_id, user_version, objects, has_migrations = conn.execute(Q.identify).fetchone()
     if application_id == APPLICATION_ID and has_migrations:
         version: int = conn.execute(Q.applied_version).fetchone()[0]
-        return version
+        if version > BEFORE_APPLICATION_ID:  # stamped together with the id: sqlq's own
+            return version
     if application_id == 0 and user_version == 0 and objects == 0:
         return 0
     if application_id == 0 and has_migrations:
