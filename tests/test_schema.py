@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -13,7 +15,7 @@ import sqlalchemy as sa
 
 import sqlq
 from sqlq import schema
-from sqlq.errors import NotASqlqDatabase, SchemaTooNew
+from sqlq.errors import Busy, NotASqlqDatabase, SchemaTooNew
 from sqlq.sqlite import migrate
 from sqlq.sqlite.backend import SqliteBackend
 from sqlq.sqlite.driver import dbapi
@@ -312,6 +314,30 @@ def test_an_empty_file_is_a_database_not_created_yet(db_path: Path, kind: str) -
     backend = SqliteBackend(db_path, migrate=False)
     assert backend.schema_version == migrate.latest_version()
     backend.close()
+
+
+@pytest.mark.parametrize("found", ["empty", "older"])
+def test_a_reader_that_outwaits_a_creation_or_migration_gets_busy(
+    db_path: Path, found: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader finds the file empty (or older) while another process holds the
+    migration lock: it waits busy_timeout for that creation or migration, and if
+    it is still going on then, the reader gets Busy naming the lock, not a verdict
+    on a file that is being written ("empty, not a sqlq database", "older")."""
+    if found == "empty":
+        db_path.touch()
+    else:
+        with monkeypatch.context() as m:
+            older = migrate.migrations()[:-1]
+            m.setattr(migrate, "migrations", lambda: older)
+            sqlq.Queue(db_path, lease_seconds=1, max_attempts=1).close()
+    lock = os.open(f"{db_path}.migrate-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the creator or migrator (its own open file)
+        with pytest.raises(Busy, match=re.escape(f"{db_path}.migrate-lock")):
+            SqliteBackend(db_path, migrate=False, busy_timeout=0.1)
+    finally:
+        os.close(lock)
 
 
 def test_a_file_without_tables_but_with_a_header_field_set_is_foreign(db_path: Path) -> None:
