@@ -668,6 +668,10 @@ def test_leases_and_retries_near_the_time_limit_end_at_it(make_queue: Factory) -
     assert q.info("claimed", end - 1).run_at == end
     assert q.stats(end - 1).next_deadline == end
     assert [q.status(t, end) for t in ("leased", "extended", "claimed")] == ["AVAILABLE"] * 3
+    at_the_limit = q.claim(end)  # as the README says: run out as it is handed out
+    assert at_the_limit.deadline == end
+    assert q.complete(at_the_limit.task_id, end, token=at_the_limit.token) is False
+    assert q.info(at_the_limit.task_id, end).attempts == 2
 
 
 def test_reserve_hands_out_the_id_without_reading_the_payload(
