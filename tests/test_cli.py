@@ -1100,6 +1100,24 @@ def test_add_refuses_json_nested_too_deep(
     assert not db.exists()
 
 
+def test_add_names_the_payload_option_a_refused_payload_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A payload that decodes but cannot be stored (a lone surrogate, too large) is
+    refused as the option that gave it, with a usage error, like one that does not
+    decode: not as a bad TASK_ID."""
+    db = tmp_path / "new.db"
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps("x" * sqlq.payload.DEFAULT_MAX_PAYLOAD_BYTES))
+    for option, value in (("--payload", '"\\ud800"'), ("--payload-file", big)):
+        code, out, err = _cli(capsys, "add", db, "t1", option, value)
+        assert (code, out) == (2, ""), err
+        _one_error_line(err, "add")
+        assert err.startswith(f"sqlq add: error: {option}"), err
+        assert "TASK_ID" not in err and "nothing was added" in err
+    assert not db.exists()
+
+
 def test_add_from_a_file_refuses_a_line_nested_too_deep(
     db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
