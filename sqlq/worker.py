@@ -823,7 +823,7 @@ def resolve_target(target: str) -> Callable[[Any], object]:
         raise InvalidConfig(f"handler target {target!r} must look like 'package.module:function'")
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # not found, or the module raised while it was imported
+    except (Exception, SystemExit) as exc:  # not found, or it raised (or exited) on import
         raise InvalidConfig(
             f"handler target {target!r}: cannot import module {module_name!r} "
             f"({type(exc).__name__}: {exc})"

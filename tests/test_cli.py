@@ -1220,10 +1220,19 @@ def test_worker_dead_letters_a_payload_it_cannot_decode_and_goes_on(tmp_path: Pa
         assert q.info("poison").last_error.startswith("payload cannot be decoded")  # type: ignore[union-attr]
 
 
-def test_worker_with_a_handler_module_that_raises_at_import(tmp_path: Path, db: Path) -> None:
-    (tmp_path / "broken_handlers.py").write_text('raise RuntimeError("no config")\n')
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ('raise RuntimeError("no config")', "(RuntimeError: no config)"),
+        ('import sys; sys.exit("missing settings")', "(SystemExit: missing settings)"),
+    ],
+)
+def test_worker_with_a_handler_module_that_raises_at_import(
+    tmp_path: Path, db: Path, body: str, said: str
+) -> None:
+    (tmp_path / "broken_handlers.py").write_text(body + "\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     proc = _run("worker", str(db), "broken_handlers:handle", "--burst", env=env)
     assert proc.returncode == 1
     _one_error_line(proc.stderr, "worker")
-    assert "cannot import module 'broken_handlers' (RuntimeError: no config)" in proc.stderr
+    assert f"cannot import module 'broken_handlers' {said}" in proc.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import sqlite3
 import threading
 from pathlib import Path
@@ -13,7 +14,7 @@ import sqlalchemy
 
 import sqlq
 from sqlq import payload
-from sqlq.errors import Busy, CannotOpen, InvalidConfig, QueueClosed
+from sqlq.errors import Busy, CannotOpen, InvalidArgument, InvalidConfig, QueueClosed
 from sqlq.sqlite import driver
 from sqlq.sqlite.queries import Q
 
@@ -483,4 +484,13 @@ def test_the_callers_engine_may_carry_url_options(db_path: Path) -> None:
         conn.exec_driver_sql("COMMIT")
     assert q.status("t", 0) == "AVAILABLE"
     engine.dispose()
+    q.close()
+
+
+def test_a_queue_cannot_be_pickled_to_another_process(db_path: Path) -> None:
+    """A spawned process gets its arguments pickled: a Queue (a live connection) is
+    refused with a typed error that says what to do instead."""
+    q = open_queue(db_path)
+    with pytest.raises(InvalidArgument, match="open a Queue on the same file"):
+        pickle.dumps(q)
     q.close()
