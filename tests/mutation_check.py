@@ -112,10 +112,10 @@ MUTANTS = [
     Mutant(
         "durable-fail-ignores-the-token",
         "sqlq/durable.py",
-        "            if token is not None and task.token != token:\n"
-        "                return None\n"
-        "            return self._end_lease",
-        "            return self._end_lease",
+        "        if token is not None and task.token != token:\n"
+        "            return None\n"
+        "        return self._end_lease",
+        "        return self._end_lease",
     ),
     Mutant(
         "durable-release-ignores-the-token",
@@ -255,9 +255,9 @@ MUTANTS = [
     # --- the worker
     Mutant(
         "worker-fails-without-its-token",
-        "sqlq/worker.py",
-        "self._persist(self.queue.fail, lease.task_id, token=lease.token, error=error)",
-        "self._persist(self.queue.fail, lease.task_id, error=error)",
+        "sqlq/durable.py",
+        "self._fail(tx, task_id, token, text) for task_id, token, text in fail_items",
+        "self._fail(tx, task_id, None, text) for task_id, token, text in fail_items",
         WORKER,
     ),
     Mutant(
@@ -275,10 +275,10 @@ MUTANTS = [
         WORKER,
     ),
     Mutant(
-        "worker-never-uses-complete-and-claim",
+        "worker-reports-one-outcome-per-commit",
         "sqlq/worker.py",
-        "chain = not (late or self._stopping)",
-        "chain = False",
+        "batch = self._outcomes[:MAX_BATCH]",
+        "batch = self._outcomes[:1]",
         WORKER,
     ),
 ]

@@ -489,10 +489,13 @@ def test_settle_and_claim_reports_outcomes_then_claims_in_one_call(make_queue: F
     a, b, c = q.claim_many(3, 0)
     q.complete("b", 1, token=b.token)
     done, states, leases = q.settle_and_claim(
-        3, 2, completed=[a, ("b", b.token), ("zz", 1)], failed=[("c", c.token, "boom")]
+        3,
+        2,
+        completed=[a, ("b", b.token), ("zz", 1)],
+        failed=[("c", c.token + 99, "not mine"), ("c", c.token, "boom")],
     )
     assert done == [True, True, False]  # b: a retried completion, True again
-    assert states == ["AVAILABLE"]
+    assert states == [None, "AVAILABLE"]  # another lease's token is refused
     # The claim comes after the failure: c, back at the end of the line, is taken too.
     assert [(x.task_id, x.attempt) for x in leases] == [("d", 1), ("e", 1), ("c", 2)]
     assert q.info("c", 2).last_error == "boom"
