@@ -249,8 +249,8 @@ MUTANTS = [
     Mutant(
         "payload-json-not-decoded",
         "sqlq/payload.py",
-        "    return json.loads(stored)",
-        "    return stored",
+        "        value = json.loads(stored)",
+        "        value = stored",
     ),
     # --- the worker
     Mutant(
