@@ -300,8 +300,9 @@ class Worker:
             if first:
                 self._stopping = True
                 self._stop_at = self.clock.monotonic()
+            running = self._started and not self._returned
             self._cond.notify_all()
-        if first:
+        if first and running:  # the queue is the caller's again once run() has returned
             self.queue.interrupt_waits(self.grace)
 
     def run(

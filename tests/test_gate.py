@@ -147,6 +147,7 @@ def test_interrupt_waits_ends_a_wait_for_the_gate_in_progress(tmp_path: Path) ->
         waiter.join(10)  # far below the 60 s busy_timeout
         assert not waiter.is_alive()
         assert len(outcome) == 1 and isinstance(outcome[0], Busy), outcome
+        assert "cut short by interrupt_waits" in str(outcome[0])  # not "within busy_timeout"
         q.interrupt_waits(None)
         holder.kill()
         holder.join(30)

@@ -25,6 +25,7 @@ import pytest
 
 import sqlq
 from sqlq.errors import Busy, InvalidConfig
+from sqlq.sqlite.driver import dbapi
 from sqlq.testing import ManualClock
 from sqlq.worker import Worker, WorkerStats, resolve_target
 
@@ -920,3 +921,23 @@ def test_a_lease_claimed_as_the_worker_stops_gets_the_release_wait_even_with_no_
             process.wait()
     assert (stats.claimed, stats.released) == (1, 1), stats
     assert queue.status("t") == "AVAILABLE"
+
+
+@pytest.mark.parametrize("ran", [False, True], ids=["before run", "after run"])
+def test_stopping_a_worker_that_is_not_running_leaves_the_queues_waits_alone(
+    open_queue: Callable[..., sqlq.Queue], db_path: Path, ran: bool
+) -> None:
+    """stop() cuts the queue's waits to the grace period only while run() runs: the
+    queue is the caller's before and after, and its calls wait busy_timeout as usual."""
+    queue = open_queue(busy_timeout=0.2)
+    worker = Worker(queue, lambda p: None, grace=0.0)
+    if ran:
+        assert worker.run(stop_when_idle=True) == WorkerStats()
+    holder = dbapi.connect(str(db_path), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, held by a writer outside sqlq
+    try:
+        worker.stop()
+        with pytest.raises(Busy, match="within busy_timeout"):
+            queue.add("t")
+    finally:
+        holder.close()

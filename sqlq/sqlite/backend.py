@@ -408,6 +408,11 @@ class SqliteBackend:
             self._lock.release()
 
     def _busy(self, why: str) -> Busy:
+        if time.monotonic() >= self._cutoff:
+            return Busy(
+                f"{self.path}: the wait for the write lock was cut short by interrupt_waits "
+                f"(a stopping worker's grace period is over): {why}"
+            )
         return Busy(
             f"{self.path}: no turn at the write lock within busy_timeout "
             f"({self.busy_timeout:g} s): {why}"
@@ -500,8 +505,11 @@ class SqliteBackend:
         pause = WAIT_MIN
         while True:
             if error is not None:  # busy: pause (randomised, growing), then try again
-                if time.monotonic() >= min(deadline, self._cutoff):
+                now = time.monotonic()
+                if now >= deadline:
                     raise error
+                if now >= self._cutoff:
+                    raise self._busy("a writer outside sqlq held SQLite's lock") from error
                 time.sleep(pause * (0.5 + self._rng.random()))
                 pause = min(pause * 2, WAIT_MAX)
             try:
