@@ -418,17 +418,20 @@ class WorkQueue:
             return now
         tasks, leases, extended, waiting = self._tasks, self._leases, self._extended, self._waiting
         while True:
-            first = leases[0] if leases else _NEVER
+            first = leases[0] if leases else _NEVER  # the soonest entry, and where it is
+            source = 0
             if extended and extended[0] < first:
                 first = extended[0]
+                source = 1
             if waiting and waiting[0] < first:
                 first = waiting[0]
+                source = 2
             when, key, task_id = first
             if when > now:
                 break
-            if leases and first is leases[0]:
+            if source == 0:
                 leases.popleft()
-            elif extended and first is extended[0]:
+            elif source == 1:
                 heapq.heappop(extended)
             else:  # a wake-up: never stale (see the module's docstring)
                 heapq.heappop(waiting)
