@@ -43,7 +43,7 @@ class Config:
                 tasks=tasks or 20_000,
                 repeats=3,
                 budget=2.5,
-                workers=(1, 2, 4, 8),
+                workers=(1, 2, 4, 8, 16),
                 proc_budget=1.5,
                 proc_time_limit=60.0,
                 growth_sizes=(1_000, 100_000, 1_000_000),

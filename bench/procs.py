@@ -1,10 +1,12 @@
 """Code that runs in worker processes (started with multiprocessing's spawn).
 
-* ``Pool``: up to 8 processes started once and reused for every drain, so a
+* ``Pool``: up to 16 processes started once and reused for every drain, so a
   drain's time is the drain and not Python starting up.  Each drain: every
   worker opens the system on the file, says ready, waits for "go", then
   reserves and completes until reserve finds nothing, recording every task it
-  received and every completion that was accepted.  Lock errors (sqlq's
+  received and every completion that was accepted.  sqlq's workers run a
+  ``sqlq.Worker`` with 4 slots instead (``Sqlq.run_worker``), which also counts
+  its transactions (tasks per commit).  Lock errors (sqlq's
   ``Busy``, SQLite's "database is locked") are caught and counted, never
   retried silently; any other exception is counted too.
 * ``idle_worker``: a sqlq worker waiting on an empty queue, for the idle CPU
@@ -49,6 +51,8 @@ def _pool_main(conn: Connection) -> None:
 
 
 def _drain(system: systems.System, time_limit: float) -> tuple[Any, ...]:
+    if isinstance(system, systems.Sqlq):
+        return _worker_drain(system, time_limit)
     reserve, complete = system.reserve, system.complete
     received: list[str] = []
     completed: list[str] = []
@@ -89,7 +93,27 @@ def _drain(system: systems.System, time_limit: float) -> tuple[Any, ...]:
         system.close()
     except Exception as exc:
         other.append(f"close: {exc!r}")
-    return received, completed, lock_errors, other[:3], len(other), start, end, timed_out
+    return received, completed, lock_errors, other[:3], len(other), start, end, timed_out, None
+
+
+def _worker_drain(system: systems.Sqlq, time_limit: float) -> tuple[Any, ...]:
+    """sqlq's drain: a Worker, as an application runs it (see Sqlq.run_worker)."""
+    start = time.time()
+    run = system.run_worker(start + time_limit)
+    end = time.time()
+    timed_out = end >= start + time_limit
+    system.close()
+    return (
+        run.received,
+        run.completed,
+        run.lock_errors,
+        run.other[:3],
+        len(run.other),
+        start,
+        end,
+        timed_out,
+        run.commits,
+    )
 
 
 @dataclass
@@ -107,6 +131,11 @@ class Drain:
     other_errors: int
     error_samples: list[str] = field(default_factory=list)
     timed_out: bool = False
+    commits: int | None = None  # write transactions, where the system counts them
+
+    @property
+    def tasks_per_commit(self) -> float | None:
+        return None if not self.commits else (self.tasks - self.lost) / self.commits
 
     @property
     def throughput(self) -> float:
@@ -164,6 +193,7 @@ class Pool:
             other_errors=sum(r[5] for r in results),
             error_samples=samples[:3],
             timed_out=any(r[8] for r in results),
+            commits=None if any(r[9] is None for r in results) else sum(r[9] for r in results),
         )
 
     def close(self) -> None:

@@ -283,6 +283,12 @@ def plots(results: Results, out: Path) -> list[str]:
 # --- RESULTS.md --------------------------------------------------------------------------------
 
 
+def _per_commit(values: list[float | None] | None) -> str:
+    """Median tasks per commit of the runs; "-" where the system does not count commits."""
+    known = [v for v in values or [] if v is not None]
+    return f"{statistics.median(known):.2f}" if known else "-"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -476,6 +482,7 @@ def write(results: Results, out: Path) -> Path:
                     str(x["lock_errors"]),
                     str(x["other_errors"]) + (" (timed out)" if x.get("timed_out") else ""),
                     f"{statistics.median(x['least_share']):.2f}",
+                    _per_commit(x.get("tasks_per_commit")),
                 ]
             )
         lines += _table(
@@ -490,6 +497,7 @@ def write(results: Results, out: Path) -> Path:
                 "lock errors",
                 "other errors",
                 "least-served",
+                "tasks per commit",
             ],
             rows,
         )

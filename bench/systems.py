@@ -15,11 +15,14 @@ prints it.  Libraries that are not installed are skipped with a note.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -127,7 +130,9 @@ class Sqlq(System):
         "complete = `complete(task_id, token=...)` (compare-and-set on the lease); "
         "batches = `add_many(1000)`, `claim_many(1000)` and `complete_many(leases)` "
         "(one transaction each); runner loop = `complete_and_claim` (one transaction "
-        "per task)."
+        "per task). Worker processes: each runs `sqlq.Worker(concurrency=WORKER_SLOTS)` "
+        "with a handler that does nothing (group commit: one `settle_and_claim` "
+        "transaction reports every outcome pending and claims for every free slot)."
     )
     can_add_many = True
     can_claim_many = True
@@ -175,8 +180,72 @@ class Sqlq(System):
     def completed_count(self) -> int | None:
         return self.queue.counts()["COMPLETED"]
 
+    def run_worker(self, stop_at: float) -> WorkerRun:
+        """Drain the queue with a ``sqlq.Worker`` of WORKER_SLOTS slots and a handler
+        that does nothing, stopped at ``stop_at`` (time.time()) at the latest."""
+        from sqlq.worker import Worker
+
+        received: list[str] = []
+        warnings = _Warnings()
+        logger = logging.getLogger(f"bench.worker.{os.getpid()}")
+        logger.propagate = False
+        logger.addHandler(warnings)
+        worker = Worker(
+            self.queue,
+            lambda lease: received.append(lease.task_id),
+            concurrency=WORKER_SLOTS,
+            with_lease=True,
+            logger=logger,
+        )
+        timer = threading.Timer(max(0.0, stop_at - time.time()), worker.stop)
+        timer.start()
+        try:
+            stats = worker.run(stop_when_idle=True, install_signal_handlers=False)
+        finally:
+            timer.cancel()
+            logger.removeHandler(warnings)
+        unaccepted = stats.claimed - stats.completed
+        other = warnings.other + ([f"{unaccepted} completions not accepted"] if unaccepted else [])
+        return WorkerRun(
+            received=received,
+            # All accepted (checked above, and against the file by the parent).
+            completed=received if not unaccepted else [],
+            lock_errors=warnings.busy,
+            other=other,
+            commits=getattr(stats, "commits", None),  # None: a Worker before group commit
+        )
+
     def close(self) -> None:
         self.queue.close()
+
+
+#: Slots (handler threads) of each sqlq.Worker in the process drains.
+WORKER_SLOTS = 4
+
+
+@dataclass
+class WorkerRun:
+    received: list[str]  # tasks the handler ran
+    completed: list[str]  # tasks whose completion was accepted
+    lock_errors: int  # Busy retried by the worker (it logs each)
+    other: list[str]  # other warnings and errors it logged
+    commits: int | None  # its claim loop's transactions
+
+
+class _Warnings(logging.Handler):
+    """Counts what a bench Worker logs at WARNING and above: Busy apart."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.busy = 0
+        self.other: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "Busy" in text:
+            self.busy += 1
+        else:
+            self.other.append(text)
 
     @classmethod
     def fill(cls, path: str, task_ids: Sequence[str]) -> None:

@@ -364,6 +364,7 @@ def _drain_once(
         f"{fmt_rate(drain.throughput)} over {n:,} tasks; duplicates {drain.duplicates}, "
         f"lost {drain.lost}, lock errors {drain.lock_errors}, other errors "
         f"{drain.other_errors}; per worker {drain.per_worker}"
+        + ("" if drain.tasks_per_commit is None else f"; {drain.tasks_per_commit:.2f} tasks/commit")
     )
     return drain
 
@@ -389,6 +390,7 @@ def _record_drains(
         timed_out=any(d.timed_out for d in drains),
         least_share=[d.least_share for d in drains],
         per_worker=[d.per_worker for d in drains],
+        tasks_per_commit=[d.tasks_per_commit for d in drains],
     )
 
 

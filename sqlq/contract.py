@@ -214,9 +214,9 @@ def check_seconds(seconds: object, what: str) -> Number:
     return seconds
 
 
-def check_count(n: object, what: str, limit: int = MAX_BATCH) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= limit:
-        raise InvalidArgument(f"{what} must be an int from 1 to {limit}, got {n!r}")
+def check_count(n: object, what: str, limit: int = MAX_BATCH, least: int = 1) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or not least <= n <= limit:
+        raise InvalidArgument(f"{what} must be an int from {least} to {limit}, got {n!r}")
     return n
 
 
@@ -303,21 +303,44 @@ def check_batch(
     return batch
 
 
-def check_leases(leases: object) -> list[tuple[str, int]]:
+def check_leases(leases: object, what: str = "complete_many") -> list[tuple[str, int]]:
     """(task id, token) pairs from Leases or pairs, all checked before anything is written."""
     from .records import Lease
 
-    if isinstance(leases, str | bytes) or not hasattr(leases, "__iter__"):
-        raise InvalidArgument("complete_many takes Leases or (task id, token) pairs")
+    wrong = f"{what} takes Leases or (task id, token) pairs"
     items = []
-    for item in leases:
+    for item in _iterable(leases, wrong):
         if isinstance(item, Lease):
             task_id, token = item.task_id, item.token
         elif isinstance(item, tuple) and len(item) == 2:
             task_id, token = item
         else:
-            raise InvalidArgument("complete_many takes Leases or (task id, token) pairs")
+            raise InvalidArgument(wrong)
         items.append((check_task_id(task_id), check_token(token)))
-        if len(items) > MAX_BATCH:
-            raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks")
+        _check_size(items)
     return items
+
+
+def check_failures(failed: object) -> list[tuple[str, int, str | None]]:
+    """(task id, token, error text) from (task id, token, error) triples, all checked
+    before anything is written; the error as ``fail`` takes it."""
+    wrong = "failed takes (task id, token, error) triples"
+    items = []
+    for item in _iterable(failed, wrong):
+        if not (isinstance(item, tuple) and len(item) == 3):
+            raise InvalidArgument(wrong)
+        task_id, token, error = item
+        items.append((check_task_id(task_id), check_token(token), check_error(error)))
+        _check_size(items)
+    return items
+
+
+def _iterable(items: object, wrong: str) -> Iterable[object]:
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise InvalidArgument(wrong)
+    return items
+
+
+def _check_size(items: list[Any]) -> None:
+    if len(items) > MAX_BATCH:
+        raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks")

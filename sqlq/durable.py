@@ -33,6 +33,7 @@ from .contract import (
     check_batch,
     check_count,
     check_error,
+    check_failures,
     check_leases,
     check_queue_name,
     check_retry,
@@ -49,7 +50,7 @@ from .contract import (
     time_after,
     undecodable_error,
 )
-from .errors import ClockSkew, InvalidConfig, InvalidPayload
+from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .sqlite.backend import SqliteBackend, Synchronous
@@ -232,12 +233,17 @@ class Queue:
         token = None if token is None else check_token(token)
         text = check_error(error)
         with self._call(now) as tx:
-            task = tx.get(self.queue, task_id)
-            if task is None or task.state is not State.RESERVED:
-                return None
-            if token is not None and task.token != token:
-                return None
-            return self._end_lease(tx, task, tx.now, text)[0].value
+            return self._fail(tx, task_id, token, text)
+
+    def _fail(
+        self, tx: Transaction, task_id: str, token: int | None, text: str | None
+    ) -> str | None:
+        task = tx.get(self.queue, task_id)
+        if task is None or task.state is not State.RESERVED:
+            return None
+        if token is not None and task.token != token:
+            return None
+        return self._end_lease(tx, task, tx.now, text)[0].value
 
     def status(self, task_id: str, now: Number | None = None) -> str | None:
         """The task's state after due events, or None for an unknown id."""
@@ -307,14 +313,17 @@ class Queue:
         """Up to ``n`` leases from the front of the line, in one transaction."""
         n = check_count(n, "n")
         with self._call(now) as tx:
-            deadline = time_after(tx.now, self.lease_seconds)
-            leases: list[Lease] = []
-            while True:  # more than once only to replace tasks dead-lettered on the way
-                wanted = n - len(leases)
-                claimed = tx.claim_many(self.queue, wanted, deadline)
-                leases.extend(filter(None, (self._lease(tx, c, deadline) for c in claimed)))
-                if len(claimed) < wanted or len(leases) == n:
-                    return leases
+            return self._claim_many(tx, n)
+
+    def _claim_many(self, tx: Transaction, n: int) -> list[Lease]:
+        deadline = time_after(tx.now, self.lease_seconds)
+        leases: list[Lease] = []
+        while True:  # more than once only to replace tasks dead-lettered on the way
+            wanted = n - len(leases)
+            claimed = tx.claim_many(self.queue, wanted, deadline)
+            leases.extend(filter(None, (self._lease(tx, c, deadline) for c in claimed)))
+            if len(claimed) < wanted or len(leases) == n:
+                return leases
 
     def complete_many(
         self, leases: Iterable[Lease | tuple[str, int]], now: Number | None = None
@@ -323,11 +332,41 @@ class Queue:
         one transaction; the answers in the same order."""
         items = check_leases(leases)
         with self._call(now) as tx:
-            done = tx.complete_many(self.queue, items) if items else set()
-            return [
-                (task_id, token) in done or self._completed_by(tx, task_id, token)
-                for task_id, token in items
-            ]
+            return self._complete_many(tx, items)
+
+    def _complete_many(self, tx: Transaction, items: list[tuple[str, int]]) -> list[bool]:
+        done = tx.complete_many(self.queue, items) if items else set()
+        return [
+            (task_id, token) in done or self._completed_by(tx, task_id, token)
+            for task_id, token in items
+        ]
+
+    def settle_and_claim(
+        self,
+        n: int,
+        now: Number | None = None,
+        *,
+        completed: Iterable[Lease | tuple[str, int]] = (),
+        failed: Iterable[tuple[str, int, object]] = (),
+    ) -> tuple[list[bool], list[str | None], list[Lease]]:
+        """Report the outcomes of finished leases and claim up to ``n`` (0 to MAX_BATCH)
+        new ones, in one transaction: one commit for a worker's every outcome and
+        its next tasks.
+
+        ``completed`` holds Leases or (task id, token) pairs, each answered as
+        ``complete(task_id, token=token)`` would (a retry answers True again);
+        ``failed`` holds (task id, token, error) triples, each answered as ``fail``
+        would.  The completions happen first, then the failures, then the claim,
+        which may thus take a task failed just before.  Returns both lists of
+        answers, in the order given, and the new leases.
+        """
+        n = check_count(n, "n", least=0)
+        done_items = check_leases(completed, "completed")
+        fail_items = check_failures(failed)
+        with self._call(now) as tx:
+            done = self._complete_many(tx, done_items)
+            states = [self._fail(tx, task_id, token, text) for task_id, token, text in fail_items]
+            return done, states, self._claim_many(tx, n) if n else []
 
     # --- dead letters, retention, inspection ---------------------------------------
 
@@ -432,8 +471,22 @@ class Queue:
         found = self._backend.counts().get(self.queue, {})
         return {state.value: found.get(state.value, 0) for state in State}
 
+    def interrupt_waits(self, after: float | None) -> None:
+        """End every wait of this object's calls for a lock, those already waiting
+        included, ``after`` seconds from now at the latest: the call then raises
+        ``Busy`` (a call whose lock is free goes through).  ``None`` lifts the limit:
+        waits last ``busy_timeout`` again.  Thread-safe and safe in a signal handler;
+        a stopping ``Worker`` uses it so that its grace period bounds every wait."""
+        self._sqlite.interrupt_waits(None if after is None else check_seconds(after, "after"))
+
     def close(self) -> None:
         self._backend.close()
+
+    def __reduce__(self) -> Any:
+        raise InvalidArgument(
+            "a Queue holds a database connection and cannot be sent to another process "
+            "(pickled); open a Queue on the same file in that process instead"
+        )
 
     def __enter__(self) -> Queue:
         return self

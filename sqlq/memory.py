@@ -51,6 +51,7 @@ from .contract import (
     check_batch,
     check_count,
     check_error,
+    check_failures,
     check_leases,
     check_retry,
     check_rng,
@@ -304,6 +305,26 @@ class WorkQueue:
         now = self._advance(now)
         return [self.complete(task_id, now, token=token) for task_id, token in items]
 
+    def settle_and_claim(
+        self,
+        n: int,
+        now: Number,
+        *,
+        completed: Iterable[Lease | tuple[str, int]] = (),
+        failed: Iterable[tuple[str, int, object]] = (),
+    ) -> tuple[list[bool], list[str | None], list[Lease]]:
+        """``complete`` each of ``completed``, ``fail`` each of ``failed`` (id, token,
+        error), then claim up to ``n`` (0 to MAX_BATCH), as one call."""
+        n = check_count(n, "n", least=0)
+        done_items = check_leases(completed, "completed")
+        fail_items = check_failures(failed)
+        now = self._advance(now)
+        done = [self.complete(task_id, now, token=token) for task_id, token in done_items]
+        states = [
+            self.fail(task_id, now, token=token, error=text) for task_id, token, text in fail_items
+        ]
+        return done, states, self.claim_many(n, now) if n else []
+
     # --- dead letters, retention, inspection ---------------------------------------
 
     def info(self, task_id: str, now: Number) -> TaskInfo | None:
@@ -483,16 +504,19 @@ class WorkQueue:
     def _claim(self, now: Number) -> Lease | None:
         """Lease the front of the line; a task whose payload cannot be decoded is
         dead-lettered on the way (see contract.undecodable_error)."""
-        while (task_id := self._take(now)) is not None:
+        while self._line:
+            task_id = self._line[0]
             record = self._tasks[task_id]
-            try:
+            try:  # before the lease is taken: a RecursionError (short of stack) changes nothing
                 payload = payloads.decode(record[_PAYLOAD])
             except InvalidPayload as exc:
+                self._take(now)
                 record[_STATE] = _DEAD
                 record[_ATTEMPTS] = self.max_attempts
                 record[_ERROR] = undecodable_error(exc)
                 record[_FINISHED] = now
                 continue
+            self._take(now)
             return Lease(task_id, record[_TOKEN], record[_ATTEMPTS], record[_WHEN], payload)
         return None
 

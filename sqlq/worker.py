@@ -2,16 +2,27 @@
 
 ``Worker(queue, handler).run()`` is the loop every consumer of a queue needs:
 
-* **Claim and report.**  One claim loop (the thread that calls ``run``) takes
-  leases with ``queue.claim()`` and hands them to ``concurrency`` handler
-  threads.  When the handler returns, the task is completed and the next one
-  claimed in one transaction (``complete_and_claim``: one commit per task while
-  there is work), or just completed with ``complete(task, token=...)`` once
-  the worker is stopping; when it raises, ``fail(task, token=...,
-  error=exc)`` records the exception text and the queue's retry policy decides
-  what happens next.  Every report carries the lease's token, so a worker whose
-  lease ran out can never complete or fail a task another worker now holds: its
-  report is refused and counted as *lost*.
+* **Claim and report: group commit.**  One claim loop (the thread that calls
+  ``run``) takes leases and hands them to ``concurrency`` handler threads.  A
+  handler that returns or raises leaves its outcome with the claim loop, which
+  reports every outcome pending and claims a lease for every free slot in one
+  transaction (``queue.settle_and_claim``: completions, failures with the
+  exception text, then the claim; one commit).  Outcomes that come while that
+  commit is in flight go with the next, so the tasks per commit grow with the
+  load (up to ``concurrency``) and are one when the worker is not busy:
+  nothing waits for a batch to fill.  An outcome is acknowledged (counted and
+  logged) only once its transaction has committed; one that met ``Busy`` goes
+  with the next call.  The queue's retry policy decides what happens to a
+  failed task.  Every report carries the lease's token, so a worker whose
+  lease ran out can never complete or fail a task another worker now holds:
+  its report is refused and counted as *lost*.
+* **Slots.**  A worker never holds more than ``concurrency`` leases: a lease is
+  only ever obtained for a slot already reserved for it.  The claim loop
+  reserves the free slots and those of the outcomes it reports (which the same
+  transaction ends before it claims), and frees those the claim did not fill;
+  a handler's slot stays reserved until its outcome is reported.  A lease
+  that arrives once the worker is stopping is released at once, so none is
+  left to run out.
 * **Heartbeats.**  One monitor thread extends the lease of every running task
   every ``heartbeat`` seconds (default ``lease_seconds / 3``), so a handler may
   run far longer than ``lease_seconds`` while its worker lives.  A heartbeat
@@ -31,13 +42,21 @@
   that can hang should have timeouts of their own.
 * **Stopping.**  ``stop()`` (thread-safe), SIGTERM or SIGINT (when ``run`` is
   called in the main thread) stop the claiming; running handlers get ``grace``
-  seconds to finish and report.  Tasks whose handlers are still running after
-  that are **released** with ``queue.release(task, token)``: they go back to
-  the end of the line *without counting the attempt* (the worker gave up on
-  them; the task did not fail), and ``run`` returns.  A second signal skips
+  seconds to finish (the claim loop goes on reporting their outcomes).  Tasks
+  whose handlers are still running after that are **released** with
+  ``queue.release(task, token)``: they go back to the end of the line
+  *without counting the attempt* (the worker gave up on them; the task did
+  not fail), and ``run`` returns.  A second signal skips
   what is left of the grace period.  Handler threads are daemon threads, so a
   handler that never returns does not keep the process alive; its late result
-  is ignored.
+  is ignored.  The grace period bounds every wait for a lock too
+  (``queue.interrupt_waits``): a claim waiting for a write lock that another
+  connection holds gives up when the grace ends; the releases and reports
+  still pending then get RELEASE_WAIT more seconds, and a lease that cannot be
+  released within them runs out and its task is retried then (logged).
+* **Time.**  ``clock`` (a :class:`Clock`) gives the worker's time and waits:
+  :class:`SystemClock` by default, ``sqlq.testing.ManualClock`` in tests, which
+  then need no sleeps.
 * **Errors.**  ``Busy`` from a queue call (the write lock stayed taken longer
   than the queue's busy_timeout), and the errors that may pass (``StorageFull``,
   ``StorageIOError``, ``ClockSkew``: see TRANSIENT) are logged and the call
@@ -64,16 +83,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import FrameType
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
+from .contract import MAX_BATCH, MAX_LEASE_SECONDS
 from .durable import Queue
 from .errors import Busy, ClockSkew, InvalidConfig, StorageFull, StorageIOError
 from .records import Lease
 from .sqlite.backend import Synchronous
 
-__all__ = ["Worker", "WorkerStats", "resolve_target", "serve"]
+__all__ = ["Clock", "SystemClock", "Worker", "WorkerStats", "resolve_target", "serve"]
 
 T = TypeVar("T")
 
@@ -90,10 +110,41 @@ TRANSIENT = (Busy, StorageFull, StorageIOError, ClockSkew)
 REPEAT_WARNING = 10.0
 #: Longest wait of the thread that calls ``run`` before it looks for a stop request.
 SIGNAL_CHECK = 0.1
+#: Seconds the releases and reports still pending when the grace period ends may
+#: wait for the write lock (another worker's turn, say); then they give up.
+RELEASE_WAIT = 1.0
 #: Format of the log lines ``serve`` writes to stderr when logging is not configured.
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
 
 _SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+
+class Clock(Protocol):
+    """What a Worker measures time and waits with."""
+
+    def monotonic(self) -> float:
+        """Seconds from some start; never goes back."""
+        ...
+
+    def wait(self, cond: threading.Condition, until: float | None) -> None:
+        """Wait on ``cond`` (held by the caller) until it is notified or ``monotonic()``
+        reaches ``until`` (None: no time limit).  It may return sooner: callers
+        check again what they wait for."""
+        ...
+
+
+class SystemClock:
+    """The real clock: ``time.monotonic``, and waits that last at most SIGNAL_CHECK
+    (a signal delivered to another thread runs its Python handler only once the
+    main thread runs Python code again)."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wait(self, cond: threading.Condition, until: float | None) -> None:
+        left = SIGNAL_CHECK if until is None else min(until - time.monotonic(), SIGNAL_CHECK)
+        if left > 0:
+            cond.wait(left)
 
 
 @dataclass
@@ -117,6 +168,11 @@ class WorkerStats:
     released: int = 0
     #: Failed by the worker because the handler ran past ``time_limit``.
     timed_out: int = 0
+    #: Transactions of the claim loop (``settle_and_claim`` calls that committed):
+    #: each reported the outcomes pending and claimed for the free slots, so
+    #: ``(completed + failed) / commits`` is about the tasks per commit.  A
+    #: measure, not an outcome: left out of comparisons.
+    commits: int = field(default=0, compare=False)
 
 
 class _State(enum.Enum):
@@ -133,7 +189,7 @@ _ACTIVE = (_State.RUNNING, _State.REPORTING)
 @dataclass(eq=False)
 class _Running:
     lease: Lease
-    started: float  # time.monotonic()
+    started: float  # the worker's clock.monotonic()
     next_beat: float
     state: _State = _State.RUNNING
     lost: bool = False
@@ -144,7 +200,9 @@ class Worker:
 
     ``handler`` gets the task's payload (or, with ``with_lease=True``, the whole
     :class:`sqlq.Lease`).  Its return value is ignored; an exception fails the
-    task.  A Worker runs once: call ``run`` a single time.
+    task.  A Worker runs once: call ``run`` a single time.  ``clock`` (a
+    :class:`Clock`) is the time it measures heartbeats, time limits, the grace
+    period and idle waits with (the queue keeps its own clock for leases).
     """
 
     def __init__(
@@ -160,6 +218,7 @@ class Worker:
         poll_max: float = 0.04,
         with_lease: bool = False,
         logger: logging.Logger | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if not callable(handler):
             raise InvalidConfig(f"handler must be callable, not {type(handler).__name__}")
@@ -186,6 +245,11 @@ class Worker:
         if not isinstance(with_lease, bool):
             raise InvalidConfig(f"with_lease must be a bool, not {type(with_lease).__name__}")
         self.with_lease = with_lease
+        if clock is not None and not (
+            callable(getattr(clock, "monotonic", None)) and callable(getattr(clock, "wait", None))
+        ):
+            raise InvalidConfig(f"clock must have monotonic() and wait(), not {clock!r}")
+        self.clock: Clock = SystemClock() if clock is None else clock
         self.log = logger if logger is not None else logging.getLogger("sqlq.worker")
         if self.heartbeat >= lease_seconds:
             self.log.warning(
@@ -200,7 +264,14 @@ class Worker:
         self._cond = threading.Condition(threading.RLock())
         self._stats = WorkerStats()
         self._running: dict[int, _Running] = {}  # by lease token
-        self._free = concurrency  # handler threads without a task
+        # Slots not reserved for a lease.  The one rule that keeps the leases held
+        # at most concurrency: a lease is only obtained for a slot reserved for it
+        # (_settle reserves the free slots and those of the outcomes it reports,
+        # which the same transaction ends before it claims).
+        self._free = concurrency
+        # Outcomes of handlers that returned, not yet reported: (task, error, whether
+        # the handler returned after its time limit).
+        self._outcomes: list[tuple[_Running, BaseException | None, bool]] = []
         self._stopping = False
         self._stop_at: float | None = None
         self._hurry = False  # skip what is left of the grace period
@@ -225,10 +296,13 @@ class Worker:
         Thread-safe, and safe to call before ``run`` starts or more than once.
         """
         with self._cond:
-            if not self._stopping:
+            first = not self._stopping
+            if first:
                 self._stopping = True
-                self._stop_at = time.monotonic()
+                self._stop_at = self.clock.monotonic()
             self._cond.notify_all()
+        if first:
+            self.queue.interrupt_waits(self.grace)
 
     def run(
         self, *, stop_when_idle: bool = False, install_signal_handlers: bool = True
@@ -265,30 +339,30 @@ class Worker:
             except BaseException as exc:
                 if not isinstance(exc, KeyboardInterrupt):
                     self.log.error("worker error; stopping", exc_info=True)
-                with self._cond:
-                    self._stopping = True
-                    if self._stop_at is None:
-                        self._stop_at = time.monotonic()
-                    # Interrupted without our signal handler: no grace period.
-                    self._hurry = self._hurry or isinstance(exc, KeyboardInterrupt)
+                self.stop()
+                if isinstance(exc, KeyboardInterrupt):  # not through our handler: no grace
+                    self._hurry_up()
                 self._drain()
                 raise
             self._drain()
         finally:
             self._stop_threads()
-            for signum, handler in previous.items():
-                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+            self.queue.interrupt_waits(None)
             stats = self.stats
             self.log.info(
                 "worker stopped: %d claimed, %d completed, %d failed, %d lost, %d released, "
-                "%d timed out",
+                "%d timed out; %d commits",
                 stats.claimed,
                 stats.completed,
                 stats.failed,
                 stats.lost,
                 stats.released,
                 stats.timed_out,
+                stats.commits,
             )
+            # Last: a signal that comes after this meets the previous handler.
+            for signum, handler in previous.items():
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
         return stats
 
     # --- the claim loop -------------------------------------------------------------
@@ -297,42 +371,98 @@ class Worker:
         idle: float | None = None  # the current idle wait, or None if not idle
         while True:
             with self._cond:
-                while not self._stopping and self._free == 0:
+                while not self._stopping and not self._outcomes and self._free == 0:
                     self._wait()
                 if self._stopping:
-                    return
-            if idle is not None:
-                if self._wait_for_stop(idle):
-                    return
+                    return  # _drain reports what is left
+                reporting = bool(self._outcomes)
+            if idle is not None and not reporting:
+                if self._pause(idle, lambda: self._stopping or bool(self._outcomes)):
+                    continue
                 idle = min(idle * 2, self.poll_max)
                 if not self._ready():
                     if stop_when_idle and self._in_flight() == 0:
                         self.log.debug("queue %r is idle; stopping", self.queue.queue)
                         return
                     continue
-            lease = self._queue_call(self.queue.claim)
-            if isinstance(lease, _Busy):
+            short = self._settle(claim=True)
+            if isinstance(short, _Busy):
+                self._wait_for_stop(BUSY_PAUSE)
                 continue
-            if lease is None:
-                if stop_when_idle and self._in_flight() == 0 and not self._ready():
-                    self.log.debug("queue %r is idle; stopping", self.queue.queue)
-                    return
-                if idle is None:
-                    idle = self.poll_min
-                continue
-            idle = None
-            self._dispatch(lease)
+            if not short:
+                idle = None
+            elif stop_when_idle and self._in_flight() == 0 and not self._ready():
+                self.log.debug("queue %r is idle; stopping", self.queue.queue)
+                return
+            elif idle is None:
+                idle = self.poll_min
 
-    def _dispatch(self, lease: Lease) -> None:
-        now = time.monotonic()
+    def _settle(self, *, claim: bool) -> bool | _Busy:
+        """One transaction: report every outcome pending and, with ``claim``, take a
+        lease for each free slot and each slot those outcomes free.  True if the
+        claim found fewer tasks than it asked for; _BUSY (logged) if the call
+        met a transient error, and then the outcomes wait for the next call.
+
+        Outcomes that arrive while the call is in flight wait for the next one,
+        so the tasks per commit grow with the load and are one when idle."""
+        with self._cond:
+            batch = self._outcomes[:MAX_BATCH]
+            del self._outcomes[: len(batch)]
+            reserved = min(self._free, MAX_BATCH - len(batch)) if claim else 0
+            self._free -= reserved
+        slots = reserved + len(batch)
+        completed = [(e.lease.task_id, e.lease.token) for e, x, _ in batch if x is None]
+        failed = [(e.lease.task_id, e.lease.token, x) for e, x, _ in batch if x is not None]
+        try:
+            done, states, leases = self.queue.settle_and_claim(
+                slots if claim else 0, completed=completed, failed=failed
+            )
+        except BaseException as exc:
+            with self._cond:  # nothing changed: the outcomes go with the next call
+                self._outcomes[:0] = batch
+                self._free += reserved
+                self._cond.notify_all()
+            if not isinstance(exc, TRANSIENT):
+                raise
+            self._log_busy(exc)
+            return _BUSY
+        answers = iter(done), iter(states)
+        with self._cond:
+            self._stats.commits += 1
+            for entry, error, late in batch:
+                self._acknowledge(entry, error, late, next(answers[error is not None]))
+                del self._running[entry.lease.token]
+            self._free += slots - len(leases)
+            self._cond.notify_all()
+        for lease in leases:
+            if not self._take(lease):
+                self._free_slot()
+        return len(leases) < slots
+
+    def _take(self, lease: Lease) -> bool:
+        """A lease just obtained, in a slot reserved for it: hand it to a handler thread
+        (True), or, if the worker is stopping, release it at once (False: the
+        caller frees the slot)."""
+        now = self.clock.monotonic()
         entry = _Running(lease, started=now, next_beat=now + self.heartbeat)
         with self._cond:
             self._stats.claimed += 1
-            self._free -= 1
-            self._running[lease.token] = entry
-            self._cond.notify_all()  # the monitor schedules its heartbeat
+            stopping = self._stopping
+            if not stopping:
+                self._running[lease.token] = entry
+                self._cond.notify_all()  # the monitor schedules its heartbeat
+        if stopping:
+            self._let_releases_wait()
+            self._give_back(lease, "was claimed as the worker stopped")
+            return False
         self.log.debug("claimed task %r (attempt %d)", lease.task_id, lease.attempt)
         self._work.put(entry)
+        return True
+
+    def _free_slot(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
 
     def _ready(self) -> bool:
         try:
@@ -347,33 +477,26 @@ class Worker:
 
     def _wait_for_stop(self, seconds: float) -> bool:
         """Wait ``seconds`` or until stop() is called; True if it was."""
-        end = time.monotonic() + seconds
+        return self._pause(seconds, lambda: self._stopping)
+
+    def _pause(self, seconds: float, done: Callable[[], bool]) -> bool:
+        """Wait ``seconds`` or until ``done()`` (asked holding _cond); return ``done()``."""
+        end = self.clock.monotonic() + seconds
         with self._cond:
-            while not self._stopping and (left := end - time.monotonic()) > 0:
-                self._wait(left)
-            return self._stopping
+            while not done() and self.clock.monotonic() < end:
+                self._wait(end)
+            return done()
 
-    def _wait(self, seconds: float | None = None) -> None:
-        """Wait on _cond (held) for a notification, ``seconds`` at most, and never
-        longer than SIGNAL_CHECK: a signal delivered to another thread runs its
-        Python handler only once the main thread runs Python code again."""
-        self._cond.wait(SIGNAL_CHECK if seconds is None else min(seconds, SIGNAL_CHECK))
-
-    def _queue_call(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T | _Busy:
-        """``call(*args, **kwargs)``, or _BUSY (logged, after a pause) if it raised Busy."""
-        try:
-            return call(*args, **kwargs)
-        except TRANSIENT as exc:
-            self._log_busy(exc)
-            self._wait_for_stop(BUSY_PAUSE)
-            return _BUSY
+    def _wait(self, until: float | None = None) -> None:
+        """Wait on _cond (held) for a notification, until ``until`` at most."""
+        self.clock.wait(self._cond, until)
 
     def _log_busy(self, exc: Exception) -> None:
         """A transient error: a warning, then at most one a REPEAT_WARNING seconds for
         the same kind of error (a full disk or a wrong clock can last a while; the
         call is retried every BUSY_PAUSE)."""
         kind = type(exc).__name__
-        seen = time.monotonic()
+        seen = self.clock.monotonic()
         level = logging.DEBUG
         if seen - self._warned.get(kind, -math.inf) >= REPEAT_WARNING:
             self._warned[kind] = seen
@@ -389,10 +512,8 @@ class Worker:
                 return call(*args, **kwargs)
             except TRANSIENT as exc:
                 self._log_busy(exc)
-            with self._cond:
-                if self._returned:
-                    return _BUSY
-            time.sleep(BUSY_PAUSE)
+            if self._pause(BUSY_PAUSE, lambda: self._returned):
+                return _BUSY
 
     # --- handler threads ----------------------------------------------------------------
 
@@ -417,74 +538,42 @@ class Worker:
 
     def _handler_thread(self) -> None:
         while (entry := self._work.get()) is not None:
+            arg = entry.lease if self.with_lease else entry.lease.payload
+            error: BaseException | None = None
             try:
-                arg = entry.lease if self.with_lease else entry.lease.payload
-                error: BaseException | None = None
-                try:
-                    self.handler(arg)
-                except BaseException as exc:  # a handler's SystemExit fails its task too
-                    error = exc
-                self._report(entry, error)
+                self.handler(arg)
+            except BaseException as exc:  # a handler's SystemExit fails its task too
+                error = exc
+            try:
+                self._finished(entry, error)
             except BaseException:
                 self.log.error(
-                    "worker error while reporting task %r", entry.lease.task_id, exc_info=True
+                    "worker error after the handler of task %r", entry.lease.task_id, exc_info=True
                 )
-            finally:
-                with self._cond:
-                    self._running.pop(entry.lease.token, None)
-                    self._free += 1
-                    self._cond.notify_all()
 
-    def _report(self, entry: _Running, error: BaseException | None) -> None:
+    def _finished(self, entry: _Running, error: BaseException | None) -> None:
+        """The handler returned or raised: its outcome waits for the claim loop to
+        report it (its slot stays reserved until then)."""
         lease = entry.lease
         with self._cond:
-            prior = entry.state
-            if self._returned or prior is _State.RELEASED:
-                self.log.warning(
-                    "handler of task %r returned after the worker gave the task up; "
-                    "its result is ignored",
-                    lease.task_id,
-                )
-                return
-            entry.state = _State.REPORTING
-        late = prior is _State.TIMED_OUT
-        if error is None:
-            with self._cond:
-                chain = not (late or self._stopping)
-            if chain:  # complete and take the next task in one transaction: one commit
-                result = self._persist(
-                    self.queue.complete_and_claim, lease.task_id, token=lease.token
-                )
-                if isinstance(result, _Busy):
-                    return
-                done, following = result
-                if following is not None:
-                    self._dispatch(following)
+            if self._returned or entry.state is _State.RELEASED:
+                del self._running[lease.token]
+                self._free += 1
+                self._cond.notify_all()
+                given_up = True
             else:
-                outcome = self._persist(self.queue.complete, lease.task_id, token=lease.token)
-                if isinstance(outcome, _Busy):
-                    return
-                done = outcome
-            if done:
-                self._count("completed")
-                if late:  # cannot happen: the time limit failed the lease already
-                    self.log.warning("task %r completed after its time limit", lease.task_id)
-                else:
-                    self.log.debug("task %r completed", lease.task_id)
-            elif late:
-                self.log.warning(
-                    "task %r: handler returned after its time limit; result refused",
-                    lease.task_id,
-                )
-            else:
-                self._count("lost")
-                self.log.warning(
-                    "task %r: completion refused, the lease (token %d) was lost",
-                    lease.task_id,
-                    lease.token,
-                )
-            return
-        if not late:
+                late = entry.state is _State.TIMED_OUT
+                entry.state = _State.REPORTING
+                self._outcomes.append((entry, error, late))
+                self._cond.notify_all()
+                given_up = False
+        if given_up:
+            self.log.warning(
+                "handler of task %r returned after the worker gave the task up; "
+                "its result is ignored",
+                lease.task_id,
+            )
+        elif error is not None and not late:
             self.log.warning(
                 "task %r failed on attempt %d: %s: %s",
                 lease.task_id,
@@ -493,21 +582,29 @@ class Worker:
                 error,
             )
             self.log.debug("traceback of task %r", lease.task_id, exc_info=error)
-        state = self._persist(self.queue.fail, lease.task_id, token=lease.token, error=error)
-        if isinstance(state, _Busy):
-            return
-        if state is not None:
-            self._count("failed")
-            self.log.debug("task %r is now %s", lease.task_id, state)
+
+    def _acknowledge(
+        self, entry: _Running, error: BaseException | None, late: bool, answer: bool | str | None
+    ) -> None:
+        """Count and log an outcome the queue has answered (holding _cond)."""
+        lease = entry.lease
+        what = "completion" if error is None else "failure"
+        if answer:
+            self._stats.completed += error is None
+            self._stats.failed += error is not None
+            self.log.debug("task %r: %s accepted (%s)", lease.task_id, what, answer)
         elif late:
             self.log.warning(
-                "task %r: handler raised after its time limit; result refused", lease.task_id
+                "task %r: handler %s after its time limit; result refused",
+                lease.task_id,
+                "returned" if error is None else "raised",
             )
         else:
-            self._count("lost")
+            self._stats.lost += 1
             self.log.warning(
-                "task %r: failure refused, the lease (token %d) was lost",
+                "task %r: %s refused, the lease (token %d) was lost",
                 lease.task_id,
+                what,
                 lease.token,
             )
 
@@ -527,14 +624,14 @@ class Worker:
                 with self._cond:
                     if self._monitor_exit:
                         return
-                    self._cond.wait(BUSY_PAUSE)
+                    self._wait(self.clock.monotonic() + BUSY_PAUSE)
 
     def _monitor_round(self) -> bool:
         """Wait for the next heartbeat or time limit due, then do it; False to exit."""
         with self._cond:
             if self._monitor_exit:
                 return False
-            now = time.monotonic()
+            now = self.clock.monotonic()
             beats, limits, soonest = [], [], math.inf
             for entry in self._running.values():
                 if entry.state is not _State.RUNNING or entry.lost:
@@ -550,7 +647,7 @@ class Worker:
                 else:
                     soonest = min(soonest, entry.next_beat)
             if not beats and not limits:
-                self._cond.wait(None if soonest == math.inf else soonest - now)
+                self._wait(None if soonest == math.inf else soonest)
                 return True
         for entry in limits:
             self._time_out(entry)
@@ -560,7 +657,7 @@ class Worker:
 
     def _beat(self, entry: _Running) -> None:
         lease = entry.lease
-        started = time.monotonic()
+        started = self.clock.monotonic()
         with self._cond:
             if entry.state is not _State.RUNNING:
                 return  # finished, timed out or given back since the round began
@@ -569,12 +666,12 @@ class Worker:
         except Busy as exc:
             self.log.warning("heartbeat of task %r: queue busy (%s)", lease.task_id, exc)
             with self._cond:
-                entry.next_beat = time.monotonic() + min(BUSY_PAUSE, self.heartbeat)
+                entry.next_beat = self.clock.monotonic() + min(BUSY_PAUSE, self.heartbeat)
             return
         except Exception:
             self.log.error("heartbeat of task %r failed", lease.task_id, exc_info=True)
             with self._cond:
-                entry.next_beat = time.monotonic() + min(BUSY_PAUSE, self.heartbeat)
+                entry.next_beat = self.clock.monotonic() + min(BUSY_PAUSE, self.heartbeat)
             return
         with self._cond:
             entry.next_beat = started + self.heartbeat
@@ -615,54 +712,114 @@ class Worker:
         name = signal.Signals(signum).name
         with self._cond:
             again = self._stopping
-            if again:
-                self._hurry = True
         if again:
             self.log.warning("%s again: giving running tasks back now", name)
+            self._hurry_up()
         else:
             self.log.info("%s: stopping; running handlers have %gs to finish", name, self.grace)
-        self.stop()
+            self.stop()
+
+    def _hurry_up(self) -> None:
+        """Skip what is left of the grace period (its waits for locks too)."""
+        with self._cond:
+            self._hurry = True
+            self._cond.notify_all()
+        self.queue.interrupt_waits(0)
 
     def _drain(self) -> None:
-        """Let running handlers finish within the grace period, then release the rest."""
+        """Report what handlers return within the grace period, then release the rest."""
         with self._cond:
-            start = self._stop_at if self._stop_at is not None else time.monotonic()
-            end = start + self.grace
+            start = self._stop_at if self._stop_at is not None else self.clock.monotonic()
 
-            def settled() -> bool:
-                return self._hurry or not any(e.state in _ACTIVE for e in self._running.values())
+        def settled() -> bool:
+            return self._hurry or not any(e.state in _ACTIVE for e in self._running.values())
 
-            while not settled() and (left := end - time.monotonic()) > 0:
-                self._wait(left)
-            give_back = [e for e in self._running.values() if e.state is _State.RUNNING]
+        self._report_until(start + self.grace, settled)
+        with self._cond:
+            pending = any(e.state in _ACTIVE for e in self._running.values())
+            give_back = [e.lease for e in self._running.values() if e.state is _State.RUNNING]
             for entry in self._running.values():
                 if entry.state in (_State.RUNNING, _State.TIMED_OUT):
                     entry.state = _State.RELEASED
-        for entry in give_back:
-            lease = entry.lease
-            try:
-                done = self._queue_call(self.queue.release, lease.task_id, lease.token)
-                if isinstance(done, _Busy):
-                    done = self._queue_call(self.queue.release, lease.task_id, lease.token)
-            except Exception:
-                self.log.error("could not release task %r", lease.task_id, exc_info=True)
-                continue
-            if done is True:
-                self._count("released")
-                self.log.warning(
-                    "task %r still running after the grace period; released (its attempt "
-                    "is not counted)",
-                    lease.task_id,
-                )
-            elif done is False:
-                self._count("lost")
-                self.log.warning("task %r: release refused, the lease was lost", lease.task_id)
+        # The grace is over: releases and the reports still pending (their Busy
+        # retries) get RELEASE_WAIT of their own, then they give up.
+        last = self.clock.monotonic() + RELEASE_WAIT
+        if pending:
+            self._let_releases_wait()
+        for lease in give_back:
+            self._give_back(lease, "was still running after the grace period")
+        self._report_until(last, lambda: not self._outcomes)
         with self._cond:
-            self._returned = True  # reports retrying Busy give up
+            self._returned = True
             self._monitor_exit = True
             self._cond.notify_all()
-            while any(e.state is _State.REPORTING for e in self._running.values()):
-                self._wait()
+            self._abandon("could not be reported before the worker stopped")
+
+    def _report_until(self, end: float, done: Callable[[], bool]) -> None:
+        """Report outcomes as they come, claiming nothing, until ``done()`` (asked
+        holding _cond) or the clock reaches ``end``."""
+        while True:
+            with self._cond:
+                while not (done() or self._outcomes) and self.clock.monotonic() < end:
+                    self._wait(end)
+                if done() or self.clock.monotonic() >= end:
+                    return
+            try:
+                if isinstance(self._settle(claim=False), _Busy):
+                    self._pause(BUSY_PAUSE, done)
+            except Exception:
+                self.log.error("worker error while reporting outcomes", exc_info=True)
+                with self._cond:
+                    self._abandon("could not be reported")
+
+    def _abandon(self, why: str) -> None:
+        """Give up the outcomes not reported (holding _cond): their leases run out."""
+        for entry, _, _ in self._outcomes:
+            entry.state = _State.RELEASED
+            self.log.warning(
+                "task %r: the outcome of its handler %s; its lease runs out in at most %gs "
+                "and the task is retried then",
+                entry.lease.task_id,
+                why,
+                self.queue.lease_seconds,
+            )
+        self._outcomes.clear()
+
+    def _let_releases_wait(self) -> None:
+        """Let waits go on until the grace ends, or for RELEASE_WAIT if that is later:
+        a release while stopping gets RELEASE_WAIT, as the drain's do, even once
+        the grace (which ends every wait) is over."""
+        with self._cond:
+            assert self._stop_at is not None
+            left = 0.0 if self._hurry else self._stop_at + self.grace - self.clock.monotonic()
+        self.queue.interrupt_waits(max(left, RELEASE_WAIT))
+
+    def _give_back(self, lease: Lease, why: str) -> None:
+        """Release ``lease`` (its attempt is not counted).  One that cannot be released
+        runs out at its deadline, and its task is retried then."""
+        try:
+            done = self.queue.release(lease.task_id, lease.token)
+        except Exception as exc:
+            self.log.log(
+                logging.WARNING if isinstance(exc, TRANSIENT) else logging.ERROR,
+                "task %r %s but could not be released (%s: %s); its lease runs out in at "
+                "most %gs and the task is retried then",
+                lease.task_id,
+                why,
+                type(exc).__name__,
+                exc,
+                self.queue.lease_seconds,
+                exc_info=not isinstance(exc, TRANSIENT),
+            )
+            return
+        if done:
+            self._count("released")
+            self.log.warning(
+                "task %r %s; released (its attempt is not counted)", lease.task_id, why
+            )
+        else:
+            self._count("lost")
+            self.log.warning("task %r: release refused, the lease was lost", lease.task_id)
 
 
 class _Busy:
@@ -675,9 +832,11 @@ _BUSY = _Busy()
 def _positive(value: object, what: str, *, zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidConfig(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        bound = "0 or more" if zero else "more than 0"
-        raise InvalidConfig(f"{what} must be a finite number of seconds {bound}, got {value!r}")
+    if not value <= MAX_LEASE_SECONDS or value < 0 or (value == 0 and not zero):
+        bound = "from 0" if zero else "more than 0"
+        raise InvalidConfig(
+            f"{what} must be a number of seconds {bound} to {MAX_LEASE_SECONDS:g}, got {value!r}"
+        )
     return float(value)
 
 
@@ -693,7 +852,7 @@ def resolve_target(target: str) -> Callable[[Any], object]:
         raise InvalidConfig(f"handler target {target!r} must look like 'package.module:function'")
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # not found, or the module raised while it was imported
+    except (Exception, SystemExit) as exc:  # not found, or it raised (or exited) on import
         raise InvalidConfig(
             f"handler target {target!r}: cannot import module {module_name!r} "
             f"({type(exc).__name__}: {exc})"
@@ -732,6 +891,7 @@ def serve(
     grace: float = 30.0,
     stop_when_idle: bool = False,
     synchronous: str = "full",
+    busy_timeout: float = 30.0,
 ) -> int:
     """Run a worker on queue ``queue`` of the database ``db`` until stopped; exit code 0.
 
@@ -753,6 +913,7 @@ def serve(
         max_attempts=max_attempts,
         queue=queue,
         synchronous=cast(Synchronous, synchronous),
+        busy_timeout=busy_timeout,
     ) as opened:
         worker = Worker(
             opened, handler, concurrency=concurrency, time_limit=time_limit, grace=grace

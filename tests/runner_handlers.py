@@ -10,6 +10,9 @@ first time only) writes its pid to that file and sleeps "hang" seconds (the test
 kills the process meanwhile), sleeps "sleep" seconds, and appends
 ``done <task> <pid>`` just before it returns.  The log is opened with O_APPEND
 and each line is one os.write, so a written line survives a SIGKILL.
+
+``nap`` sleeps its payload (seconds) and ``fast`` does nothing: for draining
+many short tasks.
 """
 
 from __future__ import annotations
@@ -42,3 +45,12 @@ def handle(payload: dict[str, Any]) -> None:
             time.sleep(payload.get("hang", 60.0))
     time.sleep(payload.get("sleep", 0.0))
     _append(log, f"done {task} {pid}")
+
+
+def nap(seconds: float) -> None:
+    """Sleep ``seconds`` (the payload): a short task."""
+    time.sleep(seconds)
+
+
+def fast(payload: object) -> None:
+    """Do nothing: the shortest task there is."""

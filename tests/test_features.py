@@ -7,7 +7,9 @@ With no token, no delay, no backoff and no payload the core contract
 
 from __future__ import annotations
 
+import inspect
 import random
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -496,6 +498,42 @@ def test_complete_many_in_one_call(make_queue: Factory) -> None:
     assert q.complete_many([c], 5) == [False]  # its lease ran out at 5
 
 
+def test_settle_and_claim_reports_outcomes_then_claims_in_one_call(make_queue: Factory) -> None:
+    q = make_queue(5, 3)
+    q.add_many(["a", "b", "c", "d", "e"], 0)
+    a, b, c = q.claim_many(3, 0)
+    q.complete("b", 1, token=b.token)
+    done, states, leases = q.settle_and_claim(
+        3,
+        2,
+        completed=[a, ("b", b.token), ("zz", 1)],
+        failed=[("c", c.token + 99, "not mine"), ("c", c.token, "boom")],
+    )
+    assert done == [True, True, False]  # b: a retried completion, True again
+    assert states == [None, "AVAILABLE"]  # another lease's token is refused
+    # The claim comes after the failure: c, back at the end of the line, is taken too.
+    assert [(x.task_id, x.attempt) for x in leases] == [("d", 1), ("e", 1), ("c", 2)]
+    assert q.info("c", 2).last_error == "boom"
+    d, e, _ = leases
+    # A lease that ran out (at 7) is refused by its token; n=0 only reports.
+    assert q.settle_and_claim(0, 8, completed=[d], failed=[("e", e.token, None)]) == (
+        [False],
+        [None],
+        [],
+    )
+    assert [x.task_id for x in q.settle_and_claim(5, 8)[2]] == ["d", "e", "c"]
+    for bad in (
+        lambda: q.settle_and_claim(-1, 9),
+        lambda: q.settle_and_claim(True, 9),
+        lambda: q.settle_and_claim(1, 9, completed="a"),
+        lambda: q.settle_and_claim(1, 9, failed=[("a", 1)]),
+        lambda: q.settle_and_claim(1, 9, failed=[("a", "token", None)]),
+        lambda: q.settle_and_claim(1, 9, failed=[("a", 1, 42)]),
+    ):
+        with pytest.raises(InvalidArgument):
+            bad()
+
+
 # --- payloads that cannot be read back ---------------------------------------------------
 
 
@@ -548,6 +586,32 @@ def test_a_payload_that_cannot_be_decoded_is_dead_lettered_and_the_line_moves_on
     monkeypatch.setattr(payload, "MAX_DEPTH", 200)  # readable again: redrive brings it back
     assert q.redrive(2, ["poison"]) == 1
     assert q.claim(3).payload == _nested(50)
+
+
+def _claim_with_little_stack(q: Any, now: float) -> Any:
+    """``q.claim(now)`` from about 100 frames below the recursion limit."""
+
+    def descend(left: int) -> Any:
+        return q.claim(now) if left <= 0 else descend(left - 1)
+
+    return descend(sys.getrecursionlimit() - len(inspect.stack()) - 100)
+
+
+def test_a_claim_short_of_stack_never_dead_letters_a_payload_add_accepted(
+    make_queue: Factory,
+) -> None:
+    """Decoding a payload MAX_DEPTH deep needs stack.  A caller whose own stack is
+    nearly used up gets RecursionError from the call (nothing changed), not a
+    task dead-lettered as undecodable: the text is fine, the caller's stack is not."""
+    q = make_queue(10, 3)
+    deepest = _nested(payload.MAX_DEPTH)
+    q.add("deep", 0, payload=deepest)
+    try:
+        lease = _claim_with_little_stack(q, 1)
+    except RecursionError:  # the call changed nothing: the task is still first in line
+        lease = q.claim(1)
+    assert (lease.task_id, lease.attempt, lease.payload) == ("deep", 1, deepest)
+    assert q.dead(1) == []
 
 
 def test_claim_many_replaces_tasks_dead_lettered_on_the_way(
@@ -655,6 +719,10 @@ def test_leases_and_retries_near_the_time_limit_end_at_it(make_queue: Factory) -
     assert q.info("claimed", end - 1).run_at == end
     assert q.stats(end - 1).next_deadline == end
     assert [q.status(t, end) for t in ("leased", "extended", "claimed")] == ["AVAILABLE"] * 3
+    at_the_limit = q.claim(end)  # as the README says: run out as it is handed out
+    assert at_the_limit.deadline == end
+    assert q.complete(at_the_limit.task_id, end, token=at_the_limit.token) is False
+    assert q.info(at_the_limit.task_id, end).attempts == 2
 
 
 def test_reserve_hands_out_the_id_without_reading_the_payload(

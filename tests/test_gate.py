@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def test_four_processes_share_the_work(tmp_path: Path) -> None:
 
 def _hold_gate(path: str, ready: multiprocessing.synchronize.Event) -> None:
     gate = Gate(path + ".sqlq-gate")
-    assert gate.acquire(5)
+    assert gate.acquire(time.monotonic() + 5)
     ready.set()
     time.sleep(60)
 
@@ -87,7 +88,7 @@ def test_two_queues_in_one_process_each_have_their_own_turn(tmp_path: Path) -> N
     b = sqlq.Queue(path, lease_seconds=30, max_attempts=3, queue="b", busy_timeout=0.3)
     a.add("x")
     gate = a._sqlite._gate
-    assert gate is not None and gate.acquire(1)  # a holds its turn (as mid-call)
+    assert gate is not None and gate.acquire(time.monotonic() + 1)  # a holds its turn (as mid-call)
     try:
         with pytest.raises(Busy):
             b.add("y")  # flock belongs to the open file: b must wait for a
@@ -113,3 +114,45 @@ def test_a_forked_child_waits_the_same_way(tmp_path: Path) -> None:
     assert out.get(timeout=30) == 0  # the child's new connection leaves waiting to sqlq too
     child.join(30)
     q.close()
+
+
+def test_interrupt_waits_ends_a_wait_for_the_gate_in_progress(tmp_path: Path) -> None:
+    """A call waits for its turn at the gate (another process holds it) with a
+    busy_timeout of 60 s; interrupt_waits(0) from another thread ends that wait at
+    once with Busy, and interrupt_waits(None) lets calls wait again."""
+    path = str(tmp_path / "q.db")
+    q = sqlq.Queue(path, lease_seconds=30, max_attempts=3, busy_timeout=60)
+    q.add("t")
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_gate, args=(path, ready))
+    holder.start()
+    outcome: list[object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(q.reserve())
+        except Busy as exc:
+            outcome.append(exc)
+
+    try:
+        assert ready.wait(30)
+        waiter = threading.Thread(target=call, daemon=True)
+        waiter.start()
+        end = time.monotonic() + 30
+        while (gate := q._sqlite._gate) is None or gate._wanted == 0:  # not waiting yet
+            assert time.monotonic() < end and waiter.is_alive()
+            time.sleep(0.01)
+        q.interrupt_waits(0)
+        waiter.join(10)  # far below the 60 s busy_timeout
+        assert not waiter.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], Busy), outcome
+        q.interrupt_waits(None)
+        holder.kill()
+        holder.join(30)
+        assert q.reserve() == "t"  # the gate died with its holder; waits are normal again
+    finally:
+        if holder.is_alive():
+            holder.kill()
+            holder.join()
+        q.close()

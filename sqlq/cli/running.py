@@ -121,6 +121,16 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         help="on SIGTERM or Ctrl-C, how long running handlers may finish (default %(default)g)",
     )
     worker.add_argument(
+        "--busy-timeout",
+        metavar="SECONDS",
+        type=seconds(0, 86400),
+        default=30.0,
+        help=(
+            "how long a queue call waits for the write lock before it gives up and is "
+            "retried (default %(default)g); a stop request cuts waits short after --grace"
+        ),
+    )
+    worker.add_argument(
         "--burst",
         action="store_true",
         help="stop once the queue has nothing left to take (for batch jobs and tests)",
@@ -152,6 +162,7 @@ def _worker(args: argparse.Namespace) -> int:
         grace=args.grace,
         stop_when_idle=args.burst,
         synchronous=args.synchronous,
+        busy_timeout=args.busy_timeout,
     )
 
 

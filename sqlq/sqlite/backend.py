@@ -9,11 +9,16 @@ Concurrency model:
 
 * Between processes: WAL mode, ``BEGIN IMMEDIATE`` (the write lock from the first
   statement) after a turn at the write gate (gate.py), which makes processes
-  take fair turns.  Waiting for the gate and the lock together lasts at most
-  ``busy_timeout`` seconds; past that the call raises :class:`sqlq.errors.Busy`.
-  SQLite's own busy handler is used only while opening (migrations).
+  take fair turns.  SQLite's own busy handler is used only while opening
+  (migrations).
 * Within a process: one connection per backend object, calls serialised by a
   lock, so a Queue can be shared by threads.
+* One wait budget per call: the thread lock, the turn at the gate and the retries
+  of a busy write lock together last at most ``busy_timeout`` seconds from the
+  start of the call; past that the call raises :class:`sqlq.errors.Busy` naming
+  the file.  Threads behind a held lock therefore all give up after one
+  busy_timeout, not one after another.  ``interrupt_waits`` ends waits sooner
+  (a worker that stops: its grace period bounds them).
 * Across ``fork``: no connection of sqlq's is open at the moment of fork (each
   queue closes its own just before, see _close_before_fork); the parent and the
   child each open a new one on first use, and the child its own gate files.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -181,6 +187,7 @@ class SqliteBackend:
         sa.event.listen(self._engine, "connect", self._on_connect)
         sa.event.listen(self._engine, "begin", self._on_begin)
         self._lock = threading.Lock()
+        self._cutoff = math.inf  # waits end by this time.monotonic() (interrupt_waits)
         self._fairy: Any = None  # SQLAlchemy's wrapper, owning the DB-API connection
         self._conn: Any = None
         # The cursor that calls' transactions run on (one per connection: a cursor
@@ -233,6 +240,7 @@ class SqliteBackend:
                 cause = exc.orig if exc.orig is not None else exc
                 raise driver.translate(cause, self.path) from cause
             self._conn = self._fairy.driver_connection
+            self._conn.text_factory = driver.stored_text
             self._cursor = self._conn.cursor()
             # The queue's own connection checkpoints itself (_after_commit); those
             # of queue.engine, whose commits sqlq does not see, keep SQLite's.
@@ -361,39 +369,74 @@ class SqliteBackend:
         connection.exec_driver_sql(Q.begin_write)
 
     def ready(self, queue: str, now: Number) -> bool:
-        with self._lock, self._guard():
+        with self._holding_lock() as deadline, self._guard():
             conn = self._connection()
             row = self._waiting(
-                lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone()
+                lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone(), deadline
             )
         return bool(row[0])
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
-        with self._lock, self._guard():
+        with self._holding_lock() as deadline, self._guard():
             conn = self._connection()
             for queue, state, count in self._waiting(
-                lambda: conn.execute(Q.count_states).fetchall()
+                lambda: conn.execute(Q.count_states).fetchall(), deadline
             ):
                 out.setdefault(queue, {})[state] = count
         return out
 
+    # --- waiting, within one budget ---------------------------------------------------
+
+    def wait_for_lock(self, deadline: float) -> None:
+        """Take this object's thread lock, the first wait of a call whose ``deadline``
+        (time.monotonic(), busy_timeout after it began) is given; Busy if it stays
+        taken until then (another thread's call waits for the write lock meanwhile).
+        (A transaction, on the hot path, first tries ``_lock.acquire(False)``.)"""
+        if not self._lock.acquire(True, max(0.0, deadline - time.monotonic())):
+            raise self._busy("other calls on this queue object held it")
+
+    @contextmanager
+    def _holding_lock(self) -> Iterator[float]:
+        """The thread lock for a call outside a transaction (a read, a checkpoint);
+        gives the call's deadline."""
+        deadline = time.monotonic() + self.busy_timeout
+        self.wait_for_lock(deadline)
+        try:
+            yield deadline
+        finally:
+            self._lock.release()
+
+    def _busy(self, why: str) -> Busy:
+        return Busy(
+            f"{self.path}: no turn at the write lock within busy_timeout "
+            f"({self.busy_timeout:g} s): {why}"
+        )
+
+    def interrupt_waits(self, after: float | None) -> None:
+        """End every wait of this object's calls, those in progress included, ``after``
+        seconds from now at the latest (then the call raises Busy); None: waits last
+        busy_timeout again.  Thread-safe, and safe in a signal handler.  A call whose
+        lock is free at once still goes through."""
+        self._cutoff = math.inf if after is None else time.monotonic() + after
+        gate = self._gate
+        if gate is not None:
+            gate.interrupt(self._cutoff)
+
     # --- waiting for the lock, fairly -------------------------------------------------
 
-    def begin_write(self, conn: Any) -> None:
+    def begin_write(self, conn: Any, deadline: float) -> None:
         """Take a turn at the gate (see gate.py), then BEGIN IMMEDIATE.
 
-        Both waits together last at most busy_timeout; past that, Busy.  The
-        caller releases the gate (``end_write``) once the transaction is over.
+        Both waits end by ``deadline`` (time.monotonic(); see wait_for_lock); past
+        that, Busy.  The caller releases the gate (``end_write``) once the
+        transaction is over.
         """
-        deadline = time.monotonic() + self.busy_timeout
         if self._gate is None:
             self._gate = Gate(self.path + ".sqlq-gate", self.file_mode)
-        if not self._gate.acquire(self.busy_timeout):
-            raise Busy(
-                f"{self.path}: no turn at the write lock within busy_timeout "
-                f"({self.busy_timeout:g} s): another process kept it"
-            )
+            self._gate.interrupt(self._cutoff)
+        if not self._gate.acquire(deadline):
+            raise self._busy("another process kept it")
         try:
             try:
                 conn.execute(Q.begin_write)
@@ -413,7 +456,7 @@ class SqliteBackend:
 
     def checkpoint(self) -> Checkpoint:
         """Run a passive checkpoint now; DB-API errors leave as sqlq errors."""
-        with self._lock, self._guard():
+        with self._holding_lock(), self._guard():
             return self._checkpoint(self._connection())
 
     def _checkpoint(self, conn: Any) -> Checkpoint:
@@ -448,20 +491,16 @@ class SqliteBackend:
         return files.wal_bytes(self.path)
 
     def _waiting(
-        self,
-        attempt: Callable[[], T],
-        deadline: float | None = None,
-        error: BaseException | None = None,
+        self, attempt: Callable[[], T], deadline: float, error: BaseException | None = None
     ) -> T:
         """``attempt()``, retried with short randomised pauses while SQLite says busy
-        (a writer that does not take the gate holds the lock), until ``deadline``.
-        ``error``: the busy error of a first attempt the caller already made."""
+        (a writer that does not take the gate holds the lock), until ``deadline``
+        (or an interrupt_waits cutoff).  ``error``: the busy error of a first
+        attempt the caller already made."""
         pause = WAIT_MIN
         while True:
             if error is not None:  # busy: pause (randomised, growing), then try again
-                if deadline is None:
-                    deadline = time.monotonic() + self.busy_timeout
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= min(deadline, self._cutoff):
                     raise error
                 time.sleep(pause * (0.5 + self._rng.random()))
                 pause = min(pause * 2, WAIT_MAX)
@@ -511,11 +550,13 @@ class SqliteTransaction:
         backend = self._backend
         try:
             if self._external is None:
-                backend._lock.acquire()
+                deadline = time.monotonic() + backend.busy_timeout
+                if not backend._lock.acquire(False):
+                    backend.wait_for_lock(deadline)
                 self._locked = True
                 self._conn = backend._connection()
                 self._cur = backend._cursor
-                backend.begin_write(self._cur)
+                backend.begin_write(self._cur, deadline)
             else:
                 self._conn = backend._external_connection(self._external)
                 self._cur = self._conn.cursor()

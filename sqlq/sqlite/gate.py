@@ -15,16 +15,18 @@ correctness (a writer that does not use the gate, such as the sqlite3 shell,
 is waited for as before).  ``flock`` locks belong to an open file, so two
 queues in one process each have their own, and a lock dies with its process
 (SIGKILL included).  Waiting is bounded: a thread of the gate does the blocking
-``flock`` while the caller waits at most ``timeout`` seconds for it, so a
-frozen holder (SIGSTOP) makes others fail with Busy after busy_timeout, never
-hang.
+``flock`` while the caller waits for it until a deadline (the call's, see the
+backend) or an earlier cutoff set by ``interrupt``, so a frozen holder
+(SIGSTOP) makes others fail with Busy after busy_timeout, never hang.
 """
 
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import threading
+import time
 
 from ..errors import CannotOpen
 from .files import DEFAULT_FILE_MODE, open_side_file
@@ -49,12 +51,14 @@ class Gate:
         self._next = 0
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._cutoff = math.inf  # see interrupt()
 
     def _open(self) -> int:
         return open_side_file(self.path, self.mode)
 
-    def acquire(self, timeout: float) -> bool:
-        """Take the gate within ``timeout`` seconds; False if it stayed taken."""
+    def acquire(self, deadline: float) -> bool:
+        """Take the gate by ``deadline`` (time.monotonic()), or by the cutoff if that is
+        sooner; False if it stayed taken."""
         try:
             fcntl.flock(self._quick, fcntl.LOCK_EX | fcntl.LOCK_NB)
             self._held = self._quick
@@ -68,11 +72,22 @@ class Gate:
                 self._thread = threading.Thread(target=self._block, name="sqlq-gate", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
-            if self._cond.wait_for(lambda: self._granted == me, timeout):
-                self._held = self._waiter
-                return True
-            self._wanted = 0  # the thread lets go if it gets the lock later
-            return False
+            while self._granted != me:
+                left = min(deadline, self._cutoff) - time.monotonic()
+                if left <= 0:
+                    self._wanted = 0  # the thread lets go if it gets the lock later
+                    return False
+                self._cond.wait(left)
+            self._held = self._waiter
+            return True
+
+    def interrupt(self, cutoff: float) -> None:
+        """End every wait for the gate, current or later, by ``cutoff`` (time.monotonic();
+        math.inf: no cutoff).  Safe in a signal handler: the condition's lock is
+        reentrant."""
+        with self._cond:
+            self._cutoff = cutoff
+            self._cond.notify_all()
 
     def release(self) -> None:
         held, self._held = self._held, None

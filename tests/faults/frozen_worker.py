@@ -24,6 +24,10 @@
     jitter, and the Random the queue draws it from stalls inside the call (so
     the process holds sqlq's write gate and SQLite's write lock).
 
+``migrating``
+    Takes ``<DB>.migrate-lock`` as a process migrating the schema does, prints
+    ``locked``, and keeps it until a line comes on stdin.
+
 ``hammer``
     add / claim / (sometimes) extend / complete in a loop (``--pause`` seconds
     between rounds) until the file ``--stop`` exists, then completes whatever is
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import json
 import os
 import random
@@ -164,6 +169,15 @@ def _hold(args: argparse.Namespace) -> int:
     return 0
 
 
+def _migrating(args: argparse.Namespace) -> int:
+    fd = os.open(args.db + ".migrate-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as sqlq's migrate lock is taken
+    _say("locked")
+    sys.stdin.readline()
+    os.close(fd)
+    return 0
+
+
 # --- hammer --------------------------------------------------------------------------------
 
 
@@ -266,7 +280,7 @@ def handle(payload: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("serve", "hold", "hammer"))
+    parser.add_argument("mode", choices=("serve", "hold", "migrating", "hammer"))
     parser.add_argument("db")
     parser.add_argument("--queue", default="default")
     parser.add_argument("--lease", type=float, default=30.0)
@@ -283,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.mode == "hold":
         return _hold(args)
+    if args.mode == "migrating":
+        return _migrating(args)
     return _hammer(args)
 
 

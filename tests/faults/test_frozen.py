@@ -28,19 +28,19 @@ from typing import IO, Any
 
 import pytest
 import sqlalchemy as sa
+from needs import need
 
 import sqlq
 from sqlq.errors import Busy
 from sqlq.sqlite import driver
 
-pytestmark = [
-    pytest.mark.processes,
-    pytest.mark.faults,
-    pytest.mark.skipif(
-        not hasattr(signal, "SIGSTOP") or not Path("/proc/self/task").is_dir(),
-        reason="needs SIGSTOP and /proc",
-    ),
-]
+pytestmark = [pytest.mark.processes, pytest.mark.faults]
+
+
+@pytest.fixture(autouse=True)
+def _stoppable() -> None:
+    need(hasattr(signal, "SIGSTOP") and Path("/proc/self/task").is_dir(), "needs SIGSTOP and /proc")
+
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "frozen_worker.py"
@@ -613,6 +613,73 @@ def test_random_freezes_of_a_busy_writer_never_hang_and_lose_nothing(
         report.append(f"{name}: {len(adds)} tasks, {calls} calls, {len(busies)} busy")
     assert {t for q, t in rows if q == "probe"} == set(probes)
     print(f"\n{hits} of {k + 1} freezes caught A in a transaction; " + "; ".join(report))
+
+
+def test_threads_behind_a_held_write_lock_each_wait_one_busy_timeout(
+    tmp_path: Path, spawn: Spawner
+) -> None:
+    """Four threads share a Queue while another process holds the write lock: each
+    call's waits (the queue's thread lock included) end in Busy one busy_timeout
+    after it began, instead of each thread waiting out the timeouts of those
+    queued before it (1, 2, 3 and 4 s)."""
+    timeout = 1.0
+    db = tmp_path / "q.db"
+    queue = sqlq.Queue(db, lease_seconds=30, max_attempts=3, busy_timeout=timeout)
+    holder = spawn("hold", str(db), "--via", "engine")
+    assert holder.line() == "inside"
+    start = threading.Barrier(4)
+    outcomes: list[tuple[object, float]] = []
+
+    def call(i: int) -> None:
+        start.wait()
+        began = time.monotonic()
+        try:
+            outcome: object = queue.add(f"t{i}")
+        except Exception as exc:
+            outcome = exc
+        outcomes.append((outcome, time.monotonic() - began))
+
+    threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(HANG_LIMIT)
+    holder.send("go")
+    assert holder.line() == "committed True"
+    assert len(outcomes) == 4
+    for outcome, elapsed in outcomes:
+        assert isinstance(outcome, Busy), outcome
+        assert os.path.abspath(db) in str(outcome) and "busy_timeout" in str(outcome)
+        # About one timeout each; a thread that waited for another's whole timeout
+        # first would take two or more (generous, as a loaded machine is slow).
+        assert elapsed < 1.8 * timeout, sorted(e for _, e in outcomes)
+    assert queue.add("after") is True  # the lock is free again: calls go through
+    queue.close()
+
+
+def test_a_process_frozen_holding_the_migrate_lock_gives_busy(
+    tmp_path: Path, spawn: Spawner
+) -> None:
+    """Opening a new database migrates it under <db>.migrate-lock; a process frozen
+    while holding that lock makes the opener fail with Busy naming the lock file
+    after busy_timeout, never hang."""
+    db = tmp_path / "new.db"
+    holder = spawn("migrating", str(db))
+    assert holder.line() == "locked"
+    holder.freeze()
+
+    def open_it() -> object:
+        return sqlq.Queue(db, lease_seconds=30, max_attempts=3, busy_timeout=BUSY_TIMEOUT)
+
+    outcome, elapsed = _timed(open_it, spawn)
+    assert isinstance(outcome, Busy), outcome
+    assert f"{os.path.realpath(db)}.migrate-lock" in str(outcome), str(outcome)
+    assert 0.9 * BUSY_TIMEOUT <= elapsed < HANG_BOUND, elapsed
+    holder.thaw()
+    holder.send("go")
+    assert holder.finish() == 0
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=3) as queue:  # free again: it migrates
+        assert queue.add("t") is True
 
 
 # --- 3. a `sqlq worker` process frozen mid-task -------------------------------------------------
