@@ -1,6 +1,7 @@
 """CPU instructions per call, sqlq beside the raw-SQLite reference, counted by callgrind.
 
     python -m bench.instructions [--ops add,claim_complete,runner,add_many] [-n 300]
+    python -m bench.instructions --memory
 
 Wall-clock timings on a shared machine vary by up to 2x from run to run;
 valgrind's instruction counts do not (the same binary and inputs give the same
@@ -17,6 +18,12 @@ Operations (synchronous=NORMAL, so that nothing waits on the disk):
 * ``runner``: complete_and_claim, one transaction per task, on both (the
   reference has one too): what the worker's loop costs per task.
 * ``add_many``: add_many of 1,000 ids; the figure is per task.
+
+``--memory`` counts the in-memory ``WorkQueue`` instead: instructions per call of
+bench/seed_calls.py's mix (the benchmark's loop included), after 1,000 and after
+100,000 tasks were queued first (half AVAILABLE, a quarter WAITING, a quarter
+RESERVED with extended leases), so that the two figures show whether the cost
+of a call grows with the number of tasks.
 """
 
 from __future__ import annotations
@@ -28,12 +35,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+import sqlq
+
 from . import systems
+from .seed_calls import answer, make_calls
 
 OPS = ("add", "claim_complete", "runner", "add_many")
 WARM = 200  # operations before counting, so that caches and statements are warm
+MEMORY_TASKS = (1_000, 100_000)  # tasks queued before the mixed calls are counted
+MEMORY_CALLS = 20_000  # mixed calls counted: enough for the garbage collector's share
 
 
 def drive(system: str, op: str, n: int, folder: str) -> None:
@@ -59,8 +72,24 @@ def drive(system: str, op: str, n: int, folder: str) -> None:
     s.close()
 
 
-def count(system: str, op: str, n: int) -> int:
-    """Instructions of the whole driver process with ``n`` measured operations."""
+def drive_memory(tasks: int, n: int) -> None:
+    """The measured program for ``--memory``: ``tasks`` queued, WARM mixed calls, then ``n``."""
+    queue = sqlq.WorkQueue(30, 3)
+    quarter = tasks // 4
+    for i in range(quarter):
+        queue.add(f"leased-{i}", 0)
+        lease = queue.claim(0)
+        assert lease is not None
+        queue.extend(lease.task_id, lease.token, 0, seconds=10**8)
+        queue.add(f"waiting-{i}", 0, run_at=10**9)
+    for i in range(tasks - 2 * quarter):
+        queue.add(f"line-{i}", 0)
+    answer(queue, make_calls(WARM + MEMORY_CALLS, 7)[: WARM + n])
+
+
+def count(drive: Callable[[str], list[str]]) -> int:
+    """Instructions of the whole driver process, run with ``drive(folder)`` as its
+    arguments (``--drive ...`` or ``--drive-memory ...``; a temporary folder)."""
     with tempfile.TemporaryDirectory(prefix="sqlq-instr-") as folder:
         out = os.path.join(folder, "callgrind.out")
         env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -74,11 +103,7 @@ def count(system: str, op: str, n: int) -> int:
                 sys.executable,
                 "-m",
                 "bench.instructions",
-                "--drive",
-                system,
-                op,
-                str(n),
-                folder,
+                *drive(folder),
             ],
             check=True,
             capture_output=True,
@@ -93,8 +118,28 @@ def count(system: str, op: str, n: int) -> int:
 
 
 def per_op(system: str, op: str, n: int) -> float:
-    per = count(system, op, n) - count(system, op, 0)
+    def drive(k: int) -> Callable[[str], list[str]]:
+        return lambda folder: ["--drive", system, op, str(k), folder]
+
+    per = count(drive(n)) - count(drive(0))
     return per / n / (1000 if op == "add_many" else 1)
+
+
+def per_mixed_call(tasks: int) -> float:
+    def drive(k: int) -> Callable[[str], list[str]]:
+        return lambda _: ["--drive-memory", str(tasks), str(k)]
+
+    return (count(drive(MEMORY_CALLS)) - count(drive(0))) / MEMORY_CALLS
+
+
+def print_memory() -> None:
+    print(
+        "WorkQueue: instructions per call of bench/seed_calls.py's mix "
+        f"(callgrind, {MEMORY_CALLS:,} calls counted)"
+    )
+    print(f"{'tasks queued first':<20}{'per call':>12}")
+    for tasks in MEMORY_TASKS:
+        print(f"{tasks:<20,}{per_mixed_call(tasks):>12,.0f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,15 +148,25 @@ def main(argv: list[str] | None = None) -> int:
         "--ops", default=",".join(OPS), help="comma-separated, of: " + ", ".join(OPS)
     )
     parser.add_argument("-n", type=int, default=300, help="operations counted (default 300)")
+    parser.add_argument(
+        "--memory", action="store_true", help="count the in-memory WorkQueue's mixed calls"
+    )
     parser.add_argument("--drive", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--drive-memory", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.drive:
         system, op, n, folder = args.drive
         drive(system, op, int(n), folder)
         return 0
+    if args.drive_memory:
+        drive_memory(*args.drive_memory)
+        return 0
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
+    if args.memory:
+        print_memory()
+        return 0
     ops = [op for op in args.ops.split(",") if op]
     unknown = set(ops) - set(OPS)
     if unknown:

@@ -45,8 +45,8 @@ def make_calls(n: int, seed: int) -> list[Call]:
     return calls
 
 
-def run(queue: Any, calls: list[Call]) -> tuple[float, str]:
-    """Seconds taken and a digest of every answer."""
+def answer(queue: Any, calls: list[Call]) -> list[Any]:
+    """Every call made on ``queue``, in order: its answers."""
     add, reserve, complete, fail, status = (
         queue.add,
         queue.reserve,
@@ -55,7 +55,6 @@ def run(queue: Any, calls: list[Call]) -> tuple[float, str]:
         queue.status,
     )
     answers = []
-    start = time.perf_counter()
     for op, task, now in calls:
         if op == "add":
             answers.append(add(task, now))
@@ -67,6 +66,13 @@ def run(queue: Any, calls: list[Call]) -> tuple[float, str]:
             answers.append(fail(task, now))
         else:
             answers.append(status(task, now))
+    return answers
+
+
+def run(queue: Any, calls: list[Call]) -> tuple[float, str]:
+    """Seconds taken and a digest of every answer."""
+    start = time.perf_counter()
+    answers = answer(queue, calls)
     elapsed = time.perf_counter() - start
     return elapsed, hashlib.sha256(repr(answers).encode()).hexdigest()[:16]
 

@@ -194,8 +194,8 @@ MUTANTS = [
     Mutant(
         "memory-wake-ups-before-expiries-at-equal-times",
         "sqlq/memory.py",
-        "waiting[0][:2] < leases[0][:2]",
-        "waiting[0][0] <= leases[0][0]",
+        "if waiting and waiting[0] < first:",
+        "if waiting and waiting[0][0] <= first[0]:",
     ),
     Mutant(
         "sql-deadline-exclusive",

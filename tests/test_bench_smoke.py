@@ -74,3 +74,10 @@ def test_the_instruction_count_driver_runs_every_operation(system: str, tmp_path
                 assert counts["COMPLETED"] == 200 + 3  # the warm-up and the counted ones
             else:
                 assert counts["AVAILABLE"] == (203 if op == "add" else 4000)
+
+
+def test_the_instruction_count_driver_runs_the_in_memory_mix() -> None:
+    """``bench.instructions --memory`` runs this driver under callgrind; here without it."""
+    command = [sys.executable, "-m", "bench.instructions", "--drive-memory", "100", "3"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -246,6 +248,20 @@ def test_bad_times_are_refused(make_queue: Factory, bad: object) -> None:
         q.status("t", bad)
     assert q.status("u", 0) is None
     assert q.reserve(0) == "t"  # the refused calls did not move time or the line
+
+
+@pytest.mark.parametrize("bad", [Fraction(1, 2), Decimal("1.5")])
+def test_numbers_that_are_not_int_or_float_are_not_times(make_queue: Factory, bad: object) -> None:
+    """They compare with ints, so a check of the range alone would let them in."""
+    q = make_queue(10, 2)
+    q.add("t", 0)
+    calls = (q.status, q.complete, q.fail, q.add)
+    for call in calls:
+        with pytest.raises(InvalidTime):
+            call("t", bad)
+    with pytest.raises(InvalidTime):
+        q.reserve(bad)
+    assert q.reserve(0) == "t"
 
 
 @pytest.mark.parametrize(

@@ -103,6 +103,21 @@ def test_extended_leases_keep_reservation_order_at_equal_deadlines(make_queue: F
     assert [q.reserve(20) for _ in range(3)] == ["x", "y", "z"]
 
 
+def test_shortened_and_lengthened_leases_expire_in_deadline_order(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    for name in "abc":
+        q.add(name, 0)
+    a, _, c = q.claim(0), q.claim(1), q.claim(2)  # deadlines 10, 11, 12
+    assert q.extend("c", c.token, 3, seconds=1) == 4  # now before the other two
+    assert q.extend("a", a.token, 3, seconds=20) == 23  # now after them
+    assert q.stats(3).next_deadline == 4
+    assert q.status("c", 4) == "AVAILABLE"
+    assert q.stats(4).next_deadline == 11  # a's first deadline, 10, no longer counts
+    assert q.status("a", 10) == "RESERVED"
+    assert q.status("b", 11) == "AVAILABLE"
+    assert [q.reserve(23) for _ in range(3)] == ["c", "b", "a"]
+
+
 def test_release_gives_the_attempt_back(make_queue: Factory) -> None:
     q = make_queue(10, 1)
     q.add("a", 0)
