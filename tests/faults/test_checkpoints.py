@@ -60,6 +60,17 @@ def test_a_process_checkpoints_by_itself(db_path: Path) -> None:
     q.close()
 
 
+def test_a_small_log_is_left_alone(db_path: Path) -> None:
+    """No checkpoint (and its fsyncs) while the -wal file is within its limit: a
+    checkpoint every 100 commits cost a quarter of add's time under NORMAL."""
+    q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3, synchronous="normal")
+    for i in range(150):
+        q.add(f"t{i}")
+    assert 0 < wal_size(db_path) <= q._sqlite.wal_limit
+    assert q._sqlite.last_checkpoint is None
+    q.close()
+
+
 READER = """
 import sys
 from sqlq.sqlite import driver
