@@ -49,7 +49,7 @@ from .contract import (
     time_after,
     undecodable_error,
 )
-from .errors import ClockSkew, InvalidConfig, InvalidPayload
+from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .sqlite.backend import SqliteBackend, Synchronous
@@ -442,6 +442,12 @@ class Queue:
 
     def close(self) -> None:
         self._backend.close()
+
+    def __reduce__(self) -> Any:
+        raise InvalidArgument(
+            "a Queue holds a database connection and cannot be sent to another process "
+            "(pickled); open a Queue on the same file in that process instead"
+        )
 
     def __enter__(self) -> Queue:
         return self

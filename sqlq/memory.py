@@ -443,16 +443,19 @@ class WorkQueue:
     def _claim(self, now: Number) -> Lease | None:
         """Lease the front of the line; a task whose payload cannot be decoded is
         dead-lettered on the way (see contract.undecodable_error)."""
-        while (task_id := self._take(now)) is not None:
+        while self._line:
+            task_id = self._line[0]
             task = self._tasks[task_id]
-            try:
+            try:  # before the lease is taken: a RecursionError (short of stack) changes nothing
                 payload = payloads.decode(task.payload)
             except InvalidPayload as exc:
+                self._take(now)
                 task.state = _DEAD
                 task.attempts = self.max_attempts
                 task.error = undecodable_error(exc)
                 task.finished_at = now
                 continue
+            self._take(now)
             return Lease(task_id, task.token, task.attempts, task.deadline, payload)
         return None
 

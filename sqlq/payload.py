@@ -86,9 +86,17 @@ def decode(stored: Encoded, around: int = 0) -> Any:
     if len(stored) > 2 * (MAX_DEPTH + around):  # a shorter text cannot nest too deep
         check_depth(stored, around)
     try:
-        return json.loads(stored)
-    except (ValueError, RecursionError) as exc:
+        # A RecursionError passes: the depth is checked above, so it is the caller's
+        # stack that ran out, not the text that is wrong (the call is then undone).
+        value = json.loads(stored)
+    except ValueError as exc:
         raise InvalidPayload(f"not valid JSON ({exc})") from None
+    if not stored.isascii():
+        try:
+            stored.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that were not UTF-8 (see driver.stored_text)
+            raise InvalidPayload("the stored text is not valid UTF-8") from None
+    return value
 
 
 def readable(stored: Encoded) -> Any:

@@ -407,6 +407,7 @@ class Worker:
                 self._running[lease.token] = entry
                 self._cond.notify_all()  # the monitor schedules its heartbeat
         if stopping:
+            self._let_releases_wait()
             self._give_back(lease, "was claimed as the worker stopped")
             return False
         self.log.debug("claimed task %r (attempt %d)", lease.task_id, lease.attempt)
@@ -739,7 +740,7 @@ class Worker:
         # RELEASE_WAIT of their own, then they give up.
         last = self.clock.monotonic() + RELEASE_WAIT
         if pending:
-            self.queue.interrupt_waits(RELEASE_WAIT)
+            self._let_releases_wait()
         for lease in give_back:
             self._give_back(lease, "was still running after the grace period")
 
@@ -754,6 +755,15 @@ class Worker:
             self._cond.notify_all()
             while reporting():
                 self._wait()
+
+    def _let_releases_wait(self) -> None:
+        """Let waits go on until the grace ends, or for RELEASE_WAIT if that is later:
+        a release while stopping gets RELEASE_WAIT, as the drain's do, even once
+        the grace (which ends every wait) is over."""
+        with self._cond:
+            assert self._stop_at is not None
+            left = 0.0 if self._hurry else self._stop_at + self.grace - self.clock.monotonic()
+        self.queue.interrupt_waits(max(left, RELEASE_WAIT))
 
     def _give_back(self, lease: Lease, why: str) -> None:
         """Release ``lease`` (its attempt is not counted).  One that cannot be released
@@ -813,7 +823,7 @@ def resolve_target(target: str) -> Callable[[Any], object]:
         raise InvalidConfig(f"handler target {target!r} must look like 'package.module:function'")
     try:
         obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # not found, or the module raised while it was imported
+    except (Exception, SystemExit) as exc:  # not found, or it raised (or exited) on import
         raise InvalidConfig(
             f"handler target {target!r}: cannot import module {module_name!r} "
             f"({type(exc).__name__}: {exc})"

@@ -42,3 +42,11 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "queue.db"
+
+
+@pytest.fixture(scope="session")
+def migration_files() -> list[Path]:
+    """The repository's migration files in order, listed by the test itself (not by
+    sqlq.sqlite.migrate): the newest schema version is their number."""
+    folder = Path(__file__).resolve().parent.parent / "migrations" / "sqlite"
+    return sorted(folder.glob("[0-9][0-9][0-9][0-9]_*.sql"))

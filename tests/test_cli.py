@@ -11,7 +11,6 @@ import base64
 import dataclasses
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needs import need
 
 import sqlq
 from sqlq import cli, demo
@@ -171,8 +171,7 @@ def test_help_via_python_m() -> None:
 
 def test_help_via_console_script() -> None:
     script = shutil.which("sqlq", path=str(Path(sys.executable).parent))
-    if script is None:
-        pytest.skip("the sqlq console script is not installed next to this Python")
+    need(script, "the sqlq console script is not installed next to this Python")
     proc = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: sqlq")
@@ -333,14 +332,14 @@ def _stats_tables(out: str) -> tuple[list[str], dict[str, list[str]], dict[str, 
 
 
 def test_stats_prints_counts_per_queue_and_state(
-    db: Path, capsys: pytest.CaptureFixture[str]
+    db: Path, capsys: pytest.CaptureFixture[str], migration_files: list[Path]
 ) -> None:
     code, out, _ = _cli(capsys, "stats", db)
     assert code == 0
     lines = out.splitlines()
     assert f"database: {db}" in lines
     assert driver.describe() in out
-    assert f"schema:   version {migrate.latest_version()}" in lines
+    assert f"schema:   version {len(migration_files)}" in lines
     header, rows, details = _stats_tables(out)
     assert header == ["queue", *STATES, "total"]
     assert rows == {
@@ -360,28 +359,36 @@ def test_stats_prints_counts_per_queue_and_state(
     assert re.fullmatch(r"\d+\.\ds", details["default"][1])
 
 
-def test_stats_json_matches_the_queue_api(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stats_json_gives_every_figure(
+    db: Path, capsys: pytest.CaptureFixture[str], migration_files: list[Path]
+) -> None:
     before = time.time()
     document = _json(capsys, "stats", db)
     assert document["database"] == str(db)
     assert document["sqlite"] == driver.describe()
-    assert document["schema_version"] == migrate.latest_version()
+    assert document["schema_version"] == len(migration_files)
     wal = Path(f"{db}-wal")
     assert document["wal_bytes"] == (wal.stat().st_size if wal.exists() else 0)
     assert before <= document["now"] <= time.time()
-    assert set(document["queues"]) == set(document["stats"]) == {"default", "emails"}
-    for name, counts in document["queues"].items():
-        with _queue(db, name) as q:
-            assert counts == q.counts()
-            stats = q.stats()
+    # What _fill made, per state: WAITING, AVAILABLE, RESERVED, COMPLETED, DEAD.
+    assert document["queues"] == {
+        "default": dict(zip(STATES, [0, 3, 1, 2, 1], strict=True)),
+        "emails": dict(zip(STATES, [1, 2, 1, 0, 0], strict=True)),
+    }
+    conn = dbapi.connect(str(db))  # the times, read by the test's own SQL
+    times = conn.execute(
+        "SELECT queue, max(deadline), max(run_at), min(updated_at) FILTER (WHERE state = "
+        "'AVAILABLE') FROM sqlq_tasks GROUP BY queue"
+    ).fetchall()
+    conn.close()
+    for name, deadline, run_at, available_since in times:
         details = document["stats"][name]
-        assert counts == stats.counts
-        assert details["total"] == sum(counts.values())
-        assert details["leases"] == stats.leases == 1
-        assert details["next_deadline"] == stats.next_deadline
-        assert details["next_run_at"] == stats.next_run_at
-        assert stats.oldest_available_age is not None
-        assert 0 <= details["oldest_available_age"] <= stats.oldest_available_age
+        assert details["total"] == {"default": 7, "emails": 4}[name]
+        assert details["leases"] == 1
+        assert details["next_deadline"] == deadline
+        assert details["next_run_at"] == run_at
+        age = document["now"] - available_since
+        assert details["oldest_available_age"] == pytest.approx(age, abs=1e-6)
 
 
 def test_stats_reads_only_and_shows_overdue_leases(
@@ -697,10 +704,14 @@ def test_list_shows_the_tasks_in_the_order_added(
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["task_id", "state", "attempts", "last_error"]
-    with _queue(db) as q:
-        tasks = q.tasks()
-    assert [ln.split()[:3] for ln in lines[1:]] == [
-        [t.task_id, t.state, f"{t.attempts}/{t.max_attempts}"] for t in tasks
+    assert [ln.split()[:3] for ln in lines[1:]] == [  # what _fill made
+        ["d0", "COMPLETED", "1/1"],
+        ["d1", "COMPLETED", "1/1"],
+        ["d2", "DEAD", "1/1"],
+        ["d3", "RESERVED", "1/1"],
+        ["d4", "AVAILABLE", "0/1"],
+        ["d5", "AVAILABLE", "0/1"],
+        ["d6", "AVAILABLE", "0/1"],
     ]
     dead_line = next(ln for ln in lines if ln.startswith("d2 "))
     assert "ValueError: xxx" in dead_line and dead_line.endswith("...")
@@ -718,6 +729,12 @@ def test_list_json_matches_the_queue_api(db: Path, capsys: pytest.CaptureFixture
         "limit": 100,
         "tasks": expected,
     }
+    assert [(t["task_id"], t["state"], t["attempts"]) for t in document["tasks"]] == [
+        ("e0", "RESERVED", 1),
+        ("e1", "AVAILABLE", 0),
+        ("e2", "AVAILABLE", 0),
+        ("e3", "WAITING", 0),
+    ]
     document = _json(capsys, "list", db, "--state", "dead")
     assert [t["task_id"] for t in document["tasks"]] == ["d2"]
     assert document["tasks"][0]["last_error"] == LONG_ERROR  # in full
@@ -911,10 +928,10 @@ def test_purge_with_vacuum_shrinks_the_file_and_shows_progress(
 
 
 def test_migrate_creates_a_database_and_reports_versions(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], migration_files: list[Path]
 ) -> None:
     db = tmp_path / "new.db"
-    latest = migrate.latest_version()
+    latest = len(migration_files)
     code, out, _ = _cli(capsys, "migrate", db)
     assert code == 0
     assert out == f"schema version 0 -> {latest} (created the database): {db}\n"
@@ -929,12 +946,15 @@ def test_migrate_creates_a_database_and_reports_versions(
 
 
 def test_migrate_an_older_database_and_an_empty_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    migration_files: list[Path],
 ) -> None:
     db = tmp_path / "old.db"
     _version_1(db, monkeypatch)
     document = _json(capsys, "migrate", db)
-    assert (document["before"], document["after"]) == (1, migrate.latest_version())
+    assert (document["before"], document["after"]) == (1, len(migration_files))
     with _queue(db) as q:
         assert q.info("old") is not None
     empty = tmp_path / "empty.db"
@@ -957,7 +977,6 @@ def handle(payload):
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sqlq.worker") is None, reason="no sqlq.worker yet")
 def test_worker_drains_the_queue_and_exits(tmp_path: Path) -> None:
     (tmp_path / "cli_test_handlers.py").write_text(HANDLERS)
     db = tmp_path / "q.db"
@@ -1081,6 +1100,24 @@ def test_add_refuses_json_nested_too_deep(
     assert not db.exists()
 
 
+def test_add_names_the_payload_option_a_refused_payload_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A payload that decodes but cannot be stored (a lone surrogate, too large) is
+    refused as the option that gave it, with a usage error, like one that does not
+    decode: not as a bad TASK_ID."""
+    db = tmp_path / "new.db"
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps("x" * sqlq.payload.DEFAULT_MAX_PAYLOAD_BYTES))
+    for option, value in (("--payload", '"\\ud800"'), ("--payload-file", big)):
+        code, out, err = _cli(capsys, "add", db, "t1", option, value)
+        assert (code, out) == (2, ""), err
+        _one_error_line(err, "add")
+        assert err.startswith(f"sqlq add: error: {option}"), err
+        assert "TASK_ID" not in err and "nothing was added" in err
+    assert not db.exists()
+
+
 def test_add_from_a_file_refuses_a_line_nested_too_deep(
     db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1136,6 +1173,25 @@ def test_inspection_shows_payloads_that_cannot_be_decoded(
     assert _cli(capsys, "list", db)[0] == 0
 
 
+def test_inspection_of_a_payload_stored_as_text_that_is_not_utf8(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with _queue(db) as q:
+        q.add("bad", payload="x")
+    conn = driver.dbapi.connect(db, isolation_level=None)
+    conn.execute("UPDATE sqlq_tasks SET payload = CAST(X'2280FF22' AS TEXT)")
+    conn.close()
+    code, out, err = _cli(capsys, "show", db, "bad")
+    assert (code, err) == (0, "")
+    assert "payload:      cannot be decoded (the stored text is not valid UTF-8)" in out
+    document = _json(capsys, "show", db, "bad")
+    assert document["payload_type"] == "undecodable"
+    assert document["payload_error"] == "the stored text is not valid UTF-8"
+    listed = _json(capsys, "list", db, "--limit", "100")["tasks"]
+    assert {t["task_id"]: t["payload_type"] for t in listed}["bad"] == "undecodable"
+    assert _cli(capsys, "list", db)[:3:2] == (0, "")
+
+
 def test_show_of_times_past_the_year_9999(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with _queue(db) as q:
         q.add("far", run_at=sqlq.contract.MAX_TIME)
@@ -1164,10 +1220,19 @@ def test_worker_dead_letters_a_payload_it_cannot_decode_and_goes_on(tmp_path: Pa
         assert q.info("poison").last_error.startswith("payload cannot be decoded")  # type: ignore[union-attr]
 
 
-def test_worker_with_a_handler_module_that_raises_at_import(tmp_path: Path, db: Path) -> None:
-    (tmp_path / "broken_handlers.py").write_text('raise RuntimeError("no config")\n')
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ('raise RuntimeError("no config")', "(RuntimeError: no config)"),
+        ('import sys; sys.exit("missing settings")', "(SystemExit: missing settings)"),
+    ],
+)
+def test_worker_with_a_handler_module_that_raises_at_import(
+    tmp_path: Path, db: Path, body: str, said: str
+) -> None:
+    (tmp_path / "broken_handlers.py").write_text(body + "\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     proc = _run("worker", str(db), "broken_handlers:handle", "--burst", env=env)
     assert proc.returncode == 1
     _one_error_line(proc.stderr, "worker")
-    assert "cannot import module 'broken_handlers' (RuntimeError: no config)" in proc.stderr
+    assert f"cannot import module 'broken_handlers' {said}" in proc.stderr

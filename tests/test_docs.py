@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from needs import need
 
 import sqlq
 from sqlq.sqlite.driver import dbapi
@@ -84,8 +85,8 @@ def test_readme_sql_examples_run_with_the_driver(example_db: Path) -> None:
     assert stats == [("default", 0, 4, 0, 1, 0, None, None)]
 
 
-@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="no sqlite3 shell on this machine")
 def test_readme_sql_examples_run_in_the_sqlite3_shell(example_db: Path) -> None:
+    need(shutil.which("sqlite3"), "no sqlite3 shell on this machine")
     for sql in _sql_examples():
         result = subprocess.run(
             ["sqlite3", "-readonly", "-bail", str(example_db), sql],

@@ -7,7 +7,9 @@ With no token, no delay, no backoff and no payload the core contract
 
 from __future__ import annotations
 
+import inspect
 import random
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -560,6 +562,32 @@ def test_a_payload_that_cannot_be_decoded_is_dead_lettered_and_the_line_moves_on
     assert q.claim(3).payload == _nested(50)
 
 
+def _claim_with_little_stack(q: Any, now: float) -> Any:
+    """``q.claim(now)`` from about 100 frames below the recursion limit."""
+
+    def descend(left: int) -> Any:
+        return q.claim(now) if left <= 0 else descend(left - 1)
+
+    return descend(sys.getrecursionlimit() - len(inspect.stack()) - 100)
+
+
+def test_a_claim_short_of_stack_never_dead_letters_a_payload_add_accepted(
+    make_queue: Factory,
+) -> None:
+    """Decoding a payload MAX_DEPTH deep needs stack.  A caller whose own stack is
+    nearly used up gets RecursionError from the call (nothing changed), not a
+    task dead-lettered as undecodable: the text is fine, the caller's stack is not."""
+    q = make_queue(10, 3)
+    deepest = _nested(payload.MAX_DEPTH)
+    q.add("deep", 0, payload=deepest)
+    try:
+        lease = _claim_with_little_stack(q, 1)
+    except RecursionError:  # the call changed nothing: the task is still first in line
+        lease = q.claim(1)
+    assert (lease.task_id, lease.attempt, lease.payload) == ("deep", 1, deepest)
+    assert q.dead(1) == []
+
+
 def test_claim_many_replaces_tasks_dead_lettered_on_the_way(
     make_queue: Factory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -665,6 +693,10 @@ def test_leases_and_retries_near_the_time_limit_end_at_it(make_queue: Factory) -
     assert q.info("claimed", end - 1).run_at == end
     assert q.stats(end - 1).next_deadline == end
     assert [q.status(t, end) for t in ("leased", "extended", "claimed")] == ["AVAILABLE"] * 3
+    at_the_limit = q.claim(end)  # as the README says: run out as it is handed out
+    assert at_the_limit.deadline == end
+    assert q.complete(at_the_limit.task_id, end, token=at_the_limit.token) is False
+    assert q.info(at_the_limit.task_id, end).attempts == 2
 
 
 def test_reserve_hands_out_the_id_without_reading_the_payload(

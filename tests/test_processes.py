@@ -16,13 +16,17 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from needs import need
 
 import sqlq
 
-pytestmark = [
-    pytest.mark.processes,
-    pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL"),
-]
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture(autouse=True)
+def _killable() -> None:
+    need(hasattr(signal, "SIGKILL"), "needs SIGKILL")
+
 
 WORKER_SCRIPT = Path(__file__).with_name("workers.py")
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -13,7 +15,7 @@ import sqlalchemy as sa
 
 import sqlq
 from sqlq import schema
-from sqlq.errors import NotASqlqDatabase, SchemaTooNew
+from sqlq.errors import Busy, NotASqlqDatabase, SchemaTooNew
 from sqlq.sqlite import migrate
 from sqlq.sqlite.backend import SqliteBackend
 from sqlq.sqlite.driver import dbapi
@@ -93,7 +95,7 @@ def _expected() -> dict[str, Any]:
     return out
 
 
-def test_migrations_build_the_declared_schema(db_path: Path) -> None:
+def test_migrations_build_the_declared_schema(db_path: Path, migration_files: list[Path]) -> None:
     sqlq.Queue(db_path, lease_seconds=1, max_attempts=1).close()
     engine = sa.create_engine(f"sqlite:///{db_path}", module=dbapi)
     try:
@@ -107,9 +109,11 @@ def test_migrations_build_the_declared_schema(db_path: Path) -> None:
     assert all(strict[t.name] == 1 for t in schema.metadata.sorted_tables)
     views = sorted(name for name, kind in _objects(db_path) if kind == "view")
     assert views == sorted(schema.VIEWS)
-    assert [v for v, _ in versions] == [m.version for m in migrate.migrations()]
-    assert [c for _, c in versions] == [m.checksum for m in migrate.migrations()]
-    assert application_id == migrate.APPLICATION_ID == int.from_bytes(b"sqlq", "big")
+    assert versions == [  # every file, applied once, recorded with its text's SHA-256
+        (number, hashlib.sha256(path.read_bytes()).hexdigest())
+        for number, path in enumerate(migration_files, start=1)
+    ]
+    assert application_id == int.from_bytes(b"sqlq", "big")  # "sqlq" in the file header
 
 
 def _objects(path: Path) -> list[tuple[str, str]]:
@@ -148,12 +152,17 @@ def test_a_foreign_sqlite_database_is_refused_untouched(db_path: Path) -> None:
     [[], [(1, "initial", "not sqlq's checksum")], [(2, "worker_features", "x")]],
     ids=["empty", "forged", "no-first"],
 )
+@pytest.mark.parametrize("stamped", [False, True], ids=["no-id", "sqlq-id"])
 def test_a_foreign_database_with_a_sqlq_migrations_table_is_refused_untouched(
-    db_path: Path, records: list[tuple[int, str, str]]
+    db_path: Path, records: list[tuple[int, str, str]], stamped: bool
 ) -> None:
     """A table name is not enough: without sqlq's application id, the migration
-    records must be sqlq's own."""
+    records must be sqlq's own.  Nor is the id alone: sqlq stamps it in the
+    migration that records version BEFORE_APPLICATION_ID + 1, so a file with the
+    id and fewer records (another program that chose "sqlq" too) is not sqlq's."""
     with sqlite3.connect(db_path) as conn:
+        if stamped:
+            conn.execute(f"PRAGMA application_id = {int.from_bytes(b'sqlq', 'big')}")
         conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
         conn.execute(Q.create_migrations_table)
         conn.executemany("INSERT INTO sqlq_migrations VALUES (?, ?, ?, 0)", records)
@@ -305,6 +314,30 @@ def test_an_empty_file_is_a_database_not_created_yet(db_path: Path, kind: str) -
     backend = SqliteBackend(db_path, migrate=False)
     assert backend.schema_version == migrate.latest_version()
     backend.close()
+
+
+@pytest.mark.parametrize("found", ["empty", "older"])
+def test_a_reader_that_outwaits_a_creation_or_migration_gets_busy(
+    db_path: Path, found: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader finds the file empty (or older) while another process holds the
+    migration lock: it waits busy_timeout for that creation or migration, and if
+    it is still going on then, the reader gets Busy naming the lock, not a verdict
+    on a file that is being written ("empty, not a sqlq database", "older")."""
+    if found == "empty":
+        db_path.touch()
+    else:
+        with monkeypatch.context() as m:
+            older = migrate.migrations()[:-1]
+            m.setattr(migrate, "migrations", lambda: older)
+            sqlq.Queue(db_path, lease_seconds=1, max_attempts=1).close()
+    lock = os.open(f"{db_path}.migrate-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the creator or migrator (its own open file)
+        with pytest.raises(Busy, match=re.escape(f"{db_path}.migrate-lock")):
+            SqliteBackend(db_path, migrate=False, busy_timeout=0.1)
+    finally:
+        os.close(lock)
 
 
 def test_a_file_without_tables_but_with_a_header_field_set_is_foreign(db_path: Path) -> None:

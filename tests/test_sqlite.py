@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import sqlite3
 import threading
 from pathlib import Path
@@ -13,7 +14,7 @@ import sqlalchemy
 
 import sqlq
 from sqlq import payload
-from sqlq.errors import Busy, CannotOpen, InvalidConfig, QueueClosed
+from sqlq.errors import Busy, CannotOpen, InvalidArgument, InvalidConfig, QueueClosed
 from sqlq.sqlite import driver
 from sqlq.sqlite.queries import Q
 
@@ -80,6 +81,30 @@ def test_max_attempts_is_fixed_per_task_when_added(db_path: Path) -> None:
     assert q3.fail("one-shot", 1) == "DEAD"
     q1.close()
     q3.close()
+
+
+def test_retry_policy_is_fixed_per_task_when_added(db_path: Path) -> None:
+    """Whichever Queue object fails a task or sees its lease run out, the task's own
+    policy decides the wait: two objects with different policies share one file."""
+    patient = open_queue(db_path, retry=sqlq.Retry.fixed(100))
+    eager = open_queue(db_path, retry=sqlq.Retry.immediate())
+    patient.add("slow", 0)
+    patient.add("slow-expired", 0)
+    eager.add("quick", 0)
+    lease = eager.claim(0)
+    assert lease is not None and lease.task_id == "slow"
+    assert eager.fail("slow", 1, token=lease.token) == "WAITING"
+    assert eager.reserve(1) == "slow-expired"  # its lease ends at 11, in eager's call
+    assert eager.status("slow-expired", 11) == "WAITING"
+    lease = patient.claim(11)
+    assert lease is not None and lease.task_id == "quick"
+    assert patient.fail("quick", 12, token=lease.token) == "AVAILABLE"
+    assert [(t.task_id, t.run_at) for t in patient.tasks(12, state="WAITING")] == [
+        ("slow", 101),
+        ("slow-expired", 111),
+    ]
+    patient.close()
+    eager.close()
 
 
 def test_default_clock_is_used_and_injectable(db_path: Path) -> None:
@@ -253,7 +278,9 @@ def _open_and_add(path: str, name: str) -> None:
     q.close()
 
 
-def test_processes_opening_a_new_file_together_migrate_once(tmp_path: Path) -> None:
+def test_processes_opening_a_new_file_together_migrate_once(
+    tmp_path: Path, migration_files: list[Path]
+) -> None:
     path = str(tmp_path / "fresh.db")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_open_and_add, args=(path, f"p{i}")) for i in range(6)]
@@ -263,9 +290,8 @@ def test_processes_opening_a_new_file_together_migrate_once(tmp_path: Path) -> N
         p.join(60)
     assert [p.exitcode for p in procs] == [0] * 6
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT count(*) FROM sqlq_migrations").fetchone()[0] >= 1
-        versions = [r[0] for r in conn.execute("SELECT version FROM sqlq_migrations")]
-        assert len(versions) == len(set(versions))
+        versions = [r[0] for r in conn.execute("SELECT version FROM sqlq_migrations ORDER BY 1")]
+        assert versions == list(range(1, len(migration_files) + 1))  # each applied once
         assert conn.execute("SELECT count(*) FROM sqlq_tasks").fetchone() == (6,)
     conn.close()
 
@@ -369,6 +395,32 @@ def test_claim_many_skips_rows_whose_payload_cannot_be_decoded(db_path: Path) ->
     q.close()
 
 
+def test_a_payload_stored_as_text_that_is_not_utf8_is_dead_lettered(db_path: Path) -> None:
+    """Only an outside edit stores such text; SQLite's driver would raise on every
+    read of the row, so no claim could get past it."""
+    q = open_queue(db_path)
+    q.add_many([("bad", "x"), ("next", {"n": 1})], 0)
+    conn = driver.dbapi.connect(db_path, isolation_level=None)
+    try:  # the JSON text "\x80\xff" with its two bytes not UTF-8
+        conn.execute(
+            "UPDATE sqlq_tasks SET payload = CAST(X'2280FF22' AS TEXT) WHERE task_id = 'bad'"
+        )
+    finally:
+        conn.close()
+    lease = q.claim(1)
+    assert (lease.task_id, lease.payload) == ("next", {"n": 1})
+    info = q.info("bad", 1)
+    assert (info.state, info.last_error) == (
+        "DEAD",
+        "payload cannot be decoded: the stored text is not valid UTF-8",
+    )
+    assert info.payload == payload.Undecodable(
+        '"\udc80\udcff"', "the stored text is not valid UTF-8"
+    )
+    assert [t.task_id for t in q.tasks(1)] == ["bad", "next"]
+    q.close()
+
+
 @pytest.mark.parametrize("name", ["\x00", "a\x00b", "default\x00"])
 def test_a_queue_name_with_nul_is_refused(db_path: Path, name: str) -> None:
     with pytest.raises(InvalidConfig, match="NUL"):
@@ -434,4 +486,13 @@ def test_the_callers_engine_may_carry_url_options(db_path: Path) -> None:
         conn.exec_driver_sql("COMMIT")
     assert q.status("t", 0) == "AVAILABLE"
     engine.dispose()
+    q.close()
+
+
+def test_a_queue_cannot_be_pickled_to_another_process(db_path: Path) -> None:
+    """A spawned process gets its arguments pickled: a Queue (a live connection) is
+    refused with a typed error that says what to do instead."""
+    q = open_queue(db_path)
+    with pytest.raises(InvalidArgument, match="open a Queue on the same file"):
+        pickle.dumps(q)
     q.close()

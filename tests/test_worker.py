@@ -341,7 +341,8 @@ def test_a_report_that_meets_busy_as_the_worker_stops_is_retried(
         return complete_and_claim(*args, **kwargs)
 
     monkeypatch.setattr(queue, "complete_and_claim", stopped_midway)
-    stats = worker.run()
+    stats = worker.run(stop_when_idle=True)  # returns even if nothing stops it
+    assert not busy_once, "the completion did not go through complete_and_claim"
     assert stats == WorkerStats(claimed=1, completed=1)
     assert queue.status("t") == "COMPLETED"
 
@@ -837,3 +838,52 @@ def test_grace_bounds_a_wait_for_a_write_lock_held_elsewhere(
     assert _final_stats(err_path.read_text()) == WorkerStats()
     reopened = open_queue()
     assert reopened.status("t") == "AVAILABLE"
+
+
+@pytest.mark.processes
+def test_a_lease_claimed_as_the_worker_stops_gets_the_release_wait_even_with_no_grace(
+    open_queue: Callable[..., sqlq.Queue], db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--grace 0: a claim in flight when the stop comes brings a lease, and the worker
+    releases it at once, as it releases running tasks after the grace: within
+    RELEASE_WAIT, although the grace (which ends every wait) is already over.
+    Here another process holds the write lock when the release starts and lets go
+    of it only then; the release waits for it instead of giving up at once and
+    leaving the task RESERVED until its lease (10 minutes) runs out."""
+    monkeypatch.setattr(sqlq.worker, "RELEASE_WAIT", 60.0)  # the holder's exit, however slow
+    queue = open_queue(lease_seconds=600, busy_timeout=60)
+    queue.add("t")
+    worker = Worker(queue, lambda payload: None, grace=0)
+    holder: list[subprocess.Popen[bytes]] = []
+    claim, release = queue.claim, queue.release
+
+    def claim_then_stop(*args: Any, **kwargs: Any) -> Any:
+        lease = claim(*args, **kwargs)
+        worker.stop()  # the stop arrives while the claim was committing
+        process = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_WRITE_LOCK, str(db_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        holder.append(process)
+        assert process.stdout is not None and process.stdout.readline() == b"locked\n"
+        return lease
+
+    def release_as_the_lock_goes(*args: Any, **kwargs: Any) -> Any:
+        ending = threading.Thread(target=holder[0].communicate, args=(b"",))
+        ending.start()  # the holder ends, and its lock with it, while the release waits
+        try:
+            return release(*args, **kwargs)
+        finally:
+            ending.join()
+
+    monkeypatch.setattr(queue, "claim", claim_then_stop)
+    monkeypatch.setattr(queue, "release", release_as_the_lock_goes)
+    try:
+        stats = worker.run(install_signal_handlers=False)
+    finally:
+        for process in holder:
+            process.kill()
+            process.wait()
+    assert (stats.claimed, stats.released) == (1, 1), stats
+    assert queue.status("t") == "AVAILABLE"

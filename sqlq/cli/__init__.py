@@ -15,6 +15,7 @@ could not be read or written, is not a sqlq database, an unknown task, ...);
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -64,6 +65,11 @@ def subcommands(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Text that an outside edit stored as bad UTF-8 reads back with lone surrogates
+    # (sqlite.driver.stored_text): print them as escapes instead of failing.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

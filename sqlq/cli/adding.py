@@ -119,7 +119,6 @@ def _add(args: argparse.Namespace) -> int:
     try:  # refused before a database is created
         for task_id in args.task_ids:
             check_task_id(task_id)
-        payloads.encode(default, payloads.DEFAULT_MAX_PAYLOAD_BYTES)
     except InvalidArgument as exc:
         raise CliError(f"TASK_ID: {exc}; nothing was added") from exc
     path = os.path.abspath(args.db)
@@ -198,10 +197,22 @@ def _so_far(counts: dict[str, int]) -> str:
 
 
 def _default_payload(args: argparse.Namespace) -> Any:
+    """The payload given by --payload or --payload-file, checked as ``add`` checks it."""
     if args.payload is not None:
-        return _json(args.payload, "--payload")
-    if args.payload_file is None:
+        where, payload = "--payload", _json(args.payload, "--payload")
+    elif args.payload_file is None:
         return None
+    else:
+        where = f"--payload-file {args.payload_file}"
+        payload = _payload_file(args, where)
+    try:
+        payloads.encode(payload, payloads.DEFAULT_MAX_PAYLOAD_BYTES)
+    except InvalidArgument as exc:
+        raise CliError(f"{where}: {exc}; nothing was added", EXIT_USAGE) from None
+    return payload
+
+
+def _payload_file(args: argparse.Namespace, where: str) -> Any:
     try:
         if args.payload_file == "-":
             data = sys.stdin.buffer.read()
@@ -216,10 +227,9 @@ def _default_payload(args: argparse.Namespace) -> Any:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise CliError(
-            f"--payload-file {args.payload_file}: not UTF-8 text (--raw stores bytes as they are)",
-            EXIT_USAGE,
+            f"{where}: not UTF-8 text (--raw stores bytes as they are)", EXIT_USAGE
         ) from None
-    return _json(text, f"--payload-file {args.payload_file}")
+    return _json(text, where)
 
 
 def _json(text: str, where: str) -> Any:

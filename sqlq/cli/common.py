@@ -209,6 +209,7 @@ def plain_connection(path: str) -> Iterator[Any]:
         conn = driver.dbapi.connect(path, isolation_level=None, timeout=LOCK_TIMEOUT)
     except driver.dbapi.Error as exc:
         raise driver.translate(exc, path) from exc
+    conn.text_factory = driver.stored_text
     try:
         yield conn
     except driver.dbapi.Error as exc:

@@ -244,6 +244,7 @@ class SqliteBackend:
                 cause = exc.orig if exc.orig is not None else exc
                 raise driver.translate(cause, self.path) from cause
             self._conn = self._fairy.driver_connection
+            self._conn.text_factory = driver.stored_text
             self._cursor = self._conn.cursor()
             # The queue's own connection checkpoints itself (_after_commit); those
             # of queue.engine, whose commits sqlq does not see, keep SQLite's.

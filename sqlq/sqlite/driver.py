@@ -9,6 +9,7 @@ several worker processes do.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from types import ModuleType
 from typing import Any
@@ -22,6 +23,13 @@ except ImportError:  # pragma: no cover
     import sqlite3 as _dbapi
 
 dbapi: ModuleType = _dbapi
+
+#: How sqlq's own connections turn stored TEXT into str.  The default raises on
+#: bytes that are not UTF-8 (only an outside edit can store them), and then no
+#: call could read past that row: every claim would fail.  With surrogateescape
+#: the bad bytes come back as lone surrogates, which sqlq refuses as it refuses
+#: them on input (a payload is then dead-lettered as undecodable, never stuck).
+stored_text = functools.partial(str, encoding="utf-8", errors="surrogateescape")
 
 # The DB-API module binds int, float, str and bytearray parameters directly, but
 # sends None and bytes through its adaptation protocol first, which fails (an

@@ -10,9 +10,10 @@ queries and takes no lock.
 A sqlq database says so in its header (``PRAGMA application_id``, set by
 migration 4); one made before that is recognised by its ``sqlq_migrations``
 rows being exactly sqlq's own.  Anything else with tables, or with a header
-field set, is foreign, and so is a file that is not a SQLite database: they
-are refused with a :class:`sqlq.errors.SchemaError` before anything is written
-to them, and so is a schema newer than this library.
+field set (sqlq's id without the record of migration 4 too), is foreign, and
+so is a file that is not a SQLite database: they are refused with a
+:class:`sqlq.errors.SchemaError` before anything is written to them, and so is
+a schema newer than this library.
 
 An empty file (no bytes, or a SQLite header without tables and with no header
 field set: what an interrupted creation leaves) is a database not created yet.
@@ -110,7 +111,8 @@ def applied_version(conn: Any, path: str) -> int:
     application_id, user_version, objects, has_migrations = conn.execute(Q.identify).fetchone()
     if application_id == APPLICATION_ID and has_migrations:
         version: int = conn.execute(Q.applied_version).fetchone()[0]
-        return version
+        if version > BEFORE_APPLICATION_ID:  # stamped together with the id: sqlq's own
+            return version
     if application_id == 0 and user_version == 0 and objects == 0:
         return 0
     if application_id == 0 and has_migrations:
@@ -161,7 +163,7 @@ def check_schema(
     """The version of a sqlq database; refuses (without writing) any other file, an
     empty one, a newer schema, and an older one unless ``allow_older``.  A database
     that is empty or older is looked at again once a creation or migration under
-    way in another process is over (waiting at most ``timeout`` seconds).
+    way in another process is over (waiting at most ``timeout`` seconds, then Busy).
     ``conn`` must not be inside a transaction (its snapshot would not move)."""
     version = _not_newer(applied_version(conn, path), path)
     if version < latest_version():
@@ -200,40 +202,41 @@ def _migration_lock(path: str, mode: int, timeout: float) -> Iterator[None]:
             f"{path}: cannot take {lock_path} to migrate the schema ({exc.strerror or exc})"
         ) from exc
     try:
-        if not _flock_within(fd, fcntl.LOCK_EX, timeout):
-            raise Busy(
-                f"{path}: another process kept {lock_path} (creating or migrating the "
-                f"database) for longer than busy_timeout ({timeout:g} s)"
-            )
+        _flock_within(fd, fcntl.LOCK_EX, path, timeout)
         yield
     finally:
         os.close(fd)  # which lets go of the lock
 
 
 def _wait_for_migration(path: str, timeout: float) -> None:
-    """Until no process holds the migration lock (at most ``timeout`` seconds).  Never
-    creates the lock file: where there is none, nobody is migrating."""
+    """Until no process holds the migration lock (Busy after ``timeout`` seconds: what
+    the caller found is still being written).  Never creates the lock file: where
+    there is none, nobody is migrating."""
     try:
         fd = os.open(path + ".migrate-lock", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return
     try:
-        _flock_within(fd, fcntl.LOCK_SH, timeout)
+        _flock_within(fd, fcntl.LOCK_SH, path, timeout)
     finally:
         os.close(fd)
 
 
-def _flock_within(fd: int, operation: int, timeout: float) -> bool:
-    """Take a flock on ``fd`` within ``timeout`` seconds (polling); False if it stayed taken."""
+def _flock_within(fd: int, operation: int, path: str, timeout: float) -> None:
+    """Take a flock on ``fd``, the migration lock of ``path``, within ``timeout``
+    seconds (polling); Busy if it stayed taken."""
     deadline = time.monotonic() + timeout
     pause = 0.001
     while True:
         try:
             fcntl.flock(fd, operation | fcntl.LOCK_NB)
-            return True
+            return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                return False
+                raise Busy(
+                    f"{path}: another process kept {path}.migrate-lock (creating or "
+                    f"migrating the database) for longer than busy_timeout ({timeout:g} s)"
+                ) from None
             time.sleep(pause)
             pause = min(pause * 2, LOCK_POLL)
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from needs import need
 
 SHIM_SOURCE = Path(__file__).with_name("shim.c")
 SCENARIO = Path(__file__).with_name("scenario.py")
@@ -75,11 +76,9 @@ def fault_shim(tmp_path_factory: pytest.TempPathFactory) -> FaultShim:
 
     See this module's docstring (or the top of shim.c) for the control-file format.
     """
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the fault shim needs Linux (LD_PRELOAD, /proc/self/fd)")
+    need(sys.platform.startswith("linux"), "the fault shim needs Linux (LD_PRELOAD, /proc/self/fd)")
     compiler = shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
-        pytest.skip("the fault shim needs gcc (or cc) to compile shim.c")
+    need(compiler, "the fault shim needs gcc (or cc) to compile shim.c")
     library = tmp_path_factory.mktemp("fault-shim") / "libsqlqfault.so"
     command = [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-o", str(library)]
     command += [str(SHIM_SOURCE), "-ldl", "-pthread"]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from needs import need
 
 import sqlq
 
@@ -43,20 +44,19 @@ PAYLOAD = "p" * 3000
 def private_mounts(tmp_path: Path) -> Iterator[list[str]]:
     """The command prefix that runs a process in a private mount namespace, where it
     may mount a tmpfs; skips unless root with a working ``unshare -m``."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("mount namespaces are Linux only")
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
+    need(sys.platform.startswith("linux"), "mount namespaces are Linux only")
+    need(os.geteuid() == 0, "mounting a small tmpfs needs root")
     unshare = shutil.which("unshare")
-    if unshare is None or shutil.which("mount") is None:
-        pytest.skip("needs unshare and mount (util-linux)")
+    need(unshare and shutil.which("mount"), "needs unshare and mount (util-linux)")
     prefix = [unshare, "-m", "--propagation", "private"]
     probe = tmp_path / "probe"
     probe.mkdir()
     script = f"mount -t tmpfs -o size=64k sqlq-probe '{probe}' && umount '{probe}'"
     proc = subprocess.run([*prefix, "sh", "-c", script], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs in a private mount namespace: {proc.stderr.strip()}")
+    need(
+        proc.returncode == 0,
+        f"cannot mount a tmpfs in a private mount namespace: {proc.stderr.strip()}",
+    )
     yield prefix
 
 

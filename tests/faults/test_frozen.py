@@ -28,19 +28,19 @@ from typing import IO, Any
 
 import pytest
 import sqlalchemy as sa
+from needs import need
 
 import sqlq
 from sqlq.errors import Busy
 from sqlq.sqlite import driver
 
-pytestmark = [
-    pytest.mark.processes,
-    pytest.mark.faults,
-    pytest.mark.skipif(
-        not hasattr(signal, "SIGSTOP") or not Path("/proc/self/task").is_dir(),
-        reason="needs SIGSTOP and /proc",
-    ),
-]
+pytestmark = [pytest.mark.processes, pytest.mark.faults]
+
+
+@pytest.fixture(autouse=True)
+def _stoppable() -> None:
+    need(hasattr(signal, "SIGSTOP") and Path("/proc/self/task").is_dir(), "needs SIGSTOP and /proc")
+
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "frozen_worker.py"

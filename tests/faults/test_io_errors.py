@@ -181,7 +181,6 @@ def test_commit_fsync_error_then_crash(
     assert integrity(db) == "ok"
 
 
-@pytest.mark.skipif(not hasattr(sqlq.Queue, "checkpoint"), reason="needs Queue.checkpoint()")
 def test_checkpoint_errors(fault_shim: FaultShim, run_scenario: RunScenario) -> None:
     """A checkpoint whose write, or whose fsync, of the database file fails raises
     StorageIOError from Queue.checkpoint(); the -wal file still holds everything, so

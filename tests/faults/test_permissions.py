@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from needs import need
 
 import sqlq
 from sqlq.errors import InvalidConfig, ReadOnly
@@ -173,8 +174,10 @@ def as_user(uid: int, gid: int, db: Path, action: str = "add") -> dict[str, obje
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[Path]:
     """A folder another user can reach (pytest's own tmp folders are 0700)."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run the queue as another user")
+    need(
+        os.geteuid() == 0 and shutil.which("setpriv"),
+        "needs root and setpriv to run the queue as another user",
+    )
     folder = Path(tempfile.mkdtemp(prefix="sqlq-perm-", dir="/tmp"))
     os.chmod(folder, 0o755)
     probe = subprocess.run(
@@ -193,7 +196,7 @@ def world(tmp_path: Path) -> Iterator[Path]:
     )
     if probe.returncode != 0:
         shutil.rmtree(folder)
-        pytest.skip(f"user {NOBODY} cannot run this Python and sqlq: {probe.stderr[-200:]!r}")
+        need(False, f"user {NOBODY} cannot run this Python and sqlq: {probe.stderr[-200:]!r}")
     try:
         yield folder
     finally:
@@ -308,12 +311,11 @@ def test_root_migrating_a_service_users_queue_leaves_it_usable(
 
 
 def test_an_immutable_database_is_refused_with_its_path(tmp_path: Path) -> None:
-    if os.geteuid() != 0 or shutil.which("chattr") is None:
-        pytest.skip("chattr +i needs root")
+    need(os.geteuid() == 0 and shutil.which("chattr"), "chattr +i needs root and chattr")
     db = tmp_path / "q.db"
     use(db)
-    if subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode != 0:
-        pytest.skip(f"this file system ({tmp_path}) does not support chattr +i")
+    done = subprocess.run(["chattr", "+i", str(db)], capture_output=True)
+    need(done.returncode == 0, f"this file system ({tmp_path}) does not support chattr +i")
     try:
         before = digest(db)
         with pytest.raises(ReadOnly) as caught:
@@ -326,8 +328,10 @@ def test_an_immutable_database_is_refused_with_its_path(tmp_path: Path) -> None:
 
 def test_a_read_only_mount_is_refused_with_its_reason(tmp_path: Path) -> None:
     """A read-only bind mount, in a private mount namespace (undone when it exits)."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("a read-only bind mount needs root and unshare")
+    need(
+        os.geteuid() == 0 and shutil.which("unshare"),
+        "a read-only bind mount needs root and unshare",
+    )
     db = tmp_path / "q.db"
     use(db)
     script = (
@@ -361,8 +365,10 @@ def test_a_read_only_mount_is_refused_with_its_reason(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         timeout=60,
     )
-    if done.returncode != 0 and "mount" in done.stderr:
-        pytest.skip(f"cannot make a read-only bind mount here: {done.stderr.strip()}")
+    need(
+        done.returncode == 0 or "mount" not in done.stderr,
+        f"cannot make a read-only bind mount here: {done.stderr.strip()}",
+    )
     assert done.stdout.startswith(("ReadOnly", "CannotOpen")), (done.stdout, done.stderr)
     assert "read-only file system" in done.stdout and str(db) in done.stdout
 

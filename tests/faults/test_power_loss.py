@@ -68,6 +68,7 @@ import sqlq
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/ is not a package
 import mounts
+from needs import need
 
 pytestmark = [pytest.mark.processes, pytest.mark.faults]
 
@@ -234,8 +235,7 @@ def deaths(workers: list[Worker]) -> list[str]:
 def run(tmp: Path, synchronous: str, seed: int) -> tuple[dict[str, Any], list[Check]]:
     """Run the workers, take the crash images, check them; the figures and verdicts."""
     reason = mounts.unavailable()
-    if reason:
-        pytest.skip(reason)
+    need(reason is None, str(reason))
     rng = random.Random(seed)
     where = f"(synchronous={synchronous}, SQLQ_POWER_LOSS_SEED={seed})"
     outer_img, outer, inner, check_mnt = (tmp / n for n in ("outer.img", "outer", "inner", "chk"))

@@ -1,0 +1,366 @@
+"""Mutation check: break the queue on purpose, one way at a time, and see the tests notice.
+
+    .venv/bin/python tests/mutation_check.py               # every mutant
+    .venv/bin/python tests/mutation_check.py --only 'sql-*' --only memory-no-high-water-mark
+    .venv/bin/python tests/mutation_check.py --list
+
+Each mutant is a file, a piece of its text that must occur exactly once, and
+what to put instead.  For each one the script edits the file, runs the test
+files that should catch the change (``pytest -x``, with a time limit), and puts
+the file back byte for byte, also after Ctrl-C or SIGTERM.  It prints a table
+and exits non-zero if a mutant survived or its run broke.  A mutant whose
+original text is no longer found exactly once stops the script before anything
+is changed: a refactor must re-point it, not retire it silently.
+
+Not collected by pytest (the name does not start with ``test_``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 900  # seconds per mutant
+
+#: The test files that check the queue's behaviour (fast ones first: -x stops early).
+CORE = (
+    "tests/test_contract.py",
+    "tests/test_features.py",
+    "tests/test_sqlite.py",
+    "tests/test_invariants.py",
+    "tests/test_transactional.py",
+    "tests/test_stateful.py",
+)
+WORKER = ("tests/test_worker.py",)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # relative to the repository
+    original: str
+    replacement: str
+    tests: tuple[str, ...] = CORE
+
+
+MUTANTS = [
+    # --- what happens to a task, and whose policy decides it
+    Mutant(
+        "durable-retry-of-the-queue-object",
+        "sqlq/durable.py",
+        "delay = task.retry.delay(task.attempts, self._rng)",
+        "delay = self.retry.delay(task.attempts, self._rng)",
+    ),
+    Mutant(
+        "durable-max-attempts-of-the-queue-object",
+        "sqlq/durable.py",
+        "state = after_failure(task.attempts, task.max_attempts, delay)",
+        "state = after_failure(task.attempts, self.max_attempts, delay)",
+    ),
+    Mutant(
+        "max-attempts-off-by-one",
+        "sqlq/contract.py",
+        "    if attempts >= max_attempts:\n        return State.DEAD",
+        "    if attempts > max_attempts:\n        return State.DEAD",
+    ),
+    Mutant(
+        "retry-exponent-off-by-one",
+        "sqlq/retry.py",
+        "exponent = min(attempts - 1, 1100)",
+        "exponent = min(attempts, 1100)",
+    ),
+    Mutant(
+        "retry-fixed-delay-ignored",
+        "sqlq/retry.py",
+        'if self.kind == "fixed":\n            return self.base',
+        'if self.kind == "fixed":\n            return 0',
+    ),
+    Mutant(
+        "durable-release-counts-the-attempt",
+        "sqlq/durable.py",
+        "attempts_delta=-1",
+        "attempts_delta=0",
+    ),
+    Mutant(
+        "durable-finished-backoff-not-woken",
+        "sqlq/durable.py",
+        "if run_at is not None and run_at <= tx.now:",
+        "if False:",
+    ),
+    Mutant(
+        "durable-purge-cutoff-ahead",
+        "sqlq/durable.py",
+        "cutoff = tx.now - age",
+        "cutoff = tx.now + age",
+    ),
+    Mutant(
+        "durable-extend-ignores-seconds",
+        "sqlq/durable.py",
+        "deadline = time_after(tx.now, length)",
+        "deadline = time_after(tx.now, self.lease_seconds)",
+    ),
+    # --- tokens
+    Mutant(
+        "durable-fail-ignores-the-token",
+        "sqlq/durable.py",
+        "            if token is not None and task.token != token:\n"
+        "                return None\n"
+        "            return self._end_lease",
+        "            return self._end_lease",
+    ),
+    Mutant(
+        "durable-release-ignores-the-token",
+        "sqlq/durable.py",
+        "if task is None or task.state is not State.RESERVED or task.token != token:",
+        "if task is None or task.state is not State.RESERVED:",
+    ),
+    Mutant(
+        "durable-retried-complete-answers-false",
+        "sqlq/durable.py",
+        "return token is not None and self._completed_by(tx, task_id, token)",
+        "return False",
+    ),
+    Mutant(
+        "sqlite-claim-reuses-a-token",
+        "sqlq/sqlite/backend.py",
+        "        self._next_id()\n        task_id, attempts, payload = row",
+        "        task_id, attempts, payload = row",
+    ),
+    # --- compare-and-set guards
+    Mutant(
+        "sql-end-lease-without-compare-and-set",
+        "sqlq/sqlite/queries.sql",
+        "WHERE id = :id AND state = 'RESERVED' AND lease_id = :token",
+        "WHERE id = :id",
+    ),
+    Mutant(
+        "sql-wake-without-compare-and-set",
+        "sqlq/sqlite/queries.sql",
+        "WHERE id = :id AND state = 'WAITING' AND seq = :order",
+        "WHERE id = :id AND state = 'WAITING'",
+    ),
+    Mutant(
+        "sql-complete-ignores-the-token",
+        "sqlq/sqlite/queries.sql",
+        "  AND (:token IS NULL OR lease_id = :token)\n",
+        "",
+    ),
+    Mutant(
+        "sql-complete-ignores-the-state",
+        "sqlq/sqlite/queries.sql",
+        "WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED'\n  AND (:token",
+        "WHERE queue = :queue AND task_id = :task_id\n  AND (:token",
+    ),
+    Mutant(
+        "sql-complete-many-ignores-the-state",
+        "sqlq/sqlite/queries.sql",
+        "WHERE queue = :queue AND state = 'RESERVED'\n  AND (task_id, lease_id) IN",
+        "WHERE queue = :queue\n  AND (task_id, lease_id) IN",
+    ),
+    Mutant(
+        "sql-extend-ignores-the-token",
+        "sqlq/sqlite/queries.sql",
+        "WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED' AND lease_id = :token",
+        "WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED'",
+    ),
+    Mutant(
+        "sql-clock-write-without-guard",
+        "sqlq/sqlite/queries.sql",
+        "WHERE id = 1 AND now <= :now AND counter <= :counter",
+        "WHERE id = 1",
+    ),
+    # --- time and the order of due events
+    Mutant(
+        "sqlite-wake-ups-before-expiries",
+        "sqlq/sqlite/backend.py",
+        "    return row[:3]\n",
+        '    return (row[0], row[5] == "RESERVED", row[1], row[2])\n',
+    ),
+    Mutant(
+        "sqlite-wake-ups-before-expiries-at-equal-times",
+        "sqlq/sqlite/backend.py",
+        "    return row[:3]\n",
+        '    return (row[0], row[1], row[5] == "RESERVED", row[2])\n',
+    ),
+    Mutant(
+        "memory-wake-ups-before-expiries-at-equal-times",
+        "sqlq/memory.py",
+        "waiting[0][:2] < leases[0][:2]",
+        "waiting[0][0] <= leases[0][0]",
+    ),
+    Mutant(
+        "sql-deadline-exclusive",
+        "sqlq/sqlite/queries.sql",
+        "WHERE queue = :queue AND deadline <= max(:now",
+        "WHERE queue = :queue AND deadline < max(:now",
+    ),
+    Mutant(
+        "sqlite-no-high-water-mark",
+        "sqlq/sqlite/backend.py",
+        "            if self.now < mark:\n                self.now = mark\n",
+        "",
+    ),
+    Mutant(
+        "memory-no-high-water-mark",
+        "sqlq/memory.py",
+        "        if now < self._now:\n            now = self._now\n        self._now = now",
+        "        self._now = now",
+    ),
+    # --- the line, dead letters, purge, payloads
+    Mutant(
+        "sql-claim-takes-the-back-of-the-line",
+        "sqlq/sqlite/queries.sql",
+        "            ORDER BY seq LIMIT 1)",
+        "            ORDER BY seq DESC LIMIT 1)",
+    ),
+    Mutant(
+        "sql-claim-many-takes-the-back-of-the-line",
+        "sqlq/sqlite/queries.sql",
+        "ORDER BY seq LIMIT :n",
+        "ORDER BY seq DESC LIMIT :n",
+    ),
+    Mutant(
+        "sql-redrive-keeps-attempts",
+        "sqlq/sqlite/queries.sql",
+        "SET state = 'AVAILABLE', attempts = 0, seq = :seq",
+        "SET state = 'AVAILABLE', seq = :seq",
+    ),
+    Mutant(
+        "sql-dead-letters-in-the-order-added",
+        "sqlq/sqlite/queries.sql",
+        "ORDER BY finished_at, id\n",
+        "ORDER BY id\n",
+    ),
+    Mutant(
+        "sql-purge-cutoff-exclusive",
+        "sqlq/sqlite/queries.sql",
+        "AND finished_at <= :cutoff",
+        "AND finished_at < :cutoff",
+    ),
+    Mutant(
+        "payload-json-not-decoded",
+        "sqlq/payload.py",
+        "    return json.loads(stored)",
+        "    return stored",
+    ),
+    # --- the worker
+    Mutant(
+        "worker-fails-without-its-token",
+        "sqlq/worker.py",
+        "self._persist(self.queue.fail, lease.task_id, token=lease.token, error=error)",
+        "self._persist(self.queue.fail, lease.task_id, error=error)",
+        WORKER,
+    ),
+    Mutant(
+        "worker-idle-wait-not-capped",
+        "sqlq/worker.py",
+        "idle = min(idle * 2, self.poll_max)",
+        "idle = idle * 2",
+        WORKER,
+    ),
+    Mutant(
+        "worker-heartbeats-continuously",
+        "sqlq/worker.py",
+        "entry.next_beat = started + self.heartbeat",
+        "entry.next_beat = started",
+        WORKER,
+    ),
+    Mutant(
+        "worker-never-uses-complete-and-claim",
+        "sqlq/worker.py",
+        "chain = not (late or self._stopping)",
+        "chain = False",
+        WORKER,
+    ),
+]
+
+
+def check(mutants: list[Mutant]) -> None:
+    """Every mutant's original text occurs exactly once in its file (or stop here)."""
+    wrong = []
+    for m in mutants:
+        found = (ROOT / m.path).read_text("utf-8").count(m.original)
+        if found != 1:
+            wrong.append(f"  {m.name}: {m.path} has its original text {found} times, not once")
+    if wrong:
+        sys.exit("mutants that no longer match the code (re-point them):\n" + "\n".join(wrong))
+
+
+def run(m: Mutant) -> str:
+    """Apply the mutant, run its tests, restore the file: killed, survived, timeout or error."""
+    path = ROOT / m.path
+    original = path.read_bytes()
+    text = original.decode("utf-8")
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests]
+    # A bytecode cache of its own: a cached .pyc of the original could pass for the
+    # mutant (same size, same second).
+    cache = tempfile.TemporaryDirectory(prefix="sqlq-mutant-")
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": cache.name}
+    try:
+        path.write_text(text.replace(m.original, m.replacement, 1), "utf-8")
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group, all stopped together
+        )
+        try:
+            code = proc.wait(TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return "timeout"
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    finally:
+        path.write_bytes(original)
+        cache.cleanup()
+    # pytest: 0 all passed, 1 some failed; anything else is a broken run, not a verdict.
+    return {0: "survived", 1: "killed"}.get(code, f"error (pytest exit {code})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", help="a mutant name or glob (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = parser.parse_args()
+    chosen = [
+        m for m in MUTANTS if not args.only or any(fnmatch.fnmatch(m.name, p) for p in args.only)
+    ]
+    if not chosen:
+        sys.exit(f"no mutant matches {args.only}")
+    check(chosen)
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:50} {m.path}")
+        return 0
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    width = max(len(m.name) for m in chosen)
+    results = []
+    for m in chosen:
+        started = time.monotonic()
+        verdict = run(m)
+        results.append(verdict)
+        print(f"{m.name:{width}}  {verdict:10}  {time.monotonic() - started:6.1f} s", flush=True)
+    killed = sum(v == "killed" for v in results)
+    print(f"\n{killed} of {len(results)} mutants killed")
+    return 0 if killed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
