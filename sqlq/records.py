@@ -28,9 +28,12 @@ class Lease:
     ) -> None:
         # The frozen dataclass's own __init__, without its object.__setattr__ per field
         # (half the cost of making a lease, and every claim makes one).
-        self.__dict__.update(
-            task_id=task_id, token=token, attempt=attempt, deadline=deadline, payload=payload
-        )
+        fields = self.__dict__
+        fields["task_id"] = task_id
+        fields["token"] = token
+        fields["attempt"] = attempt
+        fields["deadline"] = deadline
+        fields["payload"] = payload
 
 
 @dataclass(frozen=True)
