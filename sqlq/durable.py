@@ -466,15 +466,14 @@ class Queue:
         self, now: Number | None, conn: sa.Connection | None = None
     ) -> AbstractContextManager[Transaction]:
         """One call: a transaction at ``now`` in which everything due has happened."""
-        if now is None:
-            now = check_time(self._clock())
-            opened = self._opened
-            if self._guard_clock:
-                opened = self._opened_at_reading
-                if now > self._kernel_seen + self._step:
-                    self._check_clock(now)
-        else:
+        if now is not None:
             now, opened = check_time(now), self._opened
+        elif self._guard_clock:
+            now, opened = check_time(self._clock()), self._opened_at_reading
+            if now > self._kernel_seen + self._step:
+                self._check_clock(now)
+        else:
+            now, opened = check_time(self._clock()), self._opened
         return self._backend.transaction(now, self.queue, conn, opened)
 
     def _opened(self, tx: Transaction, asked: Number) -> None:

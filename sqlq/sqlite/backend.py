@@ -567,7 +567,7 @@ class SqliteTransaction:
                 if not backend._lock.acquire(False):
                     backend.wait_for_lock(deadline)
                 self._locked = True
-                self._conn = backend._connection()
+                self._conn = backend._conn or backend._connection()
                 self._cur = backend._cursor
                 backend.begin_write(self._cur, deadline)
             else:
