@@ -18,6 +18,12 @@ Operations (synchronous=NORMAL, so that nothing waits on the disk):
 * ``runner``: complete_and_claim, one transaction per task, on both (the
   reference has one too): what the worker's loop costs per task.
 * ``add_many``: add_many of 1,000 ids; the figure is per task.
+* ``batches``: claim_many of 1,000, then complete_many of those leases (two
+  transactions); the figure is per task.
+
+The queues of ``claim_complete``, ``runner`` and ``batches`` are filled before
+counting with the same number of tasks whatever N is (FILL, BATCH_FILL), so the
+difference between the two runs holds no part of the fill.
 
 ``--memory`` counts the in-memory ``WorkQueue`` instead: instructions per call of
 bench/seed_calls.py's mix (the benchmark's loop included), after 1,000 and after
@@ -43,25 +49,30 @@ import sqlq
 from . import systems
 from .seed_calls import answer, make_calls
 
-OPS = ("add", "claim_complete", "runner", "add_many")
+OPS = ("add", "claim_complete", "runner", "add_many", "batches")
 WARM = 200  # operations before counting, so that caches and statements are warm
 MEMORY_TASKS = (1_000, 100_000)  # tasks queued before the mixed calls are counted
 MEMORY_CALLS = 20_000  # mixed calls counted: enough for the garbage collector's share
+BATCH = 1000  # tasks per batch call
+FILL = 2000  # tasks in the queue before claim_complete and runner: room for N <= 1,798
+BATCH_FILL = 11 * BATCH  # before batches: one warm-up batch, then up to 10 counted
+BATCH_OPS = ("add_many", "batches")  # counted per task, N / 100 calls
 
 
 def drive(system: str, op: str, n: int, folder: str) -> None:
     """The measured program: WARM operations, then ``n`` more (n = 0: the baseline)."""
     path = os.path.join(folder, "q.db")
     cls = systems.get(system)
-    if op in ("claim_complete", "runner"):
-        cls.fill(path, [f"t-{i}" for i in range(WARM + n + 2)])
+    fill = BATCH_FILL if op == "batches" else FILL if op in ("claim_complete", "runner") else 0
+    if fill:
+        cls.fill(path, [f"t-{i}" for i in range(fill)])
     s = cls(path, "normal")
     if op == "add":
         for i in range(WARM + n):
             s.add(f"t-{i}")
     elif op == "add_many":
         for j in range(1 + n):
-            s.add_many([f"t-{j}-{i}" for i in range(1000)])
+            s.add_many([f"t-{j}-{i}" for i in range(BATCH)])
     elif op == "claim_complete":
         for _ in range(WARM + n):
             s.complete(s.reserve())
@@ -69,6 +80,9 @@ def drive(system: str, op: str, n: int, folder: str) -> None:
         lease = s.reserve()
         for _ in range(WARM + n):
             _, lease = s.complete_and_claim(lease)
+    elif op == "batches":
+        for _ in range(1 + n):
+            s.complete_many(s.claim_many(BATCH))
     s.close()
 
 
@@ -122,7 +136,7 @@ def per_op(system: str, op: str, n: int) -> float:
         return lambda folder: ["--drive", system, op, str(k), folder]
 
     per = count(drive(n)) - count(drive(0))
-    return per / n / (1000 if op == "add_many" else 1)
+    return per / n / (BATCH if op in BATCH_OPS else 1)
 
 
 def per_mixed_call(tasks: int) -> float:
@@ -172,10 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown operations: {', '.join(sorted(unknown))}")
     n = args.n
+    if not 1 <= n <= FILL - WARM - 2 or n // 100 > BATCH_FILL // BATCH - 1:
+        parser.error(f"-n must be from 1 to {min(FILL - WARM - 2, 100 * BATCH_FILL // BATCH - 1)}")
     print(f"instructions per operation (callgrind, synchronous=NORMAL, N = {n})")
     print(f"{'operation':<16}{'sqlq':>12}{'reference':>12}{'x ref':>8}")
     for op in ops:
-        count_n = max(1, n // 100) if op == "add_many" else n
+        count_n = max(1, n // 100) if op in BATCH_OPS else n
         ours = per_op("sqlq", op, count_n)
         ref = per_op("reference", op, count_n)
         print(f"{op:<16}{ours:>12,.0f}{ref:>12,.0f}{ref / ours:>8.2f}")

@@ -22,6 +22,7 @@ PostgreSQL later) implements them with its own SQL and promises:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, Protocol
 
@@ -99,9 +100,9 @@ class Transaction(Protocol):
         """``claim`` up to ``n`` times, in line order (tokens increasing)."""
         ...
 
-    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> int:
         """RESERVED -> COMPLETED for each (task id, token) whose lease is current;
-        returns the pairs that completed."""
+        returns how many completed."""
         ...
 
     def claim(self, queue: str, deadline: Number) -> tuple[str, int, int, Encoded] | None:
@@ -163,13 +164,24 @@ class Transaction(Protocol):
         ...
 
 
+#: Called by a transaction once it has read the clock, with the time the call asked
+#: for, if something fell due or that time was behind the mark (see Backend.transaction).
+Opened = Callable[[Transaction, Number], None]
+
+
 class Backend(Protocol):
     """A database holding any number of named queues."""
 
     def transaction(
-        self, now: Number, queue: str, external: Any = None
+        self, now: Number, queue: str, external: Any, opened: Opened
     ) -> AbstractContextManager[Transaction]:
-        """One call on ``queue``: a write transaction at ``now`` (see the module docstring)."""
+        """One call on ``queue``: a write transaction at ``now`` (see the module docstring).
+
+        ``opened(tx, now)`` runs inside it right after the clock and the due events
+        were read, when something fell due (``tx.events``) or ``now`` was behind the
+        mark; what it raises rolls the call back.  ``external``: the caller's
+        connection, or None.
+        """
         ...
 
     def ready(self, queue: str, now: Number) -> bool:

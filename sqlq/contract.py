@@ -191,6 +191,8 @@ MAX_TOKEN: Final = 2**63 - 1
 
 
 def check_token(token: object) -> int:
+    if type(token) is int and 0 < token <= MAX_TOKEN:  # the usual case, at once
+        return token
     if isinstance(token, bool) or not isinstance(token, int) or not 1 <= token <= MAX_TOKEN:
         raise InvalidArgument(f"a lease token is an int from 1 to 2**63 - 1, not {token!r}")
     return token

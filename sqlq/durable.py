@@ -335,11 +335,11 @@ class Queue:
             return self._complete_many(tx, items)
 
     def _complete_many(self, tx: Transaction, items: list[tuple[str, int]]) -> list[bool]:
-        done = tx.complete_many(self.queue, items) if items else set()
-        return [
-            (task_id, token) in done or self._completed_by(tx, task_id, token)
-            for task_id, token in items
-        ]
+        if not items or tx.complete_many(self.queue, items) == len(items):
+            return [True] * len(items)
+        # Some were not completed now: each is done if its lease completed it, now
+        # or in an earlier call (a retry); one item completes one row at most.
+        return [self._completed_by(tx, task_id, token) for task_id, token in items]
 
     def settle_and_claim(
         self,
@@ -501,18 +501,31 @@ class Queue:
 
     # --- internals ------------------------------------------------------------------
 
-    def _call(self, now: Number | None, conn: sa.Connection | None = None) -> _Call:
+    def _call(
+        self, now: Number | None, conn: sa.Connection | None = None
+    ) -> AbstractContextManager[Transaction]:
         """One call: a transaction at ``now`` in which everything due has happened."""
-        if now is None:
-            now = check_time(self._clock())
-            reading = None
-            if self._guard_clock:
-                reading = now
-                if now > self._kernel_seen + self._step:
-                    self._check_clock(now)
+        if now is not None:
+            now, opened = check_time(now), self._opened
+        elif self._guard_clock:
+            now, opened = check_time(self._clock()), self._opened_at_reading
+            if now > self._kernel_seen + self._step:
+                self._check_clock(now)
         else:
-            now, reading = check_time(now), None
-        return _Call(self, self._backend.transaction(now, self.queue, conn), reading)
+            now, opened = check_time(self._clock()), self._opened
+        return self._backend.transaction(now, self.queue, conn, opened)
+
+    def _opened(self, tx: Transaction, asked: Number) -> None:
+        """What a call's transaction runs once it has read the clock, if something fell
+        due or the call's time ``asked`` was behind the queue's."""
+        self._advance(tx, tx.events)
+
+    def _opened_at_reading(self, tx: Transaction, asked: Number) -> None:
+        """_opened for a call at a reading of the system clock: also warns if the
+        reading is far behind the queue's time."""
+        if asked < tx.mark - self._step:
+            self._warn_lag(asked, tx.mark)
+        self._advance(tx, tx.events)
 
     def _check_clock(self, reading: Number) -> None:
         """Is this reading of the system clock more than max_clock_step ahead of the
@@ -605,43 +618,6 @@ class Queue:
             delta = task.max_attempts - task.attempts
             tx.end_lease(task, State.DEAD, tx.now, undecodable_error(exc), attempts_delta=delta)
             return None
-
-
-class _Call:
-    """Enter the backend's transaction, then run what fell due (a class, not a
-    generator: it is on the hot path of every call)."""
-
-    __slots__ = ("_queue", "_reading", "_tx")
-
-    def __init__(
-        self,
-        queue: Queue,
-        tx: AbstractContextManager[Transaction],
-        reading: Number | None = None,
-    ) -> None:
-        self._queue, self._tx, self._reading = queue, tx, reading
-
-    def __enter__(self) -> Transaction:
-        tx = self._tx.__enter__()
-        reading = self._reading
-        lagging = reading is not None and reading < tx.mark - self._queue._step
-        if tx.events or lagging:
-            try:
-                if lagging:
-                    self._queue._warn_lag(reading, tx.mark)  # type: ignore[arg-type]
-                self._queue._advance(tx, tx.events)
-            except BaseException as exc:
-                self._tx.__exit__(type(exc), exc, exc.__traceback__)
-                raise
-        return tx
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._tx.__exit__(exc_type, exc, tb)
 
 
 def _info(task: TaskRow) -> TaskInfo:

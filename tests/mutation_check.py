@@ -132,7 +132,7 @@ MUTANTS = [
     Mutant(
         "sqlite-claim-reuses-a-token",
         "sqlq/sqlite/backend.py",
-        "        self._next_id()\n        task_id, attempts, payload = row",
+        "        self._counter = token\n        task_id, attempts, payload = row",
         "        task_id, attempts, payload = row",
     ),
     # --- compare-and-set guards
@@ -151,20 +151,26 @@ MUTANTS = [
     Mutant(
         "sql-complete-ignores-the-token",
         "sqlq/sqlite/queries.sql",
-        "  AND (:token IS NULL OR lease_id = :token)\n",
+        " AND (?3 IS NULL OR lease_id = ?3)",
         "",
     ),
     Mutant(
         "sql-complete-ignores-the-state",
         "sqlq/sqlite/queries.sql",
-        "WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED'\n  AND (:token",
-        "WHERE queue = :queue AND task_id = :task_id\n  AND (:token",
+        "WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3",
+        "WHERE queue = ?1 AND task_id = ?2 AND (?3",
     ),
-    Mutant(
-        "sql-complete-many-ignores-the-state",
-        "sqlq/sqlite/queries.sql",
-        "WHERE queue = :queue AND state = 'RESERVED'\n  AND (task_id, lease_id) IN",
-        "WHERE queue = :queue\n  AND (task_id, lease_id) IN",
+    Mutant(  # add_many's one INSERT kept though some id in the batch was not new
+        "sqlite-add-many-keeps-a-partial-batch",
+        "sqlq/sqlite/backend.py",
+        "rowcount == len(batch)",
+        "rowcount >= 0",
+    ),
+    Mutant(  # complete_many runs complete_task (above); it trusts a full count alone
+        "durable-complete-many-trusts-any-count",
+        "sqlq/durable.py",
+        "tx.complete_many(self.queue, items) == len(items)",
+        "tx.complete_many(self.queue, items) >= 0",
     ),
     Mutant(
         "sql-extend-ignores-the-token",
@@ -175,21 +181,21 @@ MUTANTS = [
     Mutant(
         "sql-clock-write-without-guard",
         "sqlq/sqlite/queries.sql",
-        "WHERE id = 1 AND now <= :now AND counter <= :counter",
+        "WHERE id = 1 AND now <= ?1 AND counter <= ?2",
         "WHERE id = 1",
     ),
     # --- time and the order of due events
     Mutant(
-        "sqlite-wake-ups-before-expiries",
-        "sqlq/sqlite/backend.py",
-        "    return row[:3]\n",
-        '    return (row[0], row[5] == "RESERVED", row[1], row[2])\n',
+        "sql-wake-ups-before-expiries",
+        "sqlq/sqlite/queries.sql",
+        "ORDER BY 1, 2",
+        "ORDER BY 5 DESC, 1, 2",  # WAITING sorts after RESERVED
     ),
     Mutant(
-        "sqlite-wake-ups-before-expiries-at-equal-times",
-        "sqlq/sqlite/backend.py",
-        "    return row[:3]\n",
-        '    return (row[0], row[1], row[5] == "RESERVED", row[2])\n',
+        "sql-wake-ups-before-expiries-at-equal-times",
+        "sqlq/sqlite/queries.sql",
+        "ORDER BY 1, 2",
+        "ORDER BY 1, 5 DESC, 2",
     ),
     Mutant(
         "memory-wake-ups-before-expiries-at-equal-times",
@@ -200,13 +206,19 @@ MUTANTS = [
     Mutant(
         "sql-deadline-exclusive",
         "sqlq/sqlite/queries.sql",
-        "WHERE queue = :queue AND deadline <= max(:now",
-        "WHERE queue = :queue AND deadline < max(:now",
+        "WHERE queue = ?1 AND deadline <= max(?2",
+        "WHERE queue = ?1 AND deadline < max(?2",
+    ),
+    Mutant(
+        "sql-due-events-deadline-exclusive",
+        "sqlq/sqlite/queries.sql",
+        "WHERE queue = ?1 AND deadline <= ?2\n",
+        "WHERE queue = ?1 AND deadline < ?2\n",
     ),
     Mutant(
         "sqlite-no-high-water-mark",
         "sqlq/sqlite/backend.py",
-        "            if self.now < mark:\n                self.now = mark\n",
+        "                if asked < mark:\n                    self.now = mark\n",
         "",
     ),
     Mutant(

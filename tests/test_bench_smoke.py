@@ -58,7 +58,7 @@ def test_bench_smoke_run_writes_every_section(tmp_path: Path) -> None:
 def test_the_instruction_count_driver_runs_every_operation(system: str, tmp_path: Path) -> None:
     """bench.instructions runs its driver under callgrind; here without it, to keep it
     working (in a subprocess from the repository root, as the tool runs it)."""
-    for op in ("add", "claim_complete", "runner", "add_many"):
+    for op in ("add", "claim_complete", "runner", "add_many", "batches"):
         folder = tmp_path / f"{system}-{op}"
         folder.mkdir()
         command = [sys.executable, "-m", "bench.instructions", "--drive", system, op, "3"]
@@ -72,6 +72,8 @@ def test_the_instruction_count_driver_runs_every_operation(system: str, tmp_path
             q.close()
             if op in ("claim_complete", "runner"):
                 assert counts["COMPLETED"] == 200 + 3  # the warm-up and the counted ones
+            elif op == "batches":
+                assert counts["COMPLETED"] == 4000  # a warm-up batch and 3 counted ones
             else:
                 assert counts["AVAILABLE"] == (203 if op == "add" else 4000)
 

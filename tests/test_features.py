@@ -409,6 +409,31 @@ def test_add_many_and_claim_many(make_queue: Factory) -> None:
     assert q.claim_many(10, 1) == []
 
 
+def test_add_many_gives_counter_values_to_the_tasks_it_adds_alone(make_queue: Factory) -> None:
+    """SQLite inserts a batch of new ids in one statement; a batch with an id that
+    exists, an id twice or a bytes payload takes another path.  Either way only the
+    tasks added take line positions, so later tokens agree on both faces."""
+    q = make_queue(10, 3)
+    q.add("old", 0)
+    batch = [("é-1", "text"), ("n2", [1, {"k": None}]), "n3", ("n\x004", {"ü": "\u2603"})]
+    assert q.add_many(batch, 1) == [True] * 4
+    assert q.add_many(["n5", "old", "n6", "n5"], 1) == [True, False, True, False]
+    assert q.add_many([("b", b"\x00raw"), "n7"], 1) == [True, True]
+    assert q.claim(2).token == 10  # old, n1 .. n7 and b took 1 .. 9
+    leases = q.claim_many(10, 2)
+    assert [(x.task_id, x.payload) for x in leases] == [
+        ("é-1", "text"),
+        ("n2", [1, {"k": None}]),
+        ("n3", None),
+        ("n\x004", {"ü": "\u2603"}),
+        ("n5", None),
+        ("n6", None),
+        ("b", b"\x00raw"),
+        ("n7", None),
+    ]
+    assert [x.token for x in leases] == list(range(11, 19))
+
+
 def test_batches_keep_expiry_first_and_fifo(make_queue: Factory) -> None:
     q = make_queue(5, 3)
     q.add_many(["x", "y"], 0)

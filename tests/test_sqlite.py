@@ -168,16 +168,18 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
     q.close()
     with sqlite3.connect(db_path) as conn:
 
-        def plan(sql: str, params: dict[str, object]) -> str:
+        def plan(sql: str, params: dict[str, object] | tuple[object, ...]) -> str:
             return " | ".join(r[-1] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
-        due = plan(Q.open_call, {"queue": "q", "now": 5})
-        assert "sqlq_tasks_leases" in due and "sqlq_tasks_waiting" in due
-        assert "SCAN sqlq_tasks" not in due
-        claim = plan(Q.claim_front, {"queue": "q", "token": 1, "deadline": 1, "now": 1})
+        for due in (plan(Q.open_call, ("q", 5)), plan(Q.due_events, ("q", 5))):
+            assert "sqlq_tasks_leases" in due and "sqlq_tasks_waiting" in due
+            assert "SCAN sqlq_tasks" not in due
+        claim = plan(Q.claim_front, ("q", 1, 1, 1))
         assert "sqlq_tasks_line" in claim and "TEMP B-TREE" not in claim
         get = plan(Q.get_task, {"queue": "q", "task_id": "t"})
         assert "USING INDEX" in get and "SCAN" not in get
+        complete = plan(Q.complete_task, ("q", "t", 1, 1))
+        assert "USING INDEX" in complete and "SCAN" not in complete
     conn.close()
 
 

@@ -37,13 +37,14 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from functools import lru_cache
+from operator import itemgetter
 from types import TracebackType
 from typing import Any, Literal, NoReturn, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from ..backend import TaskRow
+from ..backend import Opened, TaskRow
 from ..contract import Number, State
 from ..errors import (
     Busy,
@@ -68,9 +69,12 @@ T = TypeVar("T")
 #: Waiting for the write lock: the first pause and the longest, in seconds (randomised).
 WAIT_MIN, WAIT_MAX = 100e-6, 5e-3
 
-#: A process checkpoints after this many of its own commits, and sooner once the
-#: -wal file is past the size limit (looked at after every commit: one stat call).
-CHECKPOINT_EVERY = 100
+#: A process looks at the size of the -wal file after every this many of its own
+#: commits (a stat call), and checkpoints once the file is past journal_size_limit.
+#: SQLite truncates the file to that limit when the log starts over, so a file past
+#: it holds that much log.  16 commits rarely write more than the 1 MiB between the
+#: limit (3 MiB) and the bound the README gives (4 MiB).
+WAL_CHECK_EVERY = 16
 
 log = logging.getLogger("sqlq")
 
@@ -333,11 +337,14 @@ class SqliteBackend:
     def engine(self) -> sa.Engine:
         return self._engine
 
-    def transaction(self, now: Number, queue: str, external: Any = None) -> SqliteTransaction:
-        """One call on ``queue`` at ``now``, as a context manager.  With ``external`` (a
-        SQLAlchemy Connection in an open transaction on this database) the call runs
-        inside the caller's transaction, in a savepoint."""
-        return SqliteTransaction(self, now, queue, external)
+    def transaction(
+        self, now: Number, queue: str, external: Any, opened: Opened
+    ) -> SqliteTransaction:
+        """One call on ``queue`` at ``now``, as a context manager (see
+        sqlq.backend.Backend).  With ``external`` (a SQLAlchemy Connection in an open
+        transaction on this database) the call runs inside the caller's transaction,
+        in a savepoint."""
+        return SqliteTransaction(self, now, queue, external, opened)
 
     def _external_connection(self, external: Any) -> Any:
         if self._closed:
@@ -472,16 +479,16 @@ class SqliteBackend:
         return result
 
     def _after_commit(self, conn: Any) -> None:
-        """After every commit, still holding the gate: a checkpoint whose outcome is
-        looked at, if one is due.  Never raises: the call has succeeded; a failed
-        checkpoint leaves the log to the next one.
+        """After every WAL_CHECK_EVERY-th commit, still holding the gate: a checkpoint
+        whose outcome is looked at, if the -wal file is past the limit.  Never raises:
+        the call has succeeded; a failed checkpoint leaves the log to the next one.
 
         The gate keeps other sqlq writers out while it runs, so it can copy the
         whole log, and the next writer then starts the log over from its beginning
         (truncating the file to journal_size_limit).  Run outside the gate, with
         several processes writing, some commit always lands during the checkpoint,
         the log never starts over, and the -wal file grows without bound."""
-        if self._commits >= CHECKPOINT_EVERY or (self.wal_bytes() or 0) > self.wal_limit:
+        if (self.wal_bytes() or 0) > self.wal_limit:
             self._checkpoint_logged(conn)
 
     def _checkpoint_logged(self, conn: Any) -> None:
@@ -525,9 +532,11 @@ class SqliteTransaction:
 
     A class-based context manager (not a generator) because it is on the hot
     path of every call.  On entry it takes the backend's lock, begins the write
-    transaction (or a savepoint in the caller's) and reads the clock and the
-    due events in one statement; on exit it stores the clock and commits, or
-    rolls back.  DB-API errors leave as sqlq errors, the original as the cause.
+    transaction (or a savepoint in the caller's) and reads the clock and whether
+    anything is due in one statement (the due events in a second one, only when
+    something is), then calls ``opened`` if something is due or the call's time
+    was behind the mark; on exit it stores the clock and commits, or rolls back.
+    DB-API errors leave as sqlq errors, the original as the cause.
     """
 
     __slots__ = (
@@ -537,18 +546,22 @@ class SqliteTransaction:
         "_cur",
         "_external",
         "_locked",
-        "_stored",
+        "_opened",
+        "_stored_counter",
         "events",
         "mark",
         "now",
         "queue",
     )
 
-    def __init__(self, backend: SqliteBackend, now: Number, queue: str, external: Any) -> None:
+    def __init__(
+        self, backend: SqliteBackend, now: Number, queue: str, external: Any, opened: Opened
+    ) -> None:
         self._backend = backend
         self.now: Number = now
         self.queue = queue
         self._external = external
+        self._opened = opened
         self._conn: Any = None
         self._cur: Any = None  # the cursor every statement of the call runs on
         self._locked = False
@@ -562,25 +575,26 @@ class SqliteTransaction:
                 if not backend._lock.acquire(False):
                     backend.wait_for_lock(deadline)
                 self._locked = True
-                self._conn = backend._connection()
+                self._conn = backend._conn or backend._connection()
                 self._cur = backend._cursor
                 backend.begin_write(self._cur, deadline)
             else:
                 self._conn = backend._external_connection(self._external)
                 self._cur = self._conn.cursor()
                 self._cur.execute(Q.savepoint)
-            rows = self._cur.execute(Q.open_call, {"queue": self.queue, "now": self.now})
-            rows = rows.fetchall()
-            if len(rows) > 1:  # the clock row first, then the events as they fell due
-                rows.sort(key=_open_call_order)
-            _, mark, counter = rows[0][:3]
+            cur = self._cur
+            asked = self.now
+            mark, counter, due = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
             self.mark: Number = mark
-            if self.now < mark:
-                self.now = mark
             self._counter: int = counter
-            self._stored = (mark, counter)
-            if len(rows) > 1:
-                self.events = [(row[1], row[2], _event_row(row)) for row in rows[1:]]
+            self._stored_counter = counter
+            if due or asked < mark:
+                if asked < mark:
+                    self.now = mark
+                if due:
+                    rows = cur.execute(Q.due_events, (self.queue, self.now)).fetchall()
+                    self.events = [(row[0], row[1], _event_row(row)) for row in rows]
+                self._opened(self, asked)
         except BaseException as exc:
             self._fail(exc)
         return self
@@ -593,9 +607,12 @@ class SqliteTransaction:
     ) -> None:
         if exc is not None:
             self._fail(exc)
+        cur = self._cur
         try:
-            self._flush()
-            self._cur.execute(Q.commit if self._external is None else Q.release_savepoint)
+            moved = self.now != self.mark or self._counter != self._stored_counter
+            if moved and cur.execute(Q.write_clock, (self.now, self._counter)).rowcount != 1:
+                raise InvariantViolation("the database clock or counter would have gone down")
+            cur.execute(Q.commit if self._external is None else Q.release_savepoint)
         except BaseException as error:
             self._fail(error)
         self._unlock(committed=True)
@@ -640,19 +657,13 @@ class SqliteTransaction:
             try:
                 if committed:
                     backend._commits += 1
-                    backend._after_commit(self._conn)
+                    if backend._commits % WAL_CHECK_EVERY == 0:
+                        backend._after_commit(self._conn)
             finally:
                 try:
                     backend.end_write()
                 finally:
                     backend._lock.release()
-
-    def _flush(self) -> None:
-        """Store the high-water mark and counter if they moved."""
-        if (self.now, self._counter) != self._stored:
-            params = {"now": self.now, "counter": self._counter}
-            if self._cur.execute(Q.write_clock, params).rowcount != 1:
-                raise InvariantViolation("the database clock or counter would have gone down")
 
     def _next_id(self) -> int:
         self._counter += 1
@@ -667,12 +678,12 @@ class SqliteTransaction:
         payload: Encoded,
         run_at: Number | None,
     ) -> bool:
-        row = self._insert_row(
-            queue, task_id, self._counter + 1, max_attempts, retry, payload, run_at
-        )
+        state = "AVAILABLE" if run_at is None else "WAITING"
+        row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
+               retry.kind, retry.base, retry.cap, self.now)  # fmt: skip
         if self._cur.execute(Q.insert_task, row).rowcount != 1:
             return False
-        self._next_id()
+        self._counter += 1
         return True
 
     def insert_many(
@@ -683,6 +694,11 @@ class SqliteTransaction:
         retry: Retry,
         run_at: Number | None,
     ) -> list[bool]:
+        """One insert_batch of the whole batch when every id in it is new (the usual
+        case); otherwise that is undone, the new ids are found first, and
+        insert_task runs for them alone, so that only they take counter values."""
+        if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at):
+            return [True] * len(batch)
         ids = json.dumps([task_id for task_id, _ in batch])
         seen = {row[0] for row in self._cur.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
         added: list[bool] = []
@@ -690,7 +706,7 @@ class SqliteTransaction:
         state = "AVAILABLE" if run_at is None else "WAITING"
         kind, base, cap, now = retry.kind, retry.base, retry.cap, self.now
         seq = self._counter
-        for task_id, payload in batch:  # the rows _insert_row would make, built inline
+        for task_id, payload in batch:  # insert_task's parameters, built inline
             new = task_id not in seen
             added.append(new)
             if new:
@@ -703,20 +719,33 @@ class SqliteTransaction:
             self._cur.executemany(Q.insert_task, rows)
         return added
 
-    def _insert_row(
+    def _insert_batch(
         self,
         queue: str,
-        task_id: str,
-        seq: int,
+        batch: list[tuple[str, Encoded]],
         max_attempts: int,
         retry: Retry,
-        payload: Encoded,
         run_at: Number | None,
-    ) -> tuple[Any, ...]:
-        """The parameters of insert_task, in its positional order."""
+    ) -> bool:
+        """insert_batch, kept if it added every task; False (and nothing changed) if
+        some id was not new, or a payload is bytes, which JSON cannot carry."""
+        pairs = any(payload is not None for _, payload in batch)
+        try:
+            items = json.dumps(batch if pairs else [task_id for task_id, _ in batch])
+        except TypeError:  # bytes
+            return False
         state = "AVAILABLE" if run_at is None else "WAITING"
-        return (queue, task_id, state, seq, max_attempts, run_at, payload,
-                retry.kind, retry.base, retry.cap, self.now)  # fmt: skip
+        params = (queue, items, state, self._counter, max_attempts, run_at,
+                  retry.kind, retry.base, retry.cap, self.now, pairs)  # fmt: skip
+        cur = self._cur
+        cur.execute(Q.savepoint_batch)
+        added: bool = cur.execute(Q.insert_batch, params).rowcount == len(batch)
+        if added:
+            self._counter += len(batch)
+        else:
+            cur.execute(Q.rollback_to_batch)
+        cur.execute(Q.release_batch)
+        return added
 
     def claim_many(
         self, queue: str, n: int, deadline: Number
@@ -728,21 +757,24 @@ class SqliteTransaction:
             "deadline": deadline,
             "now": self.now,
         }
-        rows = self._cur.execute(Q.claim_front_many, params).fetchall()
+        rows: list[tuple[str, int, int, Encoded]] = self._cur.execute(
+            Q.claim_front_many, params
+        ).fetchall()
         self._counter += len(rows)
-        return sorted(((t, token, a, p) for t, token, a, p in rows), key=lambda r: r[1])
+        rows.sort(key=itemgetter(1))
+        return rows
 
-    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> set[tuple[str, int]]:
-        params = {"queue": queue, "items": json.dumps(items), "now": self.now}
-        return {(row[0], row[1]) for row in self._cur.execute(Q.complete_many, params)}
+    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> int:
+        now = self.now
+        rows = [(queue, task_id, token, now) for task_id, token in items]
+        return int(self._cur.executemany(Q.complete_task, rows).rowcount)
 
     def claim(self, queue: str, deadline: Number) -> tuple[str, int, int, Encoded] | None:
         token = self._counter + 1
-        params = {"queue": queue, "token": token, "deadline": deadline, "now": self.now}
-        row = self._cur.execute(Q.claim_front, params).fetchone()
+        row = self._cur.execute(Q.claim_front, (queue, token, deadline, self.now)).fetchone()
         if row is None:
             return None
-        self._next_id()
+        self._counter = token
         task_id, attempts, payload = row
         return task_id, token, attempts, payload
 
@@ -751,7 +783,7 @@ class SqliteTransaction:
         return None if row is None else _task_row(row)
 
     def complete(self, queue: str, task_id: str, token: int | None) -> bool:
-        params = {"queue": queue, "task_id": task_id, "token": token, "now": self.now}
+        params = (queue, task_id, token, self.now)
         return bool(self._cur.execute(Q.complete_task, params).rowcount == 1)
 
     def end_lease(
@@ -832,11 +864,6 @@ class SqliteTransaction:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
 
 
-def _open_call_order(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """(first, at, k): the clock row (first = 0), then events by time and counter."""
-    return row[:3]
-
-
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
      deadline, run_at, payload, error, created, updated, finished) = row  # fmt: skip
@@ -848,9 +875,7 @@ def _task_row(row: tuple[Any, ...]) -> TaskRow:
 
 
 def _event_row(row: tuple[Any, ...]) -> TaskRow:
-    _first, _at, _k, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap = (
-        row
-    )
+    _at, _order, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap = row
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         retry_policy(kind, base, cap),

@@ -2,8 +2,9 @@
 --
 -- A block starts with `-- name: <name>`, continues with comment lines that say
 -- what it does, and ends where the next block starts.  Parameters are named
--- (:name).  sqlq/sqlite/queries.py loads this file; tests check that every block
--- is used and that every name the code uses is defined here.
+-- (:name), or numbered (?1) in the statements of every call, where binding a
+-- tuple costs less than a dict.  sqlq/sqlite/queries.py loads this file; tests
+-- check that every block is used and that every name the code uses is defined here.
 
 -- name: begin_write
 -- Start a call's transaction holding the write lock from its first statement,
@@ -38,35 +39,51 @@ RELEASE sqlq_call
 -- Undo the call's statements after an error, leaving the caller's transaction open.
 ROLLBACK TO sqlq_call
 
+-- name: savepoint_batch
+-- Before insert_batch: it can be undone alone if an id in the batch was not new.
+SAVEPOINT sqlq_batch
+
+-- name: release_batch
+-- After insert_batch (kept, or undone by rollback_to_batch first).
+RELEASE sqlq_batch
+
+-- name: rollback_to_batch
+-- Undo insert_batch: some id in the batch was not new.
+ROLLBACK TO sqlq_batch
+
 -- name: open_call
 -- The first statement of every call, after BEGIN: the database clock (its time
--- high-water mark and id counter; the row whose first column is 0), then
--- everything due in the queue at the call's time (the later of :now and the
--- mark): leases whose deadline has passed (deadline inclusive) and WAITING
--- tasks whose run_at has come.  Two range scans of partial indexes; usually
--- just the clock.  No ORDER BY: sorting would open two sorters in every call,
--- for rows that are nearly always absent; the caller orders the rows by
--- (first, at, k), i.e. the clock, then events by time and then by counter
--- (lease token or wake-up order).
-SELECT 0 AS first, now AS at, counter AS k, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL
+-- high-water mark and id counter) and whether anything in queue ?1 is due at
+-- the call's time (the later of ?2 and the mark): a lease whose deadline has
+-- passed (deadline inclusive) or a WAITING task whose run_at has come.  Two
+-- probes of partial indexes; due_events reads the events only when one is due.
+SELECT now, counter,
+       EXISTS (SELECT 1 FROM sqlq_tasks
+               WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
+       OR EXISTS (SELECT 1 FROM sqlq_tasks
+                  WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now))
 FROM sqlq_clock WHERE id = 1
-UNION ALL
-SELECT 1, deadline, lease_id, id, task_id, state, attempts, max_attempts, lease_id, seq,
+
+-- name: due_events
+-- After open_call found something due: everything due in queue ?1 at the
+-- call's time ?2, in the order it fell due (time, then counter: the lease
+-- token or the wake-up order), with the columns the queue logic needs.
+SELECT deadline, lease_id, id, task_id, state, attempts, max_attempts, lease_id, seq,
        retry_kind, retry_base, retry_cap
 FROM sqlq_tasks
-WHERE queue = :queue AND deadline <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1))
+WHERE queue = ?1 AND deadline <= ?2
 UNION ALL
-SELECT 1, run_at, seq, id, task_id, state, attempts, max_attempts, lease_id, seq,
+SELECT run_at, seq, id, task_id, state, attempts, max_attempts, lease_id, seq,
        retry_kind, retry_base, retry_cap
 FROM sqlq_tasks
-WHERE queue = :queue AND run_at <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1))
+WHERE queue = ?1 AND run_at <= ?2
+ORDER BY 1, 2
 
 -- name: write_clock
--- Store the new high-water mark and counter at the end of a call that moved
--- them; guarded so neither can go down.
-UPDATE sqlq_clock SET now = :now, counter = :counter
-WHERE id = 1 AND now <= :now AND counter <= :counter
+-- Store the new high-water mark ?1 and counter ?2 at the end of a call that
+-- moved them; guarded so neither can go down.
+UPDATE sqlq_clock SET now = ?1, counter = ?2
+WHERE id = 1 AND now <= ?1 AND counter <= ?2
 
 -- name: ready
 -- Read only, outside any write transaction: would a claim on the queue find a
@@ -93,6 +110,22 @@ INSERT INTO sqlq_tasks
 VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
 ON CONFLICT (queue, task_id) DO NOTHING
 
+-- name: insert_batch
+-- add_many in one statement: insert_task for each element of the JSON array
+-- ?2, the k-th (from 0) with seq ?4 + k + 1; the elements are [id, payload]
+-- pairs if ?11 is 1, plain ids (no payloads) if it is 0, which saves two JSON
+-- lookups a row.  Ids that exist are skipped: add_many compares the row count
+-- with the batch.  The other parameters are insert_task's: (queue, items,
+-- state, counter, max_attempts, run_at, retry_kind, retry_base, retry_cap, now,
+-- pairs).  (WHERE true: an upsert after INSERT ... SELECT needs a WHERE.)
+INSERT INTO sqlq_tasks
+    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
+     retry_kind, retry_base, retry_cap, created_at, updated_at)
+SELECT ?1, iif(?11, value ->> 0, value), ?3, ?4 + key + 1, 0, ?5, ?6,
+       iif(?11, value ->> 1, NULL), ?7, ?8, ?9, ?10, ?10
+FROM json_each(?2) WHERE true
+ON CONFLICT (queue, task_id) DO NOTHING
+
 -- name: existing_ids
 -- Which of the ids in :ids (a JSON array) a queue already has: add_many inserts
 -- the others with one executemany.
@@ -112,25 +145,14 @@ FROM (SELECT id, row_number() OVER (ORDER BY seq) AS rank
 WHERE sqlq_tasks.id = line.id AND sqlq_tasks.state = 'AVAILABLE'
 RETURNING task_id, lease_id, attempts, payload
 
--- name: complete_many
--- complete_task for many (task id, token) pairs given as a JSON array of pairs;
--- returns the (task id, token) pairs it completed.  The pairs drive the loop
--- (an index lookup each), never a scan of the queue.
-UPDATE sqlq_tasks
-SET state = 'COMPLETED', deadline = NULL, finished_at = :now, updated_at = :now
-WHERE queue = :queue AND state = 'RESERVED'
-  AND (task_id, lease_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
-                              FROM json_each(:items))
-RETURNING task_id, lease_id
-
 -- name: claim_front
--- Reserve the front of the queue's line in one statement: count an attempt,
--- record the lease (its token) and its deadline.  Returns the task, or no row.
+-- Reserve the front of queue ?1's line in one statement: count an attempt,
+-- record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
+-- task, or no row.
 UPDATE sqlq_tasks
-SET state = 'RESERVED', attempts = attempts + 1, lease_id = :token,
-    deadline = :deadline, updated_at = :now
+SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
 WHERE id = (SELECT id FROM sqlq_tasks
-            WHERE queue = :queue AND state = 'AVAILABLE'
+            WHERE queue = ?1 AND state = 'AVAILABLE'
             ORDER BY seq LIMIT 1)
   AND state = 'AVAILABLE'
 RETURNING task_id, attempts, payload
@@ -144,11 +166,11 @@ FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
 -- name: complete_task
--- RESERVED -> COMPLETED, under the given lease if :token is not NULL.
+-- RESERVED -> COMPLETED at time ?4, for task ?2 of queue ?1 under the lease
+-- ?3 if that is not NULL.  complete_many runs it with executemany.
 UPDATE sqlq_tasks
-SET state = 'COMPLETED', deadline = NULL, finished_at = :now, updated_at = :now
-WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED'
-  AND (:token IS NULL OR lease_id = :token)
+SET state = 'COMPLETED', deadline = NULL, finished_at = ?4, updated_at = ?4
+WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3 IS NULL OR lease_id = ?3)
 
 -- name: end_lease
 -- End a lease that failed, ran out or was given back: AVAILABLE (a new :seq),
@@ -280,9 +302,11 @@ PRAGMA wal_autocheckpoint = 0
 
 -- name: limit_wal_size
 -- On every connection: when the write-ahead log restarts after a complete
--- checkpoint, truncate its file to this many bytes (4 MiB).  The documented
--- bound on the -wal file once no reader holds an old snapshot.
-PRAGMA journal_size_limit = 4194304
+-- checkpoint, truncate its file to this many bytes (3 MiB).  A process
+-- checkpoints once the file is past it (see WAL_CHECK_EVERY in backend.py), so
+-- the file stays within 4 MiB, the documented bound, once no reader holds an
+-- old snapshot.
+PRAGMA journal_size_limit = 3145728
 
 -- name: checkpoint_passive
 -- Copy what the write-ahead log holds into the database file as far as no

@@ -303,10 +303,14 @@ def checkpoint(folder: Path, _mode: str) -> Result:
     # The checkpoints sqlq runs by itself after commits: their writes fail, but each
     # call has committed by then and must return its answer, not an error.
     arm(log, "op=write path=queue.db$ errno=EIO")
-    every = getattr(sqlite_backend, "CHECKPOINT_EVERY", 100)
-    periodic = [attempt(lambda i=i: queue.add(f"periodic-{i:03d}")) for i in range(every + 20)]
+    # Enough to pass the -wal size at which a process checkpoints, and then some.
+    payload = "x" * 60_000
+    calls = queue._sqlite.wal_limit // len(payload) + 2 * sqlite_backend.WAL_CHECK_EVERY  # type: ignore[attr-defined]
+    periodic = [
+        attempt(lambda i=i: queue.add(f"periodic-{i:03d}", payload=payload)) for i in range(calls)
+    ]
     disarm()
-    acked.update({f"periodic-{i:03d}": None for i in range(every + 20)})
+    acked.update({f"periodic-{i:03d}": payload for i in range(calls)})
     out["periodic"] = {
         "calls": len(periodic),
         "failed_calls": [r for r in periodic if not r["ok"] or r["value"] is not True],
