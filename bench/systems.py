@@ -121,6 +121,35 @@ class System:
 # --- sqlq -------------------------------------------------------------------------
 
 
+#: Slots (handler threads) of each sqlq.Worker in the process drains.
+WORKER_SLOTS = 4
+
+
+@dataclass
+class WorkerRun:
+    received: list[str]  # tasks the handler ran
+    completed: list[str]  # tasks whose completion was accepted
+    lock_errors: int  # Busy retried by the worker (it logs each)
+    other: list[str]  # other warnings and errors it logged
+    commits: int | None  # its claim loop's transactions
+
+
+class _Warnings(logging.Handler):
+    """Counts what a bench Worker logs at WARNING and above: Busy apart."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.busy = 0
+        self.other: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "Busy" in text:
+            self.busy += 1
+        else:
+            self.other.append(text)
+
+
 class Sqlq(System):
     key = "sqlq"
     label = "sqlq"
@@ -217,35 +246,6 @@ class Sqlq(System):
 
     def close(self) -> None:
         self.queue.close()
-
-
-#: Slots (handler threads) of each sqlq.Worker in the process drains.
-WORKER_SLOTS = 4
-
-
-@dataclass
-class WorkerRun:
-    received: list[str]  # tasks the handler ran
-    completed: list[str]  # tasks whose completion was accepted
-    lock_errors: int  # Busy retried by the worker (it logs each)
-    other: list[str]  # other warnings and errors it logged
-    commits: int | None  # its claim loop's transactions
-
-
-class _Warnings(logging.Handler):
-    """Counts what a bench Worker logs at WARNING and above: Busy apart."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.busy = 0
-        self.other: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if "Busy" in text:
-            self.busy += 1
-        else:
-            self.other.append(text)
 
     @classmethod
     def fill(cls, path: str, task_ids: Sequence[str]) -> None:

@@ -48,6 +48,9 @@ def test_bench_smoke_run_writes_every_section(tmp_path: Path) -> None:
     data = json.loads((out / "results.json").read_text())
     workloads = {r["workload"] for r in data["records"]}
     assert workloads == {"floor", "enqueue", "reserve", "processes", "growth", "mixed", "idle"}
+    measured = {(r["workload"], r["system"]) for r in data["records"]}
+    for workload in workloads:  # sqlq itself is measured in every workload
+        assert (workload, "sqlq") in measured or workload == "floor", workload
     for record in data["records"]:
         if record["workload"] == "processes" and record["system"] == "sqlq":
             extra = record["extra"]
