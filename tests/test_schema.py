@@ -116,6 +116,16 @@ def test_migrations_build_the_declared_schema(db_path: Path, migration_files: li
     assert application_id == int.from_bytes(b"sqlq", "big")  # "sqlq" in the file header
 
 
+def _assert_refused_as_foreign_and_untouched(db_path: Path) -> None:
+    """Opening the file as a queue is refused; the file is byte-for-byte as it was and
+    no file (-wal, -shm, lock) was left beside it."""
+    before = _digest(db_path)
+    with pytest.raises(NotASqlqDatabase, match="not created by sqlq"):
+        sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
+    assert _digest(db_path) == before
+    assert sorted(p.name for p in db_path.parent.iterdir()) == [db_path.name]
+
+
 def _objects(path: Path) -> list[tuple[str, str]]:
     conn = dbapi.connect(str(path))
     try:
@@ -140,11 +150,7 @@ def test_a_foreign_sqlite_database_is_refused_untouched(db_path: Path) -> None:
         conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
         conn.execute("INSERT INTO invoices (total) VALUES (9.5)")
     conn.close()
-    before = _digest(db_path)
-    with pytest.raises(NotASqlqDatabase, match="not created by sqlq"):
-        sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
-    assert _digest(db_path) == before
-    assert sorted(p.name for p in db_path.parent.iterdir()) == [db_path.name]
+    _assert_refused_as_foreign_and_untouched(db_path)
 
 
 @pytest.mark.parametrize(
@@ -344,11 +350,7 @@ def test_a_file_without_tables_but_with_a_header_field_set_is_foreign(db_path: P
     with sqlite3.connect(db_path) as conn:
         conn.execute("PRAGMA user_version = 7")  # someone's marker: not sqlq's to take
     conn.close()
-    before = _digest(db_path)
-    with pytest.raises(NotASqlqDatabase, match="not created by sqlq"):
-        sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
-    assert _digest(db_path) == before
-    assert sorted(p.name for p in db_path.parent.iterdir()) == [db_path.name]
+    _assert_refused_as_foreign_and_untouched(db_path)
 
 
 def test_opening_without_migrating_never_writes(db_path: Path) -> None:
