@@ -35,12 +35,14 @@ of a call grows with the number of tasks.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -165,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--memory", action="store_true", help="count the in-memory WorkQueue's mixed calls"
     )
+    parser.add_argument(
+        "--json",
+        default=str(Path(__file__).with_name("instructions.json")),
+        help="where the counts go for the report (default bench/instructions.json; '' for none)",
+    )
     parser.add_argument("--drive", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--drive-memory", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -190,11 +197,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"-n must be from 1 to {min(FILL - WARM - 2, 100 * BATCH_FILL // BATCH - 1)}")
     print(f"instructions per operation (callgrind, synchronous=NORMAL, N = {n})")
     print(f"{'operation':<16}{'sqlq':>12}{'reference':>12}{'x ref':>8}")
+    counted: dict[str, dict[str, float]] = {}
     for op in ops:
         count_n = max(1, n // 100) if op in BATCH_OPS else n
         ours = per_op("sqlq", op, count_n)
         ref = per_op("reference", op, count_n)
+        counted[op] = {"sqlq": ours, "reference": ref}
         print(f"{op:<16}{ours:>12,.0f}{ref:>12,.0f}{ref / ours:>8.2f}")
+    if args.json:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        Path(args.json).write_text(json.dumps({"when": when, "n": n, "ops": counted}, indent=1))
+        print(f"wrote {args.json} (bench/RESULTS.md's targets read it)")
     return 0
 
 

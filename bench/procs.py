@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import random
+import resource
 import threading
 import time
 from collections import Counter
@@ -47,7 +48,16 @@ def _pool_main(conn: Connection) -> None:
             continue
         conn.send(("ready",))
         conn.recv()  # "go"
-        conn.send(("done", *_drain(system, time_limit)))
+        before = _usage()
+        drained = _drain(system, time_limit)
+        conn.send(("done", *drained, *(a - b for a, b in zip(_usage(), before, strict=True))))
+
+
+def _usage() -> tuple[float, int, int]:
+    """This process's CPU seconds (every thread, user + system) and context switches
+    (voluntary: it waited; involuntary: the scheduler took the core away)."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime, use.ru_nvcsw, use.ru_nivcsw
 
 
 def _drain(system: systems.System, time_limit: float) -> tuple[Any, ...]:
@@ -132,6 +142,14 @@ class Drain:
     error_samples: list[str] = field(default_factory=list)
     timed_out: bool = False
     commits: int | None = None  # write transactions, where the system counts them
+    cpu_seconds: float = 0.0  # CPU time of every worker process during the drain
+    switches: tuple[int, int] = (0, 0)  # context switches: voluntary, involuntary
+
+    @property
+    def cpu_per_task(self) -> float:
+        """Microseconds of CPU (all worker processes) per task completed."""
+        done = self.tasks - self.lost
+        return self.cpu_seconds / done * 1e6 if done else 0.0
 
     @property
     def tasks_per_commit(self) -> float | None:
@@ -194,6 +212,8 @@ class Pool:
             error_samples=samples[:3],
             timed_out=any(r[8] for r in results),
             commits=None if any(r[9] is None for r in results) else sum(r[9] for r in results),
+            cpu_seconds=sum(r[10] for r in results),
+            switches=(sum(r[11] for r in results), sum(r[12] for r in results)),
         )
 
     def close(self) -> None:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import systems
 from .config import Record, Results
+from .targets import SYNC_NAMES, targets
 
-SYNC_NAMES = {"full": "FULL", "normal": "NORMAL"}
 CASE_NAMES = {
     "single": "one by one",
     "batch": "batches of 1,000",
@@ -44,172 +43,6 @@ def ratio_to_ref(results: Results, record: Record, *, cost: bool = False) -> flo
     if ref is None or not ref.values or not record.values:
         return None
     return ref.median / record.median if cost else record.median / ref.median
-
-
-# --- targets -----------------------------------------------------------------------------
-
-
-@dataclass
-class Target:
-    name: str
-    measured: str
-    against: str
-    met: bool | None  # None: not measured in this run
-
-    @property
-    def verdict(self) -> str:
-        return "not measured" if self.met is None else ("met" if self.met else "NOT MET")
-
-
-def targets(results: Results) -> list[Target]:
-    out: list[Target] = []
-
-    def vs_ref(workload: str, case: str, sync: str, name: str, floor: float) -> None:
-        rec = results.one(workload, "sqlq", sync, case)
-        r = None if rec is None else ratio_to_ref(results, rec)
-        if rec is None or r is None:
-            out.append(Target(name, "-", f">= {floor}x reference", None))
-            return
-        out.append(
-            Target(name, f"{rate(rec.median)}/s, {r:.2f}x reference", f">= {floor}x", r >= floor)
-        )
-
-    for sync in ("full", "normal"):
-        s = SYNC_NAMES[sync]
-        vs_ref("reserve", "single", sync, f"one process reserve+complete, {s}", 0.8)
-        vs_ref("enqueue", "single", sync, f"single adds, {s}", 0.8)
-    for sync in ("full", "normal"):
-        s = SYNC_NAMES[sync]
-        for workload, case, floor, what in (
-            ("enqueue", "batch", 100_000, "adds"),
-            ("reserve", "batch", 50_000, "reserve+complete"),
-        ):
-            rec = results.one(workload, "sqlq", sync, case)
-            if rec is None:
-                out.append(Target(f"batches of 1,000: {what}, {s}", "-", f">= {floor:,}/s", None))
-            else:
-                out.append(
-                    Target(
-                        f"batches of 1,000: {what}, {s}",
-                        f"{rate(rec.median)}/s ({rec.median / floor:.2f}x the target)",
-                        f">= {floor:,}/s",
-                        rec.median >= floor,
-                    )
-                )
-    grow = sorted(results.find("growth", "sqlq"), key=lambda r: int(r.case))
-    if len(grow) >= 2 and int(grow[-1].case) > int(grow[0].case):
-        big, small = grow[-1], grow[0]
-        r = big.median / small.median
-        note = "" if int(big.case) >= 1_000_000 else " (10^6 not run: largest size measured)"
-        out.append(
-            Target(
-                f"growth: cost per task at {int(big.case):,} rows vs {int(small.case):,}{note}",
-                f"{big.median:.0f} us vs {small.median:.0f} us = {r:.2f}x",
-                "<= 1.3x",
-                r <= 1.3,
-            )
-        )
-    else:
-        out.append(Target("growth: cost at 10^6 rows vs 10^3", "-", "<= 1.3x", None))
-    for sync in ("full", "normal"):
-        s = SYNC_NAMES[sync]
-        one, eight = (results.one("processes", "sqlq", sync, k) for k in ("1", "8"))
-        if one is None or eight is None:
-            out.append(Target(f"8 processes vs 1, {s}", "-", ">= 0.9x", None))
-        else:
-            r = eight.median / one.median
-            out.append(
-                Target(
-                    f"8 processes vs 1, {s}",
-                    f"{rate(eight.median)}/s vs {rate(one.median)}/s = {r:.2f}x",
-                    ">= 0.9x",
-                    r >= 0.9,
-                )
-            )
-    for sync in ("full", "normal"):
-        s = SYNC_NAMES[sync]
-        four = results.one("processes", "sqlq", sync, "4")
-        if four is None:
-            out.append(Target(f"least-served of 4 workers, {s}", "-", ">= 0.5 of fair", None))
-        else:
-            shares = four.extra["least_share"]
-            m = statistics.median(shares)
-            out.append(
-                Target(
-                    f"least-served of 4 workers, {s}",
-                    f"{m:.2f} of a fair share (runs: {', '.join(f'{x:.2f}' for x in shares)})",
-                    ">= 0.5",
-                    m >= 0.5,
-                )
-            )
-    runs = results.find("processes", "sqlq")
-    if runs:
-        bad = {
-            k: sum(r.extra[k] for r in runs)
-            for k in ("duplicates", "double_completed", "lost", "lock_errors", "other_errors")
-        }
-        out.append(
-            Target(
-                "sqlq: duplicates, losses, lock errors in every process run",
-                ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in bad.items())
-                + f" (over {sum(len(r.values) for r in runs)} drains)",
-                "all 0",
-                not any(bad.values()),
-            )
-        )
-    else:
-        out.append(Target("sqlq: no duplicates, losses or lock errors", "-", "all 0", None))
-    cpu = results.one("idle", "sqlq", "full", "cpu")
-    p99 = results.one("idle", "sqlq", "full", "p99")
-    if cpu is None or p99 is None or not p99.values:
-        out.append(Target("idle worker CPU and pick-up p99", "-", "< 1% and <= 50 ms", None))
-    else:
-        out.append(
-            Target("idle worker: CPU", f"{cpu.median:.2f}% of a core", "< 1%", cpu.median < 1)
-        )
-        out.append(
-            Target(
-                "idle worker: pick-up p99",
-                f"{p99.median:.1f} ms",
-                "<= 50 ms",
-                p99.median <= 50 and not p99.extra.get("missed"),
-            )
-        )
-    runner = results.one("reserve", "sqlq", "full", "runner")
-    ref = results.one("reserve", "reference", "full", "single")
-    if runner is None or ref is None:
-        out.append(
-            Target(
-                "runner loop (complete_and_claim) vs reference claim+complete, FULL",
-                "-" if runner is None else rate(runner.median),
-                ">= 1.6x",
-                None,
-            )
-        )
-    else:
-        r = runner.median / ref.median
-        out.append(
-            Target(
-                "runner loop (complete_and_claim) vs reference claim+complete, FULL",
-                f"{rate(runner.median)}/s vs {rate(ref.median)}/s = {r:.2f}x",
-                ">= 1.6x",
-                r >= 1.6,
-            )
-        )
-    mem = results.one("mixed", "sqlq", "-", "memory")
-    if mem is None:
-        out.append(Target("in memory: mixed calls", "-", ">= 1,000,000 calls/s", None))
-    else:
-        calls = mem.extra["calls"]
-        out.append(
-            Target(
-                f"in memory: {calls:,} mixed calls",
-                f"{rate(mem.median)} calls/s",
-                ">= 1,000,000/s",
-                mem.median >= 1_000_000,
-            )
-        )
-    return out
 
 
 # --- plots --------------------------------------------------------------------------------
@@ -287,6 +120,10 @@ def _per_commit(values: list[float | None] | None) -> str:
     """Median tasks per commit of the runs; "-" where the system does not count commits."""
     known = [v for v in values or [] if v is not None]
     return f"{statistics.median(known):.2f}" if known else "-"
+
+
+def _median_text(values: list[float] | None, fmt: str) -> str:
+    return "-" if not values else fmt.format(statistics.median(values))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -483,6 +320,8 @@ def write(results: Results, out: Path) -> Path:
                     str(x["other_errors"]) + (" (timed out)" if x.get("timed_out") else ""),
                     f"{statistics.median(x['least_share']):.2f}",
                     _per_commit(x.get("tasks_per_commit")),
+                    _median_text(x.get("cpu_per_task"), "{:.0f}"),
+                    _median_text(x.get("switches_per_task"), "{:.2f}"),
                 ]
             )
         lines += _table(
@@ -498,6 +337,8 @@ def write(results: Results, out: Path) -> Path:
                 "other errors",
                 "least-served",
                 "tasks per commit",
+                "CPU us per task",
+                "context switches per task",
             ],
             rows,
         )

@@ -365,6 +365,7 @@ def _drain_once(
         f"lost {drain.lost}, lock errors {drain.lock_errors}, other errors "
         f"{drain.other_errors}; per worker {drain.per_worker}"
         + ("" if drain.tasks_per_commit is None else f"; {drain.tasks_per_commit:.2f} tasks/commit")
+        + f"; {drain.cpu_per_task:.0f} us CPU/task"
     )
     return drain
 
@@ -391,6 +392,8 @@ def _record_drains(
         least_share=[d.least_share for d in drains],
         per_worker=[d.per_worker for d in drains],
         tasks_per_commit=[d.tasks_per_commit for d in drains],
+        cpu_per_task=[d.cpu_per_task for d in drains],
+        switches_per_task=[sum(d.switches) / max(1, d.tasks - d.lost) for d in drains],
     )
 
 

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,48 @@ def test_the_instruction_count_driver_runs_the_in_memory_mix() -> None:
     command = [sys.executable, "-m", "bench.instructions", "--drive-memory", "100", "3"]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _drains(results: Any, sync: str, figures: dict[int, float], system: str = "sqlq") -> None:
+    for k, tasks_per_s in figures.items():
+        results.add(
+            "processes",
+            system,
+            sync,
+            str(k),
+            [tasks_per_s],
+            "tasks/s",
+            least_share=[0.9],
+            duplicates=0,
+            double_completed=0,
+            lost=0,
+            lock_errors=0,
+            other_errors=0,
+        )
+
+
+def _verdicts(results: Any, tmp_path: Path) -> dict[str, bool | None]:
+    from bench.targets import targets
+
+    return {t.name: t.met for t in targets(results, tmp_path / "none.json")}
+
+
+def test_the_targets_judge_the_drains_by_issue_10s_rules(tmp_path: Path) -> None:
+    from bench.config import Results
+
+    growing, shrinking = Results(), Results()
+    _drains(growing, "full", {1: 5_000, 2: 6_000, 4: 6_000, 8: 19_000})
+    _drains(shrinking, "full", {1: 5_000, 2: 6_000, 4: 5_900, 8: 5_000})
+    for results in (growing, shrinking):
+        _drains(results, "full", {8: 9_000}, system="huey")
+        results.add("floor", "sqlite", "full", "write transaction", [200.0], "us")
+    good, bad = _verdicts(growing, tmp_path), _verdicts(shrinking, tmp_path)
+    never_decrease = "FULL drains never decrease, 1 -> 2 -> 4 -> 8 processes"
+    assert (good[never_decrease], bad[never_decrease]) == (True, False)
+    vs_huey = "8 processes, FULL, vs huey's storage at 8"
+    assert (good[vs_huey], bad[vs_huey]) == (True, False)  # 2.11x, 0.56x
+    vs_floor = "8 processes, FULL, vs the FULL commit floor"  # 5,000 commits/s
+    assert (good[vs_floor], bad[vs_floor]) == (True, False)  # 3.8x, 1.0x
+    # Not measured is neither met nor missed.
+    assert good["8 processes, NORMAL, vs huey's storage at 8"] is None
+    assert good["instructions per call: add (NORMAL)"] is None
