@@ -1029,7 +1029,7 @@ def test_worker_rejects_a_bad_busy_timeout(
 
 @pytest.mark.parametrize(
     "args",
-    [["--tasks", "0"], ["--workers", "1"], ["--lease", "0"], ["--tasks", "many"]],
+    [["--tasks", "2"], ["--workers", "1"], ["--lease", "0"], ["--tasks", "many"]],
 )
 def test_demo_rejects_bad_arguments(
     args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
