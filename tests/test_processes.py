@@ -5,6 +5,8 @@ The workers are tests/workers.py (see its docstring for the log format).
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import re
 import signal
@@ -20,6 +22,7 @@ import pytest
 from needs import need
 
 import sqlq
+from sqlq.sqlite.driver import dbapi
 
 pytestmark = pytest.mark.processes
 
@@ -276,3 +279,52 @@ def test_demo_command(tmp_path: Path) -> None:
         info = queue.info("task-004")
         assert info is not None and (info.attempts, info.token) == (2, int(taken.group(1)))
     assert not (tmp_path / "sqlq-demo.db").exists()  # --db was used, not the default
+
+
+def _sqlq(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sqlq", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def test_backup_while_a_worker_drains(tmp_path: Path) -> None:
+    """`sqlq backup` while a `sqlq worker` process drains the file: every backup opens
+    as a queue and holds every task (none lost), also those taken mid-drain."""
+    db = tmp_path / "jobs.db"
+    tasks = 400
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=3) as q:
+        q.add_many([(f"t{i}", 0.02) for i in range(tasks)])
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent))
+    command = [sys.executable, "-m", "sqlq", "worker", str(db), "runner_handlers:nap"]
+    command += ["--concurrency", "2", "--burst"]
+    worker = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    completed: list[int] = []
+    try:
+        while not completed or completed[-1] < tasks:
+            assert len(completed) < 200, completed
+            dest = tmp_path / "backup.db"  # replaced by each backup in turn
+            backup = _sqlq("backup", db, dest)
+            assert backup.returncode == 0, backup.stderr
+            stats = _sqlq("stats", dest, "--json")
+            assert stats.returncode == 0, stats.stderr
+            counts = json.loads(stats.stdout)["queues"]["default"]
+            assert sum(counts.values()) == tasks, counts
+            conn = dbapi.connect(str(dest))
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            conn.close()
+            completed.append(counts["COMPLETED"])
+    finally:
+        worker.wait(timeout=120)
+    assert worker.returncode == 0
+    assert any(0 < n < tasks for n in completed), completed  # taken while the worker ran
+    with sqlq.Queue(dest, lease_seconds=30, max_attempts=3) as copy:
+        assert copy.counts()["COMPLETED"] == tasks
