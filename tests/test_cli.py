@@ -227,6 +227,7 @@ NEEDS_DB = {
     "dead": [],
     "redrive": ["--all"],
     "purge": [],
+    "backup": ["copy.db"],
     "worker": ["somewhere.handlers:handle"],
 }
 
