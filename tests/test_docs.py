@@ -189,6 +189,8 @@ def test_every_code_block_says_whether_it_runs() -> None:
             assert need_name in NEEDS, f"{block}: unknown need {need_name!r}"
         if block.file:
             assert block.lang == "python", f"{block}: a file: block must be Python"
+        if block.lang == "python":  # also those that need what is not there yet
+            compile(block.code, str(block), "exec")
 
 
 def test_the_sections_the_issue_asks_for_come_first() -> None:
