@@ -1,60 +1,75 @@
-"""`sqlq demo`: worker processes share one SQLite file, and one of them is killed.
+"""`sqlq demo`: worker processes share one SQLite file; one is killed mid-task.
 
-The scenario, with the real :class:`sqlq.Queue`, real processes and a real SIGKILL:
+The scenario, with the real :class:`sqlq.Queue`, real :class:`sqlq.Worker`
+processes and a real SIGKILL:
 
-1. A producer adds ``task-001``, ``task-002``, ... to the queue ``demo``.
-2. K worker processes (``multiprocessing``, "spawn") loop: ``reserve`` a task,
-   "work" on it (a short sleep), ``complete`` it.  They stop once every task is
-   COMPLETED or DEAD.
-3. Once a quarter of the tasks were taken, the next worker that reserves a task
-   tells the supervisor (this process) which task it holds and hangs on it.
-   The supervisor kills it with SIGKILL.  Nobody fails or releases that task:
-   its lease runs out, the next ``reserve`` by another worker counts that as a
-   failed attempt, and the task goes to the back of the line, where another
-   worker takes it and completes it.
-
-Each worker reports to the supervisor over its own pipe (no lock shared between
-processes is held while a worker can be killed).
+1. A producer adds ``task-001``, ``task-002``, ... to the queue ``demo``.  Each
+   payload says how long the "work" takes and, for three tasks, what goes
+   wrong: one *hangs* on its first attempt, one *fails* on its first attempt,
+   and one fails on every attempt.
+2. K worker processes (``multiprocessing``, "spawn") each run a
+   ``sqlq.Worker`` with a handler that reports every lease it gets (task,
+   attempt, fencing token) to the supervisor (this process) over its own pipe.
+3. The worker that gets the hanging task is killed with SIGKILL.  Nobody fails
+   or releases that task: its lease runs out, which counts as a failed
+   attempt, and another worker claims it (a new token) and completes it.  The
+   failing task is retried after a short backoff and completes on its second
+   attempt; the one that always fails becomes a dead letter (DEAD) after
+   MAX_ATTEMPTS attempts.
+4. The supervisor learns every outcome from the database itself: once a handler
+   has returned or raised, it reads the task until the worker's report has
+   committed, so "completed" is printed only for a completion the queue
+   accepted under that lease's token.  When every task is COMPLETED or DEAD it
+   stops the workers with SIGTERM, as a service manager would.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import random
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection, wait
-from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 from .contract import State
 from .durable import Queue
 from .errors import SchemaError
+from .records import Lease, TaskInfo
+from .retry import Retry
 from .sqlite import driver
 from .sqlite.backend import SqliteBackend
+from .worker import Worker
 
 #: The queue the demo uses inside its database file.
 QUEUE = "demo"
 #: Attempts per task before it is DEAD.
 MAX_ATTEMPTS = 3
+#: The wait after a failed attempt before the next one.
+RETRY_SECONDS = 0.25
 #: The "work" on a task: a sleep of this many seconds (uniformly random).
 WORK_SECONDS = (0.05, 0.2)
-#: How long an idle worker waits before it asks again.
-IDLE_SECONDS = 0.05
+#: The fewest tasks: one hangs, one fails once, one always fails.
+MIN_TASKS = 3
 #: The files SQLite (and sqlq's migration lock) keep next to a database.
 SIDE_FILES = ("-wal", "-shm", "-journal", ".migrate-lock", ".sqlq-gate")
-
-# States of the shared "arm" flag: who hangs on its next task.
-_NOT_YET, _ARMED, _CLAIMED = 0, 1, 2
+#: How long the supervisor waits for a worker's report to commit.
+REPORT_TIMEOUT = 30.0
 
 
 class DemoError(Exception):
     """The demo cannot run (e.g. its database path holds something else)."""
+
+
+class DemoFailure(Exception):
+    """What the demo's handler raises for a task whose payload says it fails."""
 
 
 @dataclass
@@ -65,24 +80,36 @@ class DemoResult:
     tasks: int
     workers: int
     counts: dict[str, int]
-    attempts: int
+    #: Leases handed out (claims), over all tasks and workers.
+    claims: int
     elapsed: float
-    #: (worker number, pid, task it held) of each killed worker.
-    killed: list[tuple[int, int, str]] = field(default_factory=list)
-    #: task -> worker number that completed it after a killed worker held it.
-    recovered: dict[str, int] = field(default_factory=dict)
+    #: (worker number, pid, task it held, token of its lease) of each killed worker.
+    killed: list[tuple[int, int, str, int]] = field(default_factory=list)
+    #: task -> (worker number, token) that completed it after a killed worker held it.
+    recovered: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Tasks that became DEAD, with their last error.
+    dead: dict[str, str | None] = field(default_factory=dict)
     #: worker number -> exit code of its process.
     exit_codes: dict[int, int | None] = field(default_factory=dict)
 
     @property
     def retries(self) -> int:
-        """Reservations beyond the first of each task."""
-        return self.attempts - self.tasks
+        """Leases beyond the first of each task."""
+        return self.claims - self.tasks
 
 
 def task_names(count: int) -> list[str]:
     width = max(3, len(str(count)))
     return [f"task-{i:0{width}d}" for i in range(1, count + 1)]
+
+
+def payloads(names: list[str], rng: random.Random) -> dict[str, dict[str, Any]]:
+    """Each task's payload: its work time, and for three of them what goes wrong."""
+    out = {name: {"work": round(rng.uniform(*WORK_SECONDS), 3)} for name in names}
+    out[names[len(names) // 4]]["hang"] = True  # its first worker is killed
+    out[names[len(names) // 2]]["fail_attempts"] = 1  # one retry, then completed
+    out[names[-1]]["fail_attempts"] = MAX_ATTEMPTS  # a dead letter
+    return out
 
 
 def remove_old_demo(path: str | os.PathLike[str]) -> bool:
@@ -120,45 +147,32 @@ def remove_old_demo(path: str | os.PathLike[str]) -> bool:
 # --- the worker processes ---------------------------------------------------------
 
 
-def _worker(
-    number: int,
-    path: str,
-    lease_seconds: float,
-    report: Connection,
-    arm: Synchronized[int],
-    seed: int,
-) -> None:
-    """One worker process: reserve, work, complete, until nothing is left to do."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the supervisor
-    rng = random.Random(seed)
-    queue = Queue(path, lease_seconds=lease_seconds, max_attempts=MAX_ATTEMPTS, queue=QUEUE)
-    report.send(("ready", number, None))
-    try:
-        while True:
-            task = queue.reserve()
-            if task is None:
-                counts = queue.counts()
-                if counts[State.AVAILABLE] == 0 and counts[State.RESERVED] == 0:
-                    break  # every task is COMPLETED or DEAD
-                time.sleep(IDLE_SECONDS)  # a lease may still run out; ask again
-                continue
-            hang = False
-            if arm.value == _ARMED:
-                with arm.get_lock():
-                    if arm.value == _ARMED:
-                        arm.value = _CLAIMED
-                        hang = True
-            report.send(("hang" if hang else "took", number, task))
-            if hang:
-                # This worker is "stuck" on its task until it is killed.  The lock
-                # of `arm` was released above, so the kill leaves no lock held.
-                report.poll(60.0)
-            time.sleep(rng.uniform(*WORK_SECONDS))
-            done = queue.complete(task)
-            report.send(("completed" if done else "lost", number, task))
-    finally:
-        queue.close()
-    report.send(("finished", number, None))
+def _worker(number: int, path: str, lease_seconds: float, report: Connection) -> None:
+    """One worker process: a sqlq.Worker until SIGTERM; every lease is told to ``report``."""
+
+    def send(kind: str, *details: Any) -> None:
+        report.send((time.monotonic(), kind, number, *details))
+
+    def handle(lease: Lease) -> None:
+        send("claimed", lease.task_id, lease.token, lease.attempt)
+        todo = lease.payload
+        if todo.get("hang") and lease.attempt == 1:
+            send("hang", lease.task_id, lease.token)
+            threading.Event().wait()  # "stuck" until the supervisor kills this process
+        time.sleep(todo["work"])
+        if lease.attempt <= todo.get("fail_attempts", 0):
+            error = f"attempt {lease.attempt} of {lease.task_id} fails on purpose"
+            send("raised", lease.task_id, lease.token)
+            raise DemoFailure(error)
+        send("returned", lease.task_id, lease.token)
+
+    quiet = logging.getLogger(f"sqlq.demo.worker-{number}")  # the supervisor tells the story
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
+    with Queue(path, lease_seconds=lease_seconds, max_attempts=MAX_ATTEMPTS, queue=QUEUE) as q:
+        send("ready", os.getpid())
+        stats = Worker(q, handle, with_lease=True, grace=5.0, logger=quiet).run()
+    send("stopped", asdict(stats))
     report.close()
 
 
@@ -166,10 +180,96 @@ def _worker(
 
 
 @dataclass
-class _Worker:
-    number: int
-    process: Any  # multiprocessing.context.SpawnProcess
-    conn: Connection
+class _Story:
+    """The supervisor's view: who holds what, and what came of it."""
+
+    result: DemoResult
+    queue: Queue
+    crew: dict[int, Any]  # worker number -> its multiprocessing process
+    say: Callable[[str, float], None]  # a line, and when it happened (time.monotonic)
+    lease_seconds: float
+    #: Tasks that are COMPLETED or DEAD.
+    finished: set[str] = field(default_factory=set)
+    #: task -> (worker number, token) of a lease whose worker was killed.
+    orphaned: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Tasks claimed again after a killed worker's lease ran out.
+    taken_over: set[str] = field(default_factory=set)
+    at: float = 0.0
+
+    def event(self, at: float, kind: str, number: int, *details: Any) -> None:
+        self.at = at
+        getattr(self, f"_{kind}")(number, *details)
+
+    def tell(self, line: str) -> None:
+        self.say(line, self.at)
+
+    def _ready(self, number: int, pid: int) -> None:
+        self.tell(f"worker {number} is running a sqlq.Worker (pid {pid})")
+
+    def _claimed(self, number: int, task: str, token: int, attempt: int) -> None:
+        self.result.claims += 1
+        lease = f"attempt {attempt}, token {token}"
+        if task in self.orphaned:
+            killed, old = self.orphaned.pop(task)
+            self.tell(
+                f"the lease of {task} held by killed worker {killed} (token {old}) ran out; "
+                f"worker {number} claimed it ({lease})"
+            )
+            self.taken_over.add(task)
+        else:
+            self.tell(f"worker {number} claimed {task} ({lease})")
+
+    def _hang(self, number: int, task: str, token: int) -> None:
+        process = self.crew[number]
+        os.kill(process.pid, signal.SIGKILL)
+        process.join()
+        self.result.killed.append((number, process.pid, task, token))
+        self.orphaned[task] = (number, token)
+        self.tell(
+            f"worker {number} hangs on {task}: killed it (pid {process.pid}) with SIGKILL; "
+            f"nobody reports that lease (token {token}), so it runs out in "
+            f"{self.lease_seconds:g} s"
+        )
+
+    def _returned(self, number: int, task: str, token: int) -> None:
+        info = self._outcome(task, token)
+        if info.state == State.COMPLETED and info.token == token:
+            self.finished.add(task)
+            if task in self.taken_over:
+                self.result.recovered[task] = (number, token)
+            self.tell(f"worker {number} completed {task} (token {token})")
+        else:
+            self.tell(
+                f"worker {number} finished {task} too late: its lease (token {token}) ran out"
+            )
+
+    def _raised(self, number: int, task: str, token: int) -> None:
+        info = self._outcome(task, token)
+        failed = f"worker {number} failed {task} (token {token}): {info.last_error}"
+        if info.state == State.DEAD:
+            self.finished.add(task)
+            self.result.dead[task] = info.last_error
+            self.tell(f"{failed}; DEAD after {info.attempts} attempts: a dead letter")
+        else:
+            self.tell(f"{failed}; retried in {RETRY_SECONDS:g} s")
+
+    def _stopped(self, number: int, stats: dict[str, int]) -> None:
+        self.tell(
+            f"worker {number} stopped on SIGTERM: {stats['claimed']} claimed, "
+            f"{stats['completed']} completed, {stats['failed']} failed"
+        )
+
+    def _outcome(self, task: str, token: int) -> TaskInfo:
+        """The task once the report of lease ``token`` has committed (or the lease ended)."""
+        deadline = time.monotonic() + REPORT_TIMEOUT
+        while True:
+            info = self.queue.info(task)
+            assert info is not None
+            if info.state != State.RESERVED or info.token != token:
+                return info
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the report of {task} (token {token}) did not commit")
+            time.sleep(0.01)
 
 
 def run(
@@ -186,125 +286,132 @@ def run(
     ``out`` receives each line of progress (default: print to stdout).  Raises
     RuntimeError if the workers have not finished within ``timeout`` seconds.
     """
-    if tasks < 1:
-        raise ValueError("the demo needs at least 1 task")
+    if tasks < MIN_TASKS:
+        raise ValueError(f"the demo needs at least {MIN_TASKS} tasks")
     if workers < 2:
         raise ValueError("the demo needs at least 2 workers: one is killed")
     if not lease_seconds > 0:
         raise ValueError("lease_seconds must be positive")
-    say = out or (lambda line: print(line, flush=True))
+    write = out or (lambda line: print(line, flush=True))
     path = os.path.abspath(path)
     if timeout is None:
         timeout = 30.0 + 2 * lease_seconds * MAX_ATTEMPTS + tasks * sum(WORK_SECONDS) / workers
     started = time.monotonic()
 
-    def stamp() -> str:
-        return f"[{time.monotonic() - started:5.2f}s]"
+    def say(line: str, at: float | None = None) -> None:
+        write(f"[{(time.monotonic() if at is None else at) - started:5.2f}s] {line}")
 
-    say(
+    write(
         f"sqlq demo: {tasks} tasks, {workers} worker processes, leases of {lease_seconds:g} s, "
         f"up to {MAX_ATTEMPTS} attempts per task"
     )
-    say(f"database {path} ({driver.describe()})")
+    write(f"database {path} ({driver.describe()})")
 
     names = task_names(tasks)
-    with Queue(path, lease_seconds=lease_seconds, max_attempts=MAX_ATTEMPTS, queue=QUEUE) as q:
-        for name in names:
-            q.add(name)
-        say(f"{stamp()} producer added {names[0]} .. {names[-1]}")
+    todo = payloads(names, random.Random())
+    retry = Retry.fixed(RETRY_SECONDS)
+    with Queue(
+        path, lease_seconds=lease_seconds, max_attempts=MAX_ATTEMPTS, queue=QUEUE, retry=retry
+    ) as q:
+        q.add_many(todo.items())
+        say(f"producer added {names[0]} .. {names[-1]}; {_trouble(todo)}")
 
         ctx = multiprocessing.get_context("spawn")
-        hang_after = tasks // 4  # reservations seen before a worker is told to hang
-        arm = ctx.Value("i", _ARMED if hang_after == 0 else _NOT_YET)
-        crew: dict[int, _Worker] = {}
+        crew: dict[int, Any] = {}
+        conns: dict[Connection, int] = {}
         for number in range(1, workers + 1):
-            parent_end, child_end = ctx.Pipe(duplex=True)
+            parent_end, child_end = ctx.Pipe(duplex=False)
             process = ctx.Process(
                 target=_worker,
-                args=(number, path, lease_seconds, child_end, arm, random.randrange(2**32)),
+                args=(number, path, lease_seconds, child_end),
                 name=f"sqlq-demo-worker-{number}",
                 daemon=True,
             )
             process.start()
             child_end.close()
-            crew[number] = _Worker(number, process, parent_end)
-        say(f"{stamp()} started {workers} worker processes")
-
-        attempts: dict[str, int] = {}
-        held_by_killed: dict[str, int] = {}
+            crew[number] = process
+            conns[parent_end] = number
         result = DemoResult(path, tasks, workers, {}, 0, 0.0)
-        open_conns = {w.conn: w for w in crew.values()}
+        story = _Story(result, q, crew, say, lease_seconds)
+        stopping = False
         try:
-            while open_conns:
+            while conns:
                 if time.monotonic() - started > timeout:
                     raise RuntimeError(f"the demo workers did not finish within {timeout:.0f} s")
-                for conn in wait(list(open_conns), timeout=0.5):
-                    assert isinstance(conn, Connection)
-                    worker = open_conns[conn]
-                    try:
-                        kind, number, task = conn.recv()
-                    except EOFError:  # the worker exited (or was killed)
-                        del open_conns[conn]
-                        conn.close()
-                        continue
-                    if kind in ("took", "hang"):
-                        attempts[task] = attempts.get(task, 0) + 1
-                        result.attempts += 1
-                        say(f"{stamp()} worker {number} took {task} (attempt {attempts[task]})")
-                        if arm.value == _NOT_YET and result.attempts >= hang_after:
-                            arm.value = _ARMED
-                    if kind == "hang":
-                        pid = worker.process.pid
-                        os.kill(pid, signal.SIGKILL)
-                        worker.process.join()
-                        result.killed.append((number, pid, task))
-                        held_by_killed[task] = number
-                        say(
-                            f"{stamp()} killed worker {number} (pid {pid}) with SIGKILL "
-                            f"while it held {task}; its lease runs out in {lease_seconds:g} s"
-                        )
-                    elif kind == "completed" and task in held_by_killed:
-                        result.recovered[task] = number
-                        say(
-                            f"{stamp()} {task} came back after its lease ran out and was "
-                            f"completed by worker {number} (attempt {attempts[task]})"
-                        )
-                    elif kind == "lost":
-                        say(
-                            f"{stamp()} worker {number} finished {task} too late: its lease ran out"
-                        )
-                    elif kind == "ready":
-                        say(f"{stamp()} worker {number} is ready (pid {worker.process.pid})")
-                    elif kind == "finished":
-                        say(f"{stamp()} worker {number} found nothing left to do and stopped")
+                # Events of one round in the order they happened (a worker claims a
+                # retried task only after another's failure of it has committed).
+                for event in sorted(_receive(conns)):
+                    story.event(*event)
+                if len(story.finished) == tasks and not stopping:
+                    stopping = True
+                    say("every task is COMPLETED or DEAD: stopping the workers with SIGTERM")
+                    for process in crew.values():
+                        if process.is_alive():
+                            os.kill(process.pid, signal.SIGTERM)
         finally:
-            for worker in crew.values():
-                if worker.process.is_alive() and open_conns:
-                    worker.process.kill()
-                worker.process.join(5.0)
-                result.exit_codes[worker.number] = worker.process.exitcode
-                worker.conn.close()
-
+            for number, process in crew.items():
+                if process.is_alive() and conns:
+                    process.kill()
+                process.join(5.0)
+                result.exit_codes[number] = process.exitcode
+            for conn in conns:
+                conn.close()
         result.counts = q.counts()
     result.elapsed = time.monotonic() - started
+    _summary(result, write)
+    return result
 
+
+def _trouble(todo: dict[str, dict[str, Any]]) -> str:
+    """What the payloads make go wrong, in words."""
+    words = []
+    for name, payload in todo.items():
+        if payload.get("hang"):
+            words.append(f"{name} hangs on its first attempt")
+        fails = payload.get("fail_attempts", 0)
+        if fails:
+            words.append(
+                f"{name} fails " + ("every attempt" if fails >= MAX_ATTEMPTS else f"{fails}x")
+            )
+    return ", ".join(words)
+
+
+def _receive(conns: dict[Connection, int]) -> list[tuple[Any, ...]]:
+    """Every event the workers have sent so far (waiting a little for the first)."""
+    events = []
+    for conn in wait(list(conns), timeout=0.2):
+        assert isinstance(conn, Connection)
+        try:
+            while conn.poll():
+                events.append(conn.recv())
+        except EOFError:  # the worker exited (or was killed)
+            del conns[conn]
+            conn.close()
+    return events
+
+
+def _summary(result: DemoResult, write: Callable[[str], None]) -> None:
     states = ", ".join(f"{state} {n}" for state, n in result.counts.items())
-    say("summary:")
-    say(f"  tasks:    {tasks} ({states})")
-    say(
-        f"  attempts: {result.attempts} reservations, so {result.retries} "
+    write("summary:")
+    write(f"  tasks:    {result.tasks} ({states})")
+    write(
+        f"  leases:   {result.claims} claimed, so {result.retries} "
         f"retr{'y' if result.retries == 1 else 'ies'}"
     )
-    for number, pid, task in result.killed:
-        fate = (
-            f"completed by worker {result.recovered[task]}"
-            if task in result.recovered
-            else "not completed"
-        )
+    for number, pid, task, token in result.killed:
+        if task in result.recovered:
+            by, new = result.recovered[task]
+            fate = f"completed by worker {by} under token {new}"
+        else:
+            fate = "not completed"
         code = result.exit_codes.get(number)
-        say(f"  killed:   worker {number} (pid {pid}, exit code {code}) held {task}: {fate}")
-    say(f"  time:     {result.elapsed:.2f} s")
-    return result
+        write(
+            f"  killed:   worker {number} (pid {pid}, exit code {code}) held {task} "
+            f"(token {token}): {fate}"
+        )
+    for task, error in result.dead.items():
+        write(f"  dead:     {task}: {error} (see `sqlq dead {result.path} --queue {QUEUE}`)")
+    write(f"  time:     {result.elapsed:.2f} s")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -157,7 +157,8 @@ def _foreign(path: Path, kind: str) -> None:
 
 
 def test_subcommands_are_the_documented_set() -> None:
-    expected = ["add", "dead", "demo", "list", "migrate", "purge", "redrive", "show", "stats"]
+    expected = ["add", "backup", "dead", "demo", "list", "migrate", "purge", "redrive", "show"]
+    expected.append("stats")
     assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 
@@ -194,7 +195,7 @@ def test_subcommand_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
 def test_every_command_that_prints_data_has_json(name: str) -> None:
     options = {o for a in cli.subcommands()[name]._actions for o in a.option_strings}
     assert "--json" in options
-    if name not in ("stats", "migrate"):  # those two cover the whole file
+    if name not in ("stats", "migrate", "backup"):  # those cover the whole file
         assert "--queue" in options
 
 
@@ -226,6 +227,7 @@ NEEDS_DB = {
     "dead": [],
     "redrive": ["--all"],
     "purge": [],
+    "backup": ["copy.db"],
     "worker": ["somewhere.handlers:handle"],
 }
 
@@ -1024,12 +1026,59 @@ def test_worker_rejects_a_bad_busy_timeout(
     assert "--busy-timeout" in err
 
 
+# --- sqlq backup (the copy under load: test_processes.py) -------------------------------------
+
+
+def test_backup_copies_every_queue_and_replaces_an_earlier_backup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, dest = tmp_path / "jobs.db", tmp_path / "backup.db"
+    _fill(db)
+    with _queue(db) as q:
+        before = {name: q.tasks(limit=100) for name in ("default",)}
+    for _ in range(2):  # the second replaces the first
+        code, out, err = _cli(capsys, "backup", db, dest)
+        assert code == 0, err
+        assert out.startswith(f"backed up {db} to {dest}")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("backup")) == [
+        "backup.db"
+    ]  # a single file: no -wal, no partial copy left behind
+    assert os.stat(dest).st_mode & 0o777 == os.stat(db).st_mode & 0o777
+    with sqlq.Queue(dest, lease_seconds=3600, max_attempts=1, queue="emails") as copy:
+        assert copy.counts() == {
+            "WAITING": 1,
+            "AVAILABLE": 2,
+            "RESERVED": 1,
+            "COMPLETED": 0,
+            "DEAD": 0,
+        }
+    with _queue(dest) as copy:
+        assert copy.tasks(limit=100) == before["default"]
+
+
+@pytest.mark.parametrize("target", ["notes.txt", "other.db", "jobs.db", "folder", "open.db"])
+def test_backup_refuses_to_replace_what_is_not_an_idle_sqlq_database(
+    target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "jobs.db"
+    _fill(db)
+    (tmp_path / "notes.txt").write_text("keep me\n")
+    _foreign(tmp_path / "other.db", "other app")
+    (tmp_path / "folder").mkdir()
+    _fill(tmp_path / "open.db")
+    (tmp_path / "open.db-wal").write_bytes(b"")  # as if a queue had it open
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    code, _, err = _cli(capsys, "backup", db, tmp_path / target)
+    assert code in (1, 2) and "sqlq backup: error:" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == files
+
+
 # --- sqlq demo (its guards; the demo itself runs in test_processes.py) -------------------------
 
 
 @pytest.mark.parametrize(
     "args",
-    [["--tasks", "0"], ["--workers", "1"], ["--lease", "0"], ["--tasks", "many"]],
+    [["--tasks", "2"], ["--workers", "1"], ["--lease", "0"], ["--tasks", "many"]],
 )
 def test_demo_rejects_bad_arguments(
     args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]

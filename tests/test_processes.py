@@ -5,7 +5,10 @@ The workers are tests/workers.py (see its docstring for the log format).
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +22,7 @@ import pytest
 from needs import need
 
 import sqlq
+from sqlq.sqlite.driver import dbapi
 
 pytestmark = pytest.mark.processes
 
@@ -229,8 +233,9 @@ def test_workers_drain_while_being_killed(tmp_path: Path) -> None:
 
 
 def test_demo_command(tmp_path: Path) -> None:
+    """The demo's real Workers: claims and completions with tokens, a SIGKILLed worker
+    whose lease runs out, a retry and a dead letter; and the database agrees."""
     db = tmp_path / "demo.db"
-    started = time.monotonic()
     command = [sys.executable, "-m", "sqlq", "demo", "--db", str(db), "--tasks", "12"]
     command += ["--workers", "3", "--lease", "1"]
     proc = subprocess.run(
@@ -240,24 +245,86 @@ def test_demo_command(tmp_path: Path) -> None:
         timeout=60,
         cwd=tmp_path,
     )
-    elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     out = proc.stdout
-    assert "killed worker" in out and "SIGKILL" in out
-    assert "came back after its lease ran out and was completed by worker" in out
-    assert "1 retry" in out
-    assert "(attempt 2)" in out
-    assert "COMPLETED 12" in out
-    assert elapsed < 30, out
+    # The plan: task-004 hangs (its worker is killed), task-007 fails once, task-012 always.
+    killed = re.search(r"hangs on task-004: killed it \(pid \d+\) with SIGKILL.*token (\d+)", out)
+    assert killed, out
+    taken = re.search(
+        rf"lease of task-004 held by killed worker \d \(token {killed.group(1)}\) ran out; "
+        r"worker \d claimed it \(attempt 2, token (\d+)\)",
+        out,
+    )
+    assert taken and int(taken.group(1)) > int(killed.group(1)), out
+    assert f"completed task-004 (token {taken.group(1)})" in out
+    assert re.search(r"failed task-007 \(token \d+\): DemoFailure: .*retried in", out)
+    assert re.search(r"claimed task-007 \(attempt 2, token \d+\)", out)
+    assert re.search(r"failed task-012 \(token \d+\): .*DEAD after 3 attempts", out)
+    for i in (1, 2, 3, 5, 6, 8, 9, 10, 11):  # the rest: claimed and completed under one token
+        token = re.search(rf"claimed task-{i:03d} \(attempt 1, token (\d+)\)", out)
+        assert token and f"completed task-{i:03d} (token {token.group(1)})" in out, out
+    assert "stopped on SIGTERM" in out
+    assert "16 claimed, so 4 retries" in out  # 1 after the kill, 1 for task-007, 2 for task-012
+    assert "COMPLETED 11, DEAD 1" in out
     with sqlq.Queue(db, lease_seconds=1, max_attempts=3, queue="demo") as queue:
         assert queue.counts() == {
             "WAITING": 0,
             "AVAILABLE": 0,
             "RESERVED": 0,
-            "COMPLETED": 12,
-            "DEAD": 0,
+            "COMPLETED": 11,
+            "DEAD": 1,
         }
-        for i in range(1, 13):
-            assert queue.status(f"task-{i:03d}") == "COMPLETED"
+        assert [d.task_id for d in queue.dead()] == ["task-012"]
+        info = queue.info("task-004")
+        assert info is not None and (info.attempts, info.token) == (2, int(taken.group(1)))
     assert not (tmp_path / "sqlq-demo.db").exists()  # --db was used, not the default
+
+
+def _sqlq(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sqlq", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def test_backup_while_a_worker_drains(tmp_path: Path) -> None:
+    """`sqlq backup` while a `sqlq worker` process drains the file: every backup opens
+    as a queue and holds every task (none lost), also those taken mid-drain."""
+    db = tmp_path / "jobs.db"
+    tasks = 400
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=3) as q:
+        q.add_many([(f"t{i}", 0.02) for i in range(tasks)])
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent))
+    command = [sys.executable, "-m", "sqlq", "worker", str(db), "runner_handlers:nap"]
+    command += ["--concurrency", "2", "--burst"]
+    worker = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    completed: list[int] = []
+    try:
+        while not completed or completed[-1] < tasks:
+            assert len(completed) < 200, completed
+            dest = tmp_path / "backup.db"  # replaced by each backup in turn
+            backup = _sqlq("backup", db, dest)
+            assert backup.returncode == 0, backup.stderr
+            stats = _sqlq("stats", dest, "--json")
+            assert stats.returncode == 0, stats.stderr
+            counts = json.loads(stats.stdout)["queues"]["default"]
+            assert sum(counts.values()) == tasks, counts
+            conn = dbapi.connect(str(dest))
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            conn.close()
+            completed.append(counts["COMPLETED"])
+    finally:
+        worker.wait(timeout=120)
+    assert worker.returncode == 0
+    assert any(0 < n < tasks for n in completed), completed  # taken while the worker ran
+    with sqlq.Queue(dest, lease_seconds=30, max_attempts=3) as copy:
+        assert copy.counts()["COMPLETED"] == tasks

@@ -1,9 +1,10 @@
-"""Maintenance: `sqlq redrive`, `sqlq purge` and `sqlq migrate`.
+"""Maintenance: `sqlq redrive`, `sqlq purge`, `sqlq backup` and `sqlq migrate`.
 
 `redrive` and `purge` need an existing sqlq database and migrate an older
-schema, as sqlq.Queue does.  `migrate` creates or migrates a database
-explicitly, and is the only command that turns an empty file into a sqlq
-database.  Files that are not sqlq databases are refused unchanged.
+schema, as sqlq.Queue does.  `backup` copies a database while workers use it,
+without migrating it.  `migrate` creates or migrates a database explicitly,
+and is the only command that turns an empty file into a sqlq database.  Files
+that are not sqlq databases are refused unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from ..contract import State
 from ..sqlite.backend import SqliteBackend
+from ..sqlite.files import create_database_file, file_mode
 from ..sqlite.migrate import applied_version, latest_version
 from ..sqlite.queries import Q
 from .common import (
@@ -29,6 +31,7 @@ from .common import (
     add_json,
     add_queue,
     byte_size,
+    check_sqlq_file,
     duration,
     open_queue,
     plain_connection,
@@ -42,9 +45,11 @@ WRITE_NOTE = "it must exist (it is not created) and be a sqlq database; an older
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`sqlq redrive` and `sqlq purge` (migrate is listed apart, see build_parser)."""
+    """`sqlq redrive`, `sqlq purge` and `sqlq backup` (migrate is listed apart, see
+    build_parser)."""
     _register_redrive(commands)
     _register_purge(commands)
+    _register_backup(commands)
 
 
 # --- sqlq redrive --------------------------------------------------------------------------
@@ -221,6 +226,90 @@ def _vacuum(path: str) -> tuple[int, int]:
         conn.execute(Q.vacuum)
         conn.execute(Q.checkpoint_truncate).fetchall()
     return before, _files(path)
+
+
+# --- sqlq backup ---------------------------------------------------------------------------
+
+
+def _register_backup(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    backup = commands.add_parser(
+        "backup",
+        help="copy a database safely while workers use it",
+        description=(
+            "Copy the database DB to DEST as it was at one moment, while workers go on "
+            "using it: SQLite's VACUUM INTO, run with sqlq's SQLite library, in one read "
+            "transaction that never blocks the workers. The copy is compact and a single "
+            "file (no -wal); it is written beside DEST, flushed to disk, and then renamed "
+            "over DEST, so an earlier backup at DEST stays whole until the new one is. DEST "
+            "gets DB's permissions. Open the copy like any queue (sqlq stats DEST). "
+            "Every task of DB at that moment is in the copy, in its state then."
+        ),
+    )
+    backup.add_argument(
+        "db", metavar="DB", help="the database to copy; it must be a sqlq database (not migrated)"
+    )
+    backup.add_argument(
+        "dest",
+        metavar="DEST",
+        help=(
+            "where the copy goes; an existing DEST is replaced only if it is a sqlq "
+            "database that is not open as a queue (no DEST-wal beside it)"
+        ),
+    )
+    add_json(backup, "the paths and the size of the copy")
+    backup.set_defaults(handler=_backup)
+
+
+def _backup(args: argparse.Namespace) -> int:
+    path = sqlq_file(args.db, allow_older=True, creates="backup does not create databases")
+    dest = _backup_target(args.dest, path)
+    partial = f"{dest}.sqlq-backup-{os.getpid()}"
+    create_database_file(partial, file_mode(path))  # VACUUM INTO fills an empty file
+    try:
+        with plain_connection(path) as conn:
+            conn.execute(Q.vacuum_into, {"dest": partial})
+        _fsync(partial)
+        os.replace(partial, dest)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    _fsync(os.path.dirname(dest))  # the rename itself
+    size = os.path.getsize(dest)
+    if args.json:
+        print_json({"database": path, "backup": dest, "bytes": size})
+    else:
+        print(f"backed up {path} to {dest} ({byte_size(size)})")
+    return EXIT_OK
+
+
+def _backup_target(arg: str, source: str) -> str:
+    """The absolute path of DEST, refusing what must not be replaced (unchanged)."""
+    dest = os.path.abspath(arg)
+    if os.path.isdir(dest):
+        raise CliError(f"{arg}: is a directory; give the backup's file name", EXIT_USAGE)
+    if not os.path.isdir(os.path.dirname(dest)):
+        raise CliError(f"{arg}: no such folder {os.path.dirname(dest)}", EXIT_USAGE)
+    if not os.path.exists(dest):
+        return dest
+    if os.path.samefile(dest, source):
+        raise CliError(f"{arg}: is the database itself", EXIT_USAGE)
+    if os.path.exists(dest + "-wal"):
+        raise CliError(
+            f"{arg}-wal exists: {arg} is open as a queue, or was not closed cleanly; "
+            "not replacing it"
+        )
+    if os.path.getsize(dest) > 0:
+        with plain_connection(dest) as conn:
+            check_sqlq_file(conn, dest, allow_older=True)  # anything else is left alone
+    return dest
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- sqlq migrate --------------------------------------------------------------------------

@@ -320,6 +320,12 @@ PRAGMA wal_checkpoint(PASSIVE)
 -- the write lock while it runs.
 VACUUM
 
+-- name: vacuum_into
+-- sqlq backup: a compact copy of the database as of one read transaction, into
+-- an empty file; writers go on meanwhile (WAL), and the copy is a single file
+-- in rollback-journal mode.
+VACUUM INTO :dest
+
 -- name: checkpoint_truncate
 -- After VACUUM: copy the whole log into the database file and truncate the
 -- -wal file to nothing, so the space comes back to the file system.
