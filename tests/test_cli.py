@@ -203,6 +203,23 @@ def test_no_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> N
     assert "usage: sqlq" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [(["stats", "DB", "--jsn"], "did you mean --json?"),
+     (["worker", "DB", "m:f", "--concurency", "2"], "did you mean --concurrency?"),
+     (["purge", "DB", "--zzz"], "")],
+)  # fmt: skip
+def test_a_mistyped_option_prints_the_usage_of_its_subcommand(
+    args: list[str], hint: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(capsys, *(str(db) if a == "DB" else a for a in args))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"usage: sqlq {args[0]} ")
+    bad = next(a for a in args if a.startswith("--"))
+    assert f"sqlq {args[0]}: error: unrecognized arguments: {bad}" in err
+    assert hint in err
+
+
 def test_readme_mentions_every_subcommand() -> None:
     text = README.read_text("utf-8")
     missing = [name for name in SUBCOMMANDS if f"sqlq {name}" not in text]
@@ -240,6 +257,23 @@ def test_a_missing_database_is_exit_2_and_is_not_created(
     assert out == ""
     assert f"sqlq {name}: error:" in err and "no such file" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", sorted({*NEEDS_DB, "add", "migrate"} - {"worker"}))
+def test_every_command_takes_a_sqlite_url_as_the_queue_does(
+    name: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = {**NEEDS_DB, "add": ["d0"], "migrate": []}[name]
+    code, _, err = _cli(capsys, name, f"sqlite:///{db}", *args)
+    assert code == 0, err
+
+
+def test_a_url_the_queue_refuses_is_a_usage_error(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "stats", f"sqlite:///{db}?mode=ro")
+    assert code == 2
+    assert "sqlq stats: error:" in err and "may only name the file" in err
 
 
 def test_stats_of_a_missing_file_via_python_m(tmp_path: Path) -> None:
@@ -813,15 +847,15 @@ def test_redrive_given_ids_or_all(tmp_path: Path, capsys: pytest.CaptureFixture[
         for task in ("a", "b", "c"):
             assert q.reserve() == task
             q.fail(task)
-    code, out, _ = _cli(capsys, "redrive", db, "a", "live", "nope")
+    code, out, _ = _cli(capsys, "redrive", db, "a", "live", "b")
     assert code == 0
     assert out == (
-        "redrove 1 dead task back to the line of queue 'default' (2 given ids not DEAD, skipped)\n"
+        "redrove 2 dead tasks back to the line of queue 'default' (1 given id not DEAD, skipped)\n"
     )
     assert _json(capsys, "redrive", db, "--all") == {
         "database": str(db),
         "queue": "default",
-        "redriven": 2,
+        "redriven": 1,
         "skipped": None,
     }
     with _queue(db) as q:
@@ -834,6 +868,16 @@ def test_redrive_given_ids_or_all(tmp_path: Path, capsys: pytest.CaptureFixture[
         ]
         assert [q.reserve() for _ in range(4)] == ["live", "a", "b", "c"]  # the line's order
     assert _json(capsys, "redrive", db, "--all")["redriven"] == 0
+
+
+def test_redrive_of_an_unknown_id_is_exit_1_and_redrives_nothing(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(capsys, "redrive", db, "d2", "nope")
+    assert (code, out) == (1, "")
+    assert "sqlq redrive: error: no task 'nope' in queue 'default'; nothing was redriven" in err
+    with _queue(db) as q:
+        assert q.status("d2") == "DEAD"
 
 
 @pytest.mark.parametrize("args", [[], ["a", "--all"]])
@@ -864,6 +908,36 @@ def test_bad_durations(text: str, db: Path, capsys: pytest.CaptureFixture[str]) 
     code, _, err = _cli(capsys, "purge", db, f"--older-than={text}")
     assert code == 2
     assert "--older-than" in err
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--delay", "10m"), ("--delay", "1.5h"), ("--delay", "90")],
+)
+def test_add_takes_a_duration(
+    option: str, value: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "add", db, "later", option, value)
+    assert code == 0, err
+    with _queue(db) as q:
+        info = q.info("later")
+        assert info is not None and info.run_at is not None
+        assert info.run_at - info.created_at == pytest.approx(common.duration(value))
+
+
+@pytest.mark.parametrize("option", ["--lease", "--time-limit", "--grace", "--busy-timeout"])
+def test_every_worker_option_in_seconds_takes_a_duration(option: str) -> None:
+    args = cli.build_parser().parse_args(["worker", "db", "mod:fn", option, "1.5m"])
+    assert getattr(args, option[2:].replace("-", "_")) == 90
+
+
+@pytest.mark.parametrize("value", ["10x", "-1m"])
+def test_a_refused_duration_says_how_to_write_one(
+    value: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "add", db, "t", f"--delay={value}")
+    assert code == 2
+    assert "usage: sqlq add" in err and "--delay" in err and common.DURATION_SYNTAX in err
 
 
 def test_purge_removes_completed_tasks_by_default(

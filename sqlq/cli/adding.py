@@ -28,6 +28,7 @@ from .common import (
     add_database,
     add_json,
     add_queue,
+    file_path,
     open_queue,
     plural,
     positive_int,
@@ -76,7 +77,7 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     when = add.add_mutually_exclusive_group()
     when.add_argument(
         "--delay",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(),
         help="the tasks are WAITING for this many seconds before they join the line",
     )
@@ -121,7 +122,7 @@ def _add(args: argparse.Namespace) -> int:
             check_task_id(task_id)
     except InvalidArgument as exc:
         raise CliError(f"TASK_ID: {exc}; nothing was added") from exc
-    path = os.path.abspath(args.db)
+    path = file_path(args.db)
     created = not os.path.exists(path)
     folder = os.path.dirname(path)
     if created and not os.path.isdir(folder):

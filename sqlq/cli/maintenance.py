@@ -30,6 +30,7 @@ from .common import (
     add_queue,
     byte_size,
     duration,
+    file_path,
     open_queue,
     plain_connection,
     plural,
@@ -56,7 +57,8 @@ def _register_redrive(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="send dead tasks back to the line with their attempts reset",
         description=(
             "Send DEAD tasks of a queue (the given ids, or --all) to the back of the "
-            "line with their attempts reset to 0. Given ids that are not DEAD are skipped. "
+            "line with their attempts reset to 0. Given ids that are not DEAD are skipped; "
+            "an id the queue does not have is an error (exit 1) and nothing is redriven. "
             "Prints how many went back. One transaction."
         ),
     )
@@ -74,6 +76,12 @@ def _redrive(args: argparse.Namespace) -> int:
     path = sqlq_file(args.db, allow_older=True, creates="redrive does not create databases")
     ids = None if args.all else list(dict.fromkeys(args.task_ids))
     with open_queue(path, args.queue) as queue:
+        unknown = [task_id for task_id in ids or () if queue.status(task_id) is None]
+        if unknown:
+            raise CliError(
+                f"no task {', '.join(map(repr, unknown))} in queue {args.queue!r}; "
+                "nothing was redriven"
+            )
         redriven = queue.redrive(task_ids=ids)
     skipped = None if ids is None else len(ids) - redriven
     if args.json:
@@ -247,7 +255,7 @@ def register_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    path = os.path.abspath(args.db)
+    path = file_path(args.db)
     if os.path.isdir(path):
         raise CliError(f"{args.db}: is a directory, not a database file", EXIT_USAGE)
     if not os.path.isdir(os.path.dirname(path)):

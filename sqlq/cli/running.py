@@ -84,7 +84,7 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
     worker.add_argument(
         "--lease",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
         default=30.0,
         help=(
@@ -105,7 +105,7 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
     worker.add_argument(
         "--time-limit",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
         default=None,
         help=(
@@ -115,14 +115,14 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
     worker.add_argument(
         "--grace",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(),
         default=30.0,
         help="on SIGTERM or Ctrl-C, how long running handlers may finish (default %(default)g)",
     )
     worker.add_argument(
         "--busy-timeout",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(0, 86400),
         default=30.0,
         help=(
@@ -201,7 +201,7 @@ def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     demo.add_argument(
         "--lease",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(0, 3600, allow_minimum=False),
         default=2.0,
         help="lease of each reservation in seconds (default 2)",
