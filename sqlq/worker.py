@@ -887,7 +887,6 @@ def serve(
     queue: str = "default",
     concurrency: int = 1,
     lease_seconds: float = 30.0,
-    max_attempts: int = 5,
     time_limit: float | None = None,
     grace: float = 30.0,
     stop_when_idle: bool = False,
@@ -911,7 +910,7 @@ def serve(
     with Queue(
         db,
         lease_seconds=lease_seconds,
-        max_attempts=max_attempts,
+        max_attempts=1,  # of the tasks this queue adds: a worker adds none
         queue=queue,
         synchronous=cast(Synchronous, synchronous),
         busy_timeout=busy_timeout,

@@ -604,6 +604,41 @@ def test_add_with_delay_or_run_at_is_waiting(db: Path, capsys: pytest.CaptureFix
     assert code == 2 and "not allowed with" in err
 
 
+@pytest.mark.parametrize(
+    ("policy", "waits"),
+    [("immediate", [0, 0]), ("fixed:30s", [30, 30]), ("exponential:1m:90s:no-jitter", [60, 90])],
+)
+def test_add_stores_a_retry_policy(
+    policy: str, waits: list[float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "q.db"
+    code, _, err = _cli(capsys, "add", db, "t", "--retry", policy, "--max-attempts", "3")
+    assert code == 0, err
+    with _queue(db) as q:
+        for wait in waits:
+            info = q.info("t")
+            assert info is not None
+            lease = q.claim(info.run_at)  # when it wakes (None: now)
+            assert lease is not None
+            q.fail("t", token=lease.token)
+            info = q.info("t")
+            assert info is not None
+            assert info.run_at == (info.updated_at + wait if wait else None)
+
+
+@pytest.mark.parametrize(
+    "policy", ["sometimes", "fixed", "fixed:x", "exponential:1m:1s", "fixed:1:2"]
+)
+def test_add_refuses_a_bad_retry_policy(
+    policy: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "add", db, "t", f"--retry={policy}")
+    assert code == 2
+    assert "usage: sqlq add" in err and "--retry" in err
+    with _queue(db) as q:
+        assert q.status("t") is None
+
+
 def test_add_payload_file_as_json_or_raw_bytes(
     db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1078,6 +1113,14 @@ def test_worker_drains_the_queue_and_exits(tmp_path: Path) -> None:
     assert set(dead) == {"t3", "t7"}
     assert dead["t3"].attempts == 2 and "refused task 3" in (dead["t3"].last_error or "")
     assert sorted(map(int, log.read_text().split())) == [i for i in range(20) if i not in (3, 7)]
+
+
+def test_worker_has_no_max_attempts_option_that_would_do_nothing(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "worker", db, "mod:fn", "--max-attempts", "3")
+    assert code == 2
+    assert "unrecognized arguments: --max-attempts" in err
 
 
 @pytest.mark.parametrize("target", ["nocolon", "mod:", ":fn", "bad-mod:fn", "mod:fn()"])

@@ -22,6 +22,7 @@ from ..errors import InvalidArgument, InvalidPayload
 from .common import (
     EXIT_OK,
     EXIT_USAGE,
+    RETRY_SYNTAX,
     CliError,
     Progress,
     UsageError,
@@ -33,6 +34,7 @@ from .common import (
     plural,
     positive_int,
     print_json,
+    retry_policy,
     seconds,
     unix_time,
 )
@@ -95,6 +97,17 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="attempts each task gets before it is DEAD, stored with it (default %(default)s)",
     )
     add.add_argument(
+        "--retry",
+        metavar="POLICY",
+        type=retry_policy,
+        default=None,
+        help=(
+            "how long a failed attempt waits before the next, stored with each task: "
+            f"{RETRY_SYNTAX} (delays are durations; e.g. fixed:30s, exponential:1s:5m). "
+            "Default immediate: back to the end of the line at once"
+        ),
+    )
+    add.add_argument(
         "--from-file",
         metavar="PATH",
         help=(
@@ -148,7 +161,7 @@ def _add(args: argparse.Namespace) -> int:
     # The input file is opened first: if it cannot be read, no database is created.
     with (
         _open_input(args.from_file) as source,
-        open_queue(path, args.queue, args.max_attempts) as q,
+        open_queue(path, args.queue, args.max_attempts, args.retry) as q,
     ):
         items = [t if default is None else (t, default) for t in args.task_ids]
         for start in range(0, len(items), ADD_BATCH):

@@ -21,6 +21,7 @@ from ..durable import Queue
 from ..errors import InvalidConfig
 from ..payload import Undecodable
 from ..records import TaskInfo
+from ..retry import Retry
 from ..sqlite import driver
 from ..sqlite.backend import database_path
 from ..sqlite.migrate import check_schema
@@ -111,6 +112,29 @@ def seconds(
 
 #: Any duration from 0 to MAX_LEASE_SECONDS.
 duration = seconds()
+
+
+RETRY_SYNTAX = "immediate, fixed:DELAY, exponential:BASE:CAP or exponential:BASE:CAP:no-jitter"
+
+
+def retry_policy(text: str) -> Retry:
+    """A retry policy as the command line writes it (RETRY_SYNTAX; delays are durations):
+    ``immediate``, ``fixed:30s``, ``exponential:1s:5m`` (full jitter), ``...:no-jitter``."""
+    kind, *args = text.strip().split(":")
+    try:
+        if kind == "immediate" and not args:
+            return Retry.immediate()
+        if kind == "fixed" and len(args) == 1:
+            return Retry.fixed(_duration_value(args[0]))
+        if kind == "exponential" and len(args) in (2, 3) and args[2:] in ([], ["no-jitter"]):
+            base, cap = (_duration_value(a) for a in args[:2])
+            return Retry.exponential(base, cap, jitter=len(args) == 2)
+    except InvalidConfig as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    raise argparse.ArgumentTypeError(f"not a retry policy: {text!r} (write {RETRY_SYNTAX})")
+
+
+retry_policy.__name__ = "retry policy"
 
 
 def unix_time(text: str) -> float:
@@ -253,9 +277,9 @@ def sqlq_file(arg: str, *, allow_older: bool, creates: str = "") -> str:
     return path
 
 
-def open_queue(path: str, name: str, max_attempts: int = 1) -> Queue:
+def open_queue(path: str, name: str, max_attempts: int = 1, retry: Retry | None = None) -> Queue:
     """A sqlq.Queue for the commands (lease_seconds only matters to claim, never called)."""
-    return Queue(path, lease_seconds=30, max_attempts=max_attempts, queue=name)
+    return Queue(path, lease_seconds=30, max_attempts=max_attempts, queue=name, retry=retry)
 
 
 # --- output -------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..contract import MAX_ATTEMPTS, MAX_LEASE_SECONDS, State
+from ..contract import MAX_LEASE_SECONDS, State
 from .common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -93,17 +93,6 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         ),
     )
     worker.add_argument(
-        "--max-attempts",
-        metavar="N",
-        type=positive_int(1, MAX_ATTEMPTS),
-        default=5,
-        help=(
-            "passed to sqlq.worker.serve (default %(default)s). Each task keeps the "
-            "max_attempts it was added with (sqlq add --max-attempts), so this does not "
-            "change how often the worker's tasks are tried"
-        ),
-    )
-    worker.add_argument(
         "--time-limit",
         metavar="DURATION",
         type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
@@ -157,7 +146,6 @@ def _worker(args: argparse.Namespace) -> int:
         queue=args.queue,
         concurrency=args.concurrency,
         lease_seconds=args.lease,
-        max_attempts=args.max_attempts,
         time_limit=args.time_limit,
         grace=args.grace,
         stop_when_idle=args.burst,
