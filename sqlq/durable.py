@@ -441,14 +441,29 @@ class Queue:
     def stats(self, now: Number | None = None) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""
         with self._call(now) as tx:
-            counts, front, deadline, run_at = tx.stats(self.queue)
-            return QueueStats(
-                counts=counts,
-                oldest_available_age=None if front is None else tx.now - front,
-                next_deadline=deadline,
-                next_run_at=run_at,
-                wal_bytes=self._sqlite.wal_bytes(),
-            )
+            return self._stats(tx.stats(self.queue), tx.now)
+
+    def snapshot(self, now: Number | None = None) -> QueueStats:
+        """``stats()`` as last written: reads only, in one snapshot, and takes no
+        write lock (for a worker's periodic summary, or a watch).  Nothing due is
+        applied, so a lease that ran out counts as RESERVED until the next call.
+        Counting the tasks per state reads every task of the queue."""
+        at = check_time(self._clock() if now is None else now)
+        return self._stats(self._backend.snapshot(self.queue), at)
+
+    def _stats(
+        self,
+        figures: tuple[dict[str, int], Number | None, Number | None, Number | None],
+        now: Number,
+    ) -> QueueStats:
+        counts, front, deadline, run_at = figures
+        return QueueStats(
+            counts=counts,
+            oldest_available_age=None if front is None else max(0, now - front),
+            next_deadline=deadline,
+            next_run_at=run_at,
+            wal_bytes=self._sqlite.wal_bytes(),
+        )
 
     def checkpoint(self) -> Checkpoint:
         """Copy the write-ahead log into the database file now, as far as no reader

@@ -1123,6 +1123,80 @@ def test_worker_has_no_max_attempts_option_that_would_do_nothing(
     assert "unrecognized arguments: --max-attempts" in err
 
 
+def _handlers_env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "cli_test_handlers.py").write_text(HANDLERS)
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+        "HANDLED_LOG": str(tmp_path / "handled.log"),
+    }
+
+
+@pytest.mark.processes
+def test_worker_burst_says_what_it_leaves_behind(tmp_path: Path) -> None:
+    env = _handlers_env(tmp_path)
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=3600, max_attempts=2) as q:
+        q.add_many([("held", {"n": 0}), ("t1", {"n": 1}), ("t2", {"n": 2})])
+        q.add("later", payload={"n": 3}, delay=3600)
+        assert q.claim() is not None  # "held": a lease of another worker
+    proc = _run("worker", str(db), "cli_test_handlers:handle", "--burst", env=env)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "worker stopped: 2 claimed, 2 completed" in last
+    assert last.endswith(
+        "; left behind: 1 RESERVED (leases of other workers), 1 WAITING (for a delay or a "
+        "retry); stop_when_drained (sqlq worker --drain) waits for them"
+    )
+    assert "task completed" not in proc.stderr  # a line per task only with -v
+
+
+@pytest.mark.processes
+def test_worker_drain_waits_for_other_leases_logs_summaries_and_each_task_with_v(
+    tmp_path: Path,
+) -> None:
+    env = _handlers_env(tmp_path)
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=3600, max_attempts=2) as q:
+        q.add("held", payload={"n": 0})
+        held = q.claim()
+        assert held is not None
+    err = tmp_path / "worker.err"
+    args = ["--drain", "-v", "--summary-every", "0.2s"]
+    with err.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sqlq", "worker", str(db), "cli_test_handlers:handle", *args],
+            stderr=stderr,
+            env=env,
+        )
+    try:
+        _poll(lambda: "waiting for 1 RESERVED" in err.read_text(), "the worker to wait")
+        with sqlq.Queue(db, lease_seconds=3600, max_attempts=2) as q:
+            q.add("late", payload={"n": 1})  # taken: the worker is still there
+            _poll(lambda: q.status("late") == "COMPLETED", "the late task")
+            _poll(lambda: "worker summary completed=" in err.read_text(), "a summary")
+            assert process.poll() is None
+            assert q.complete("held", token=held.token)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    lines = err.read_text().strip().splitlines()
+    assert any(
+        re.search(r"task completed task_id=late attempt=1 token=\d+ duration=", m) for m in lines
+    )
+    summary = next(m for m in lines if "worker summary" in m)
+    assert re.search(r"INFO .* worker summary completed=\d+ failed=0 dead=0 lost=0 ", summary)
+    assert lines[-1].endswith("; nothing left RESERVED or WAITING")
+
+
+def _poll(predicate: Any, what: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("target", ["nocolon", "mod:", ":fn", "bad-mod:fn", "mod:fn()"])
 def test_worker_rejects_a_malformed_handler(
     target: str, db: Path, capsys: pytest.CaptureFixture[str]

@@ -19,6 +19,9 @@ from .common import (
 
 DEMO_DB = "sqlq-demo.db"
 
+#: What --log-level takes.
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 #: Most worker threads one `sqlq worker` runs.
 MAX_CONCURRENCY = 1024
 
@@ -54,7 +57,9 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "retried until it has used its attempts. Leases are extended while a handler "
             "runs. SIGTERM or Ctrl-C stops taking tasks and gives running handlers --grace "
             "seconds to finish; the rest go back to the line without counting the attempt. "
-            "Logs go to stderr. Handlers must be idempotent: a task can run more than once."
+            "Logs go to stderr, one event a line with key=value fields: failed, dead and lost "
+            "tasks as warnings, a summary every --summary-every, every task with -v. "
+            "Handlers must be idempotent: a task can run more than once."
         ),
     )
     worker.add_argument(
@@ -119,10 +124,54 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "retried (default %(default)g); a stop request cuts waits short after --grace"
         ),
     )
-    worker.add_argument(
+    until = worker.add_mutually_exclusive_group()
+    until.add_argument(
         "--burst",
         action="store_true",
-        help="stop once the queue has nothing left to take (for batch jobs and tests)",
+        help=(
+            "stop once the queue has nothing left to take (for batch jobs and tests); the "
+            "last log line says what is left behind: leases other workers hold and tasks "
+            "WAITING for a delay or a retry"
+        ),
+    )
+    until.add_argument(
+        "--drain",
+        action="store_true",
+        help=(
+            "like --burst, but also wait for the leases other workers hold and for WAITING "
+            "tasks: stop once the queue has nothing AVAILABLE, RESERVED or WAITING"
+        ),
+    )
+    logs = worker.add_mutually_exclusive_group()
+    logs.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        type=str.lower,
+        default="info",
+        help=(
+            "the least important log lines shown (default %(default)s). debug shows every "
+            "task (claimed, completed); info the start, stop and summaries; warning the "
+            "failed, dead and lost tasks"
+        ),
+    )
+    logs.add_argument(
+        "-v",
+        "--verbose",
+        dest="log_level",
+        action="store_const",
+        const="debug",
+        help="the same as --log-level debug: a line for every task",
+    )
+    worker.add_argument(
+        "--summary-every",
+        metavar="DURATION",
+        type=seconds(),
+        default=60.0,
+        help=(
+            "log a summary line this often: tasks completed, failed, dead and lost since the "
+            "last one, tasks per second, the backlog and the age of the oldest AVAILABLE "
+            "task (default %(default)g; 0: never)"
+        ),
     )
     worker.add_argument(
         "--synchronous",
@@ -149,8 +198,11 @@ def _worker(args: argparse.Namespace) -> int:
         time_limit=args.time_limit,
         grace=args.grace,
         stop_when_idle=args.burst,
+        stop_when_drained=args.drain,
         synchronous=args.synchronous,
         busy_timeout=args.busy_timeout,
+        log_level=args.log_level.upper(),
+        summary_every=args.summary_every,
     )
 
 
