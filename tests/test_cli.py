@@ -15,9 +15,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -445,6 +447,67 @@ def test_stats_reads_only_and_shows_overdue_leases(
     conn.close()
     with _queue(db) as q:  # the next call on the queue releases the lease
         assert q.status("a") == "AVAILABLE"
+
+
+def test_stats_watch_stops_after_count_reads(db: Path) -> None:
+    proc = _run("stats", f"sqlite:///{db}", "--watch", "--count", "3", "--interval", "10ms")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [re.sub(r"^\[[\d:]+\] ", "", line).split(":")[0] for line in lines] == [
+        "default",
+        "emails",
+    ] * 3
+    assert "AVAILABLE 3, RESERVED 1" in lines[0] and "(+" not in lines[0]  # no rate yet
+    assert "AVAILABLE 3 (+0.0/s), RESERVED 1" in lines[-2]
+
+
+def test_stats_watch_is_for_people_not_json(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _cli(capsys, "stats", db, "--watch", "--json")
+    assert code == 2 and "--watch prints lines for people" in err
+
+
+@pytest.mark.processes
+def test_stats_watch_shows_rates_and_a_progress_bar_while_a_backlog_drains(
+    tmp_path: Path,
+) -> None:
+    """The watch runs as a process; this one drains the queue in steps and reads the
+    watch's lines until each step shows (no timing: the watch reads every 50 ms)."""
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=3600, max_attempts=1) as q:
+        q.add_many([f"t{i}" for i in range(100)])
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "sqlq", "stats", str(db), "--watch", "--interval", "50ms"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(120, watch.kill)
+    watchdog.start()
+    assert watch.stdout is not None
+
+    def line_with(available: int) -> str:
+        for line in watch.stdout:  # type: ignore[union-attr]
+            if f"AVAILABLE {available}," in line or f"AVAILABLE {available} (" in line:
+                return line
+        raise AssertionError(f"the watch ended before AVAILABLE was {available}")
+
+    try:
+        first = line_with(100)
+        assert "%" not in first and "oldest available" in first
+        seen = []
+        with sqlq.Queue(db, lease_seconds=3600, max_attempts=1) as q:
+            for left in (60, 20, 0):
+                q.complete_many(q.claim_many(q.counts()["AVAILABLE"] - left))
+                seen.append(line_with(left))
+        watch.send_signal(signal.SIGINT)  # Ctrl-C: the way to stop watching
+        assert watch.wait(30) == 0
+    finally:
+        watchdog.cancel()
+        if watch.poll() is None:
+            watch.kill()
+    assert re.search(r"AVAILABLE 60 \(-\d+\.\d/s\)", seen[0])
+    assert "[########------------] 40% ETA " in seen[0]
+    assert "[################----] 80% ETA " in seen[1]
+    assert "[####################] 100% drained" in seen[2]
 
 
 def test_stats_of_a_database_without_tasks(
@@ -932,7 +995,7 @@ def test_redrive_needs_ids_or_all(
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("45", 45), ("1.5", 1.5), ("45s", 45), ("30m", 1800), ("12h", 43200), ("7d", 604800),
-     ("1h30m", 5400), ("2w", 1209600), ("0", 0)],
+     ("1h30m", 5400), ("2w", 1209600), ("0", 0), ("250ms", 0.25), ("1m30s", 90)],
 )  # fmt: skip
 def test_durations(text: str, seconds: float) -> None:
     assert common.duration(text) == seconds

@@ -70,10 +70,10 @@ def positive_int(minimum: int, maximum: int | None = None) -> Callable[[str], in
     return _typed("int", parse)
 
 
-_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([wdhms])", re.I)
+_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|[wdhms])", re.I)
 #: How a duration may be written, for help texts and error messages.
-DURATION_SYNTAX = "seconds, or a number with a unit: 10s, 1.5m, 2h, 1d, 1w, 1h30m"
+DURATION_SYNTAX = "seconds, or a number with a unit: 250ms, 10s, 1.5m, 2h, 1d, 1w, 1h30m"
 
 
 def _duration_value(text: str) -> float:

@@ -20,6 +20,7 @@ from ..sqlite.backend import SqliteBackend
 from ..sqlite.migrate import applied_version, latest_version
 from ..sqlite.queries import Q
 from .common import (
+    DURATION_SYNTAX,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
@@ -119,8 +120,8 @@ def _register_purge(commands: argparse._SubParsersAction[argparse.ArgumentParser
         type=duration,
         default=0.0,
         help=(
-            "only tasks that finished at least AGE ago: seconds, or a number with a unit "
-            "(7d, 12h, 30m, 45s, 1h30m; w, d, h, m, s). Default 0: every finished task"
+            f"only tasks that finished at least AGE ago ({DURATION_SYNTAX}). "
+            "Default 0: every finished task"
         ),
     )
     purge.add_argument(
