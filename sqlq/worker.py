@@ -677,25 +677,32 @@ class Worker:
         self, entry: _Running, error: BaseException | None, late: bool, answer: bool | str | None
     ) -> None:
         """Count and log an outcome the queue has answered (holding _cond)."""
-        lease = entry.lease
-        fields = task_fields(lease)
-        if entry.ended is not None:
-            fields["duration"] = entry.ended - entry.started
-        if error is not None:
-            fields["error"] = f"{type(error).__name__}: {error}"
-        if answer:
-            self._stats.completed += error is None
-            self._stats.failed += error is not None
-            if error is None:
+        if answer and error is None:
+            self._stats.completed += 1
+            if self.log.isEnabledFor(logging.DEBUG):  # a line per task: built only if shown
+                fields = self._fields(entry, error)
                 _event(self.log, logging.DEBUG, "task completed", fields, outcome="COMPLETED")
-            else:
-                self._failed(fields, str(answer), error)
+        elif answer:
+            self._stats.failed += 1
+            self._failed(self._fields(entry, error), str(answer), error)
         elif late:
+            fields = self._fields(entry, error)
             _event(self.log, logging.WARNING, "task result refused", fields, why="time limit")
         else:
             self._stats.lost += 1
             what = "completion" if error is None else "failure"
+            fields = self._fields(entry, error)
             _event(self.log, logging.WARNING, "task lost", fields, outcome="lost", refused=what)
+
+    @staticmethod
+    def _fields(entry: _Running, error: BaseException | None) -> dict[str, Any]:
+        """The fields of a task's outcome: the task's, how long its handler ran, its error."""
+        fields = task_fields(entry.lease)
+        if entry.ended is not None:
+            fields["duration"] = entry.ended - entry.started
+        if error is not None:
+            fields["error"] = f"{type(error).__name__}: {error}"
+        return fields
 
     def _failed(
         self, fields: dict[str, Any], state: str, error: BaseException | None = None
