@@ -826,12 +826,8 @@ class Worker:
             if deadline is not None or entry.state is not _State.RUNNING:
                 return  # extended, or the handler finished meanwhile
             entry.lost = True
-        self.log.warning(
-            "task %r: lease (token %d) lost; another worker may run the task, "
-            "and this handler's result will be refused",
-            lease.task_id,
-            lease.token,
-        )
+        # Another worker may run the task now; this handler's result will be refused.
+        _event(self.log, logging.WARNING, "task lease lost", task_fields(lease), by="heartbeat")
 
     def _time_out(self, entry: _Running) -> None:
         lease = entry.lease
@@ -955,14 +951,15 @@ class Worker:
                 exc_info=not isinstance(exc, TRANSIENT),
             )
             return
-        if done:
+        if done:  # back in line, its attempt not counted
             self._count("released")
-            self.log.warning(
-                "task %r %s; released (its attempt is not counted)", lease.task_id, why
-            )
+            _event(self.log, logging.WARNING, "task released", task_fields(lease), reason=why)
         else:
             self._count("lost")
-            self.log.warning("task %r: release refused, the lease was lost", lease.task_id)
+            fields = task_fields(lease)
+            _event(
+                self.log, logging.WARNING, "task lost", fields, outcome="lost", refused="release"
+            )
 
 
 # --- log lines -------------------------------------------------------------------------
