@@ -1305,6 +1305,15 @@ def test_demo_does_not_delete_other_databases(
         assert q.counts()["AVAILABLE"] == 3
 
 
+def test_demo_refuses_to_delete_another_database_named_by_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "precious.db"
+    _fill(db)
+    assert cli.main(["demo", "--db", f"sqlite:///{db}"]) == 2
+    assert "not deleting it" in capsys.readouterr().err
+
+
 def test_demo_does_not_delete_other_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,6 +12,7 @@ from .common import (
     CliError,
     add_queue,
     error,
+    file_path,
     positive_int,
     seconds,
     sqlq_file,
@@ -225,8 +226,9 @@ def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="PATH",
         default=None,
         help=(
-            f"the demo database (default: ./{DEMO_DB}). An earlier demo database at this path "
-            "is deleted first; any other file there is left alone and the demo refuses to run"
+            f"the demo database, a path or a sqlite:/// URL (default: ./{DEMO_DB}). An "
+            "earlier demo database there is deleted first; any other file there is left "
+            "alone and the demo refuses to run"
         ),
     )
     demo.add_argument(
@@ -252,7 +254,7 @@ def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 def _demo(args: argparse.Namespace) -> int:
     from .. import demo  # multiprocessing and friends only when needed
 
-    path = args.db if args.db is not None else DEMO_DB
+    path = file_path(args.db if args.db is not None else DEMO_DB)
     try:
         demo.remove_old_demo(path)
     except demo.DemoError as exc:
