@@ -81,7 +81,7 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--delay",
         metavar="DURATION",
         type=seconds(),
-        help="the tasks are WAITING for this many seconds before they join the line",
+        help="the tasks are WAITING this long (a duration: 90, 10m, 2h) before they join the line",
     )
     when.add_argument(
         "--run-at",
