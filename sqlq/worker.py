@@ -235,6 +235,8 @@ class Worker:
     task.  A Worker runs once: call ``run`` a single time.  ``clock`` (a
     :class:`Clock`) is the time it measures heartbeats, time limits, the grace
     period and idle waits with (the queue keeps its own clock for leases).
+    ``summary_every`` (seconds of that clock; None or 0, the default: never) is
+    how often it logs a summary line (``sqlq worker`` does every 60 s).
     """
 
     def __init__(
