@@ -192,6 +192,13 @@ class Backend(Protocol):
         """Tasks per state, per queue name."""
         ...
 
+    def snapshot(
+        self, queue: str
+    ) -> tuple[dict[str, int], Number | None, Number | None, Number | None]:
+        """Read only, in one snapshot and without the write lock: what
+        Transaction.stats gives, as last written (nothing due is applied)."""
+        ...
+
     def close(self) -> None:
         """Release the connection(s).  Calls after close raise QueueClosed."""
         ...

@@ -73,12 +73,23 @@ def check_time(now: object, what: str = "now") -> Number:
     elif isinstance(now, int | float) and not isinstance(now, bool):
         value = int(now) if isinstance(now, int) else float(now)
     else:
-        raise InvalidTime(f"{what} must be an int or float, not {type(now).__name__}")
+        raise InvalidTime(f"{what} must be an int or float, not {type(now).__name__}{_hint(what)}")
     if not (0 <= value <= MAX_TIME):  # also rejects NaN
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidTime(f"{what} must be a finite number, got {value!r}")
         raise InvalidTime(f"{what} must be between 0 and {MAX_TIME}, got {value!r}")
     return value
+
+
+def _hint(what: str) -> str:
+    """For ``now``: it comes right after the task id (and token), so a payload or an
+    error given there by position lands in it."""
+    if what != "now":
+        return ""
+    return (
+        "; was it meant as another argument? Pass the others by keyword: "
+        "add(task_id, payload=...), fail(task_id, error=...)"
+    )
 
 
 def check_task_id(task_id: object) -> str:

@@ -441,14 +441,29 @@ class Queue:
     def stats(self, now: Number | None = None) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""
         with self._call(now) as tx:
-            counts, front, deadline, run_at = tx.stats(self.queue)
-            return QueueStats(
-                counts=counts,
-                oldest_available_age=None if front is None else tx.now - front,
-                next_deadline=deadline,
-                next_run_at=run_at,
-                wal_bytes=self._sqlite.wal_bytes(),
-            )
+            return self._stats(tx.stats(self.queue), tx.now)
+
+    def snapshot(self, now: Number | None = None) -> QueueStats:
+        """``stats()`` as last written: reads only, in one snapshot, and takes no
+        write lock (for a worker's periodic summary, or a watch).  Nothing due is
+        applied, so a lease that ran out counts as RESERVED until the next call.
+        Counting the tasks per state reads every task of the queue."""
+        at = check_time(self._clock() if now is None else now)
+        return self._stats(self._backend.snapshot(self.queue), at)
+
+    def _stats(
+        self,
+        figures: tuple[dict[str, int], Number | None, Number | None, Number | None],
+        now: Number,
+    ) -> QueueStats:
+        counts, front, deadline, run_at = figures
+        return QueueStats(
+            counts=counts,
+            oldest_available_age=None if front is None else max(0, now - front),
+            next_deadline=deadline,
+            next_run_at=run_at,
+            wal_bytes=self._sqlite.wal_bytes(),
+        )
 
     def checkpoint(self) -> Checkpoint:
         """Copy the write-ahead log into the database file now, as far as no reader
@@ -517,14 +532,30 @@ class Queue:
 
     def _opened(self, tx: Transaction, asked: Number) -> None:
         """What a call's transaction runs once it has read the clock, if something fell
-        due or the call's time ``asked`` was behind the queue's."""
+        due or the call's time ``asked`` (given as ``now``, or by a custom clock)
+        was behind the queue's.  Warns if it was far behind: handled at the mark
+        as the contract says, but most likely a number given by position where
+        another argument was meant (``add(task_id, 5)`` sets now, not the payload)."""
+        if asked < tx.mark - self._step:
+            self._warn_behind(
+                "%s: a call's time %r is %.1f s behind the queue's time and was handled at "
+                "the queue's time; was the number meant as another argument? (add(task_id, 5) "
+                "sets now, not the payload: pass payload=5)",
+                asked,
+                tx.mark - asked,
+            )
         self._advance(tx, tx.events)
 
     def _opened_at_reading(self, tx: Transaction, asked: Number) -> None:
         """_opened for a call at a reading of the system clock: also warns if the
         reading is far behind the queue's time."""
         if asked < tx.mark - self._step:
-            self._warn_lag(asked, tx.mark)
+            self._warn_behind(
+                "%s: the queue's time is %.1f s ahead of this process's clock (a clock "
+                "stepped back, or another process's clock runs ahead); calls use the "
+                "queue's time",
+                tx.mark - asked,
+            )
         self._advance(tx, tx.events)
 
     def _check_clock(self, reading: Number) -> None:
@@ -546,19 +577,14 @@ class Queue:
             )
         self._kernel_seen = kernel
 
-    def _warn_lag(self, reading: Number, mark: Number) -> None:
-        """A reading far behind the queue's time (a clock stepped back, or another
-        process's clock runs ahead, within the step): calls use the queue's time."""
+    def _warn_behind(self, message: str, *args: object) -> None:
+        """A call's time far behind the queue's (see _opened): one warning a
+        LAG_WARNING_EVERY seconds at most; ``message`` is formatted with the
+        database's path and ``args``."""
         seen = time.monotonic()
         if seen - self._lag_warned >= LAG_WARNING_EVERY:
             self._lag_warned = seen
-            log.warning(
-                "%s: the queue's time is %.1f s ahead of this process's clock (a clock "
-                "stepped back, or another process's clock runs ahead); calls use the "
-                "queue's time",
-                self._sqlite.path,
-                mark - reading,
-            )
+            log.warning(message, self._sqlite.path, *args)
 
     def _advance(self, tx: Transaction, events: list[Event]) -> None:
         """Run due events in (time, counter) order.  An expired lease may start a

@@ -63,6 +63,21 @@
   retried after a short pause.  Any other unexpected error of the claim loop is logged with its
   traceback; running handlers get their grace period and ``run`` re-raises it.
 
+* **Logs.**  The ``sqlq.worker`` logger, one event a line: ``task completed
+  task_id=... attempt=1 token=42 duration=0.003s outcome=COMPLETED``, with the
+  same values in the record's ``extra`` (attributes of the record, for a JSON
+  formatter).  Claims and completions are DEBUG (a line per task would flood
+  INFO at thousands a second); failures, "task dead" (the last attempt failed),
+  lost leases and releases are WARNING, since a handler's failure is not the
+  worker's (its own errors are ERROR).  ``task_fields`` is what identifies a
+  task in them.  Every ``summary_every`` seconds of the worker's clock one INFO
+  line sums up the outcomes since the last one, the tasks per second, the
+  backlog and the age of the oldest AVAILABLE task, read by ``Queue.snapshot``
+  (no write lock).
+* **Running dry.**  ``run(stop_when_idle=True)`` returns once there is nothing
+  to claim and says in its last line what it leaves behind (leases of other
+  workers, WAITING tasks); ``stop_when_drained=True`` waits for those too.
+
 Delivery is at least once: a worker can finish a handler and die before it
 reports, and the task then runs again.  Handlers must be idempotent.
 
@@ -74,10 +89,12 @@ from __future__ import annotations
 
 import enum
 import importlib
+import json
 import logging
 import math
 import os
 import queue as stdqueue
+import re
 import signal
 import sys
 import threading
@@ -87,13 +104,21 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol, TypeVar, cast
 
-from .contract import MAX_BATCH, MAX_LEASE_SECONDS
+from .contract import MAX_BATCH, MAX_LEASE_SECONDS, State
 from .durable import Queue
 from .errors import Busy, ClockSkew, InvalidConfig, StorageFull, StorageIOError
 from .records import Lease
 from .sqlite.backend import Synchronous
 
-__all__ = ["Clock", "SystemClock", "Worker", "WorkerStats", "resolve_target", "serve"]
+__all__ = [
+    "Clock",
+    "SystemClock",
+    "Worker",
+    "WorkerStats",
+    "resolve_target",
+    "serve",
+    "task_fields",
+]
 
 T = TypeVar("T")
 
@@ -113,6 +138,9 @@ SIGNAL_CHECK = 0.1
 #: Seconds the releases and reports still pending when the grace period ends may
 #: wait for the write lock (another worker's turn, say); then they give up.
 RELEASE_WAIT = 1.0
+#: Seconds between two reads of the queue's counts by a worker that waits, idle,
+#: for the queue to be drained (stop_when_drained).
+DRAIN_CHECK = 1.0
 #: Format of the log lines ``serve`` writes to stderr when logging is not configured.
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
 
@@ -168,6 +196,9 @@ class WorkerStats:
     released: int = 0
     #: Failed by the worker because the handler ran past ``time_limit``.
     timed_out: int = 0
+    #: Of the failed and timed out, the tasks that used their last attempt and are
+    #: DEAD now.  Part of those counts, so left out of comparisons.
+    dead: int = field(default=0, compare=False)
     #: Transactions of the claim loop (``settle_and_claim`` calls that committed):
     #: each reported the outcomes pending and claimed for the free slots, so
     #: ``(completed + failed) / commits`` is about the tasks per commit.  A
@@ -193,6 +224,7 @@ class _Running:
     next_beat: float
     state: _State = _State.RUNNING
     lost: bool = False
+    ended: float | None = None  # when the handler returned (the worker's clock)
 
 
 class Worker:
@@ -203,6 +235,8 @@ class Worker:
     task.  A Worker runs once: call ``run`` a single time.  ``clock`` (a
     :class:`Clock`) is the time it measures heartbeats, time limits, the grace
     period and idle waits with (the queue keeps its own clock for leases).
+    ``summary_every`` (seconds of that clock; None or 0, the default: never) is
+    how often it logs a summary line (``sqlq worker`` does every 60 s).
     """
 
     def __init__(
@@ -219,6 +253,7 @@ class Worker:
         with_lease: bool = False,
         logger: logging.Logger | None = None,
         clock: Clock | None = None,
+        summary_every: float | None = None,
     ) -> None:
         if not callable(handler):
             raise InvalidConfig(f"handler must be callable, not {type(handler).__name__}")
@@ -250,6 +285,9 @@ class Worker:
         ):
             raise InvalidConfig(f"clock must have monotonic() and wait(), not {clock!r}")
         self.clock: Clock = SystemClock() if clock is None else clock
+        self.summary_every = (
+            None if not summary_every else _positive(summary_every, "summary_every")
+        )
         self.log = logger if logger is not None else logging.getLogger("sqlq.worker")
         if self.heartbeat >= lease_seconds:
             self.log.warning(
@@ -281,6 +319,10 @@ class Worker:
         self._started = False
         self._work: stdqueue.SimpleQueue[_Running | None] = stdqueue.SimpleQueue()
         self._monitor: threading.Thread | None = None
+        self._until: str | None = None  # run() returns when "idle", "drained", or stopped
+        self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
+        self._summary_at: float | None = None  # when the next summary is due
+        self._summarized = (0.0, WorkerStats())  # the last summary's time and counts
 
     # --- the public face ----------------------------------------------------------
 
@@ -306,20 +348,33 @@ class Worker:
             self.queue.interrupt_waits(self.grace)
 
     def run(
-        self, *, stop_when_idle: bool = False, install_signal_handlers: bool = True
+        self,
+        *,
+        stop_when_idle: bool = False,
+        stop_when_drained: bool = False,
+        install_signal_handlers: bool = True,
     ) -> WorkerStats:
         """Claim and handle tasks until stopped; return what was done.
 
         With ``stop_when_idle``, also return once a claim finds nothing, no
-        handler is running and ``ready()`` says nothing is waiting.  SIGTERM and
-        SIGINT handlers are installed only in the main thread and only for the
+        handler is running and ``ready()`` says nothing is waiting; the last log
+        line then says what is left behind (leases other workers hold, WAITING
+        tasks).  ``stop_when_drained`` waits for those too: it returns once the
+        queue has nothing AVAILABLE, RESERVED or WAITING.  SIGTERM and SIGINT
+        handlers are installed only in the main thread and only for the
         duration of the call.
         """
         with self._cond:
             if self._started:
                 raise RuntimeError("a Worker runs once; make a new one")
             self._started = True
+            self._until = "drained" if stop_when_drained else "idle" if stop_when_idle else None
+            now = self.clock.monotonic()
+            self._summarized = (now, WorkerStats())
+            if self.summary_every:
+                self._summary_at = now + self.summary_every
         previous: dict[int, _SignalHandler] = {}
+        idle = False
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
@@ -336,7 +391,7 @@ class Worker:
                 self.grace,
             )
             try:
-                self._claim_loop(stop_when_idle)
+                idle = self._claim_loop()
             except BaseException as exc:
                 if not isinstance(exc, KeyboardInterrupt):
                     self.log.error("worker error; stopping", exc_info=True)
@@ -352,14 +407,16 @@ class Worker:
             stats = self.stats
             self.log.info(
                 "worker stopped: %d claimed, %d completed, %d failed, %d lost, %d released, "
-                "%d timed out; %d commits",
+                "%d timed out (%d dead); %d commits%s",
                 stats.claimed,
                 stats.completed,
                 stats.failed,
                 stats.lost,
                 stats.released,
                 stats.timed_out,
+                stats.dead,
                 stats.commits,
+                self._left_behind() if idle else "",
             )
             # Last: a signal that comes after this meets the previous handler.
             for signum, handler in previous.items():
@@ -368,23 +425,23 @@ class Worker:
 
     # --- the claim loop -------------------------------------------------------------
 
-    def _claim_loop(self, stop_when_idle: bool) -> None:
+    def _claim_loop(self) -> bool:
+        """Claim and report until stopped (False) or idle as run() was asked (True)."""
         idle: float | None = None  # the current idle wait, or None if not idle
         while True:
             with self._cond:
                 while not self._stopping and not self._outcomes and self._free == 0:
                     self._wait()
                 if self._stopping:
-                    return  # _drain reports what is left
+                    return False  # _drain reports what is left
                 reporting = bool(self._outcomes)
             if idle is not None and not reporting:
                 if self._pause(idle, lambda: self._stopping or bool(self._outcomes)):
                     continue
                 idle = min(idle * 2, self.poll_max)
                 if not self._ready():
-                    if stop_when_idle and self._in_flight() == 0:
-                        self.log.debug("queue %r is idle; stopping", self.queue.queue)
-                        return
+                    if self._in_flight() == 0 and self._idle_end():
+                        return True
                     continue
             short = self._settle(claim=True)
             if isinstance(short, _Busy):
@@ -392,11 +449,53 @@ class Worker:
                 continue
             if not short:
                 idle = None
-            elif stop_when_idle and self._in_flight() == 0 and not self._ready():
-                self.log.debug("queue %r is idle; stopping", self.queue.queue)
-                return
+            elif (
+                self._until is not None
+                and self._in_flight() == 0
+                and not self._ready()
+                and self._idle_end()
+            ):
+                return True
             elif idle is None:
                 idle = self.poll_min
+
+    def _idle_end(self) -> bool:
+        """Nothing to claim and no handler running: True if run() returns now (it
+        was asked to stop when idle, or when drained and the queue has nothing
+        RESERVED or WAITING either)."""
+        if self._until is None:
+            return False
+        if self._until == "drained":
+            now = self.clock.monotonic()
+            if now < self._drain_check:
+                return False
+            self._drain_check = now + DRAIN_CHECK
+            pending = self._pending()
+            if pending is None or any(pending):
+                self.log.debug("queue %r: waiting for %s", self.queue.queue, _pending_text(pending))
+                return False
+        self.log.debug("queue %r is idle; stopping", self.queue.queue)
+        return True
+
+    def _pending(self) -> tuple[int, int] | None:
+        """(RESERVED, WAITING) tasks of the queue, read without the write lock; None
+        if the read met a transient error (logged)."""
+        try:
+            counts = self.queue.snapshot().counts
+        except TRANSIENT as exc:
+            self._log_busy(exc)
+            return None
+        return counts[State.RESERVED.value], counts[State.WAITING.value]
+
+    def _left_behind(self) -> str:
+        """For the last log line of a worker that stopped idle: what it left."""
+        pending = self._pending()
+        if pending is not None and not any(pending):
+            return "; nothing left RESERVED or WAITING"
+        return (
+            f"; left behind: {_pending_text(pending)}; stop_when_drained "
+            "(sqlq worker --drain) waits for them"
+        )
 
     def _settle(self, *, claim: bool) -> bool | _Busy:
         """One transaction: report every outcome pending and, with ``claim``, take a
@@ -456,7 +555,7 @@ class Worker:
             self._let_releases_wait()
             self._give_back(lease, "was claimed as the worker stopped")
             return False
-        self.log.debug("claimed task %r (attempt %d)", lease.task_id, lease.attempt)
+        _event(self.log, logging.DEBUG, "task claimed", task_fields(lease))
         self._work.put(entry)
         return True
 
@@ -556,6 +655,7 @@ class Worker:
         """The handler returned or raised: its outcome waits for the claim loop to
         report it (its slot stays reserved until then)."""
         lease = entry.lease
+        entry.ended = self.clock.monotonic()
         with self._cond:
             if self._returned or entry.state is _State.RELEASED:
                 del self._running[lease.token]
@@ -574,40 +674,48 @@ class Worker:
                 "its result is ignored",
                 lease.task_id,
             )
-        elif error is not None and not late:
-            self.log.warning(
-                "task %r failed on attempt %d: %s: %s",
-                lease.task_id,
-                lease.attempt,
-                type(error).__name__,
-                error,
-            )
-            self.log.debug("traceback of task %r", lease.task_id, exc_info=error)
 
     def _acknowledge(
         self, entry: _Running, error: BaseException | None, late: bool, answer: bool | str | None
     ) -> None:
         """Count and log an outcome the queue has answered (holding _cond)."""
-        lease = entry.lease
-        what = "completion" if error is None else "failure"
-        if answer:
-            self._stats.completed += error is None
-            self._stats.failed += error is not None
-            self.log.debug("task %r: %s accepted (%s)", lease.task_id, what, answer)
+        if answer and error is None:
+            self._stats.completed += 1
+            if self.log.isEnabledFor(logging.DEBUG):  # a line per task: built only if shown
+                fields = self._fields(entry, error)
+                _event(self.log, logging.DEBUG, "task completed", fields, outcome="COMPLETED")
+        elif answer:
+            self._stats.failed += 1
+            self._failed(self._fields(entry, error), str(answer), error)
         elif late:
-            self.log.warning(
-                "task %r: handler %s after its time limit; result refused",
-                lease.task_id,
-                "returned" if error is None else "raised",
-            )
+            fields = self._fields(entry, error)
+            _event(self.log, logging.WARNING, "task result refused", fields, why="time limit")
         else:
             self._stats.lost += 1
-            self.log.warning(
-                "task %r: %s refused, the lease (token %d) was lost",
-                lease.task_id,
-                what,
-                lease.token,
-            )
+            what = "completion" if error is None else "failure"
+            fields = self._fields(entry, error)
+            _event(self.log, logging.WARNING, "task lost", fields, outcome="lost", refused=what)
+
+    @staticmethod
+    def _fields(entry: _Running, error: BaseException | None) -> dict[str, Any]:
+        """The fields of a task's outcome: the task's, how long its handler ran, its error."""
+        fields = task_fields(entry.lease)
+        if entry.ended is not None:
+            fields["duration"] = entry.ended - entry.started
+        if error is not None:
+            fields["error"] = f"{type(error).__name__}: {error}"
+        return fields
+
+    def _failed(
+        self, fields: dict[str, Any], state: str, error: BaseException | None = None
+    ) -> None:
+        """Log a failure the queue accepted (holding _cond): WARNING, as the handler's
+        failure is not the worker's; "task dead" once it used its last attempt."""
+        dead = state == "DEAD"
+        self._stats.dead += dead
+        traceback = error if error is not None and self.log.isEnabledFor(logging.DEBUG) else None
+        event = "task dead" if dead else "task failed"
+        _event(self.log, logging.WARNING, event, fields, outcome=state, exc_info=traceback)
 
     def _count(self, what: str) -> None:
         with self._cond:
@@ -628,12 +736,15 @@ class Worker:
                     self._wait(self.clock.monotonic() + BUSY_PAUSE)
 
     def _monitor_round(self) -> bool:
-        """Wait for the next heartbeat or time limit due, then do it; False to exit."""
+        """Wait for the next heartbeat, time limit or summary due, then do it; False
+        to exit."""
         with self._cond:
             if self._monitor_exit:
                 return False
             now = self.clock.monotonic()
-            beats, limits, soonest = [], [], math.inf
+            beats, limits = [], []
+            soonest = math.inf if self._summary_at is None else self._summary_at
+            summary = now >= soonest
             for entry in self._running.values():
                 if entry.state is not _State.RUNNING or entry.lost:
                     continue
@@ -647,14 +758,52 @@ class Worker:
                     beats.append(entry)
                 else:
                     soonest = min(soonest, entry.next_beat)
-            if not beats and not limits:
+            if not beats and not limits and not summary:
                 self._wait(None if soonest == math.inf else soonest)
                 return True
         for entry in limits:
             self._time_out(entry)
         for entry in beats:
             self._beat(entry)
+        if summary:
+            self._summarize()
         return True
+
+    def _summarize(self) -> None:
+        """The periodic summary: one INFO line with the outcomes since the last one,
+        tasks per second, the backlog and the age of the oldest AVAILABLE task.
+        The queue's figures are read without the write lock (Queue.snapshot)."""
+        now = self.clock.monotonic()
+        with self._cond:
+            stats = replace(self._stats)
+            since, before = self._summarized
+            self._summarized = (now, stats)
+            assert self.summary_every is not None
+            self._summary_at = now + self.summary_every
+        try:
+            figures = self.queue.snapshot()
+        except TRANSIENT as exc:
+            self._log_busy(exc)
+            backlog, age = None, None
+        else:
+            backlog = figures.counts[State.AVAILABLE.value]
+            age = figures.oldest_available_age
+        done = {
+            what: getattr(stats, what) - getattr(before, what)
+            for what in ("completed", "failed", "dead", "lost")
+        }
+        elapsed = now - since
+        rate = (done["completed"] + done["failed"]) / elapsed if elapsed > 0 else 0.0
+        _event(
+            self.log,
+            logging.INFO,
+            "worker summary",
+            done,
+            tasks_per_second=rate,
+            backlog=backlog,
+            oldest_available=None if age is None else float(age),
+            interval=float(elapsed),
+        )
 
     def _beat(self, entry: _Running) -> None:
         lease = entry.lease
@@ -679,33 +828,24 @@ class Worker:
             if deadline is not None or entry.state is not _State.RUNNING:
                 return  # extended, or the handler finished meanwhile
             entry.lost = True
-        self.log.warning(
-            "task %r: lease (token %d) lost; another worker may run the task, "
-            "and this handler's result will be refused",
-            lease.task_id,
-            lease.token,
-        )
+        # Another worker may run the task now; this handler's result will be refused.
+        _event(self.log, logging.WARNING, "task lease lost", task_fields(lease), by="heartbeat")
 
     def _time_out(self, entry: _Running) -> None:
         lease = entry.lease
-        limit = self.time_limit
-        self.log.warning(
-            "task %r exceeded its time limit of %gs; failing it (the handler keeps running "
-            "until it returns, and its result will be refused)",
-            lease.task_id,
-            limit,
-        )
-        state = self._persist(
-            self.queue.fail,
-            lease.task_id,
-            token=lease.token,
-            error=f"time limit of {limit:g}s exceeded",
-        )
+        error = f"time limit of {self.time_limit:g}s exceeded"
+        state = self._persist(self.queue.fail, lease.task_id, token=lease.token, error=error)
         if isinstance(state, _Busy):
             return
-        self._count("timed_out" if state is not None else "lost")
-        if state is None:
-            self.log.warning("task %r: the lease was already lost", lease.task_id)
+        # The handler keeps running until it returns; its result will be refused.
+        fields = {**task_fields(lease), "time_limit": self.time_limit, "error": error}
+        with self._cond:
+            if state is None:
+                self._stats.lost += 1
+                _event(self.log, logging.WARNING, "task lost", fields, outcome="lost")
+            else:
+                self._stats.timed_out += 1
+                self._failed(fields, state)
 
     # --- stopping ---------------------------------------------------------------------------
 
@@ -813,14 +953,66 @@ class Worker:
                 exc_info=not isinstance(exc, TRANSIENT),
             )
             return
-        if done:
+        if done:  # back in line, its attempt not counted
             self._count("released")
-            self.log.warning(
-                "task %r %s; released (its attempt is not counted)", lease.task_id, why
-            )
+            _event(self.log, logging.WARNING, "task released", task_fields(lease), reason=why)
         else:
             self._count("lost")
-            self.log.warning("task %r: release refused, the lease was lost", lease.task_id)
+            fields = task_fields(lease)
+            _event(
+                self.log, logging.WARNING, "task lost", fields, outcome="lost", refused="release"
+            )
+
+
+# --- log lines -------------------------------------------------------------------------
+
+#: Fields given in seconds: written with an "s" (``duration=0.003s``).
+_SECONDS = frozenset({"duration", "time_limit", "oldest_available", "interval"})
+#: A text value written as it is; any other is written as a JSON string.
+_PLAIN = re.compile(r"[\w.:/@+-]+")
+
+
+def _pending_text(pending: tuple[int, int] | None) -> str:
+    if pending is None:
+        return "tasks the queue could not be read for"
+    reserved, waiting = pending
+    return (
+        f"{reserved} RESERVED (leases of other workers), {waiting} WAITING (for a delay or a retry)"
+    )
+
+
+def task_fields(lease: Lease) -> dict[str, Any]:
+    """What identifies a task in the worker's log lines and their ``extra``.
+
+    The one place to add what a lease carries about its task (such as its name)
+    so that every task event shows it."""
+    return {"task_id": lease.task_id, "attempt": lease.attempt, "token": lease.token}
+
+
+def _event(
+    log: logging.Logger,
+    level: int,
+    event: str,
+    fields: dict[str, Any],
+    exc_info: BaseException | None = None,
+    **more: Any,
+) -> None:
+    """Log one event on one line: ``event key=value ...``, and the same values
+    in the record's ``extra`` (as attributes of the record, for a JSON formatter)."""
+    if log.isEnabledFor(level):
+        values = {**fields, **more}
+        text = " ".join(f"{key}={_text(key, value)}" for key, value in values.items())
+        log.log(level, "%s %s", event, text, extra=values, exc_info=exc_info, stacklevel=2)
+
+
+def _text(key: str, value: Any) -> str:
+    """A value as a log line shows it: parseable, and never across lines."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}s" if key in _SECONDS else f"{value:.1f}"
+    text = str(value)
+    return text if _PLAIN.fullmatch(text) else json.dumps(text)
 
 
 class _Busy:
@@ -887,37 +1079,46 @@ def serve(
     queue: str = "default",
     concurrency: int = 1,
     lease_seconds: float = 30.0,
-    max_attempts: int = 5,
     time_limit: float | None = None,
     grace: float = 30.0,
     stop_when_idle: bool = False,
+    stop_when_drained: bool = False,
     synchronous: str = "full",
     busy_timeout: float = 30.0,
+    log_level: int | str = logging.INFO,
+    summary_every: float | None = 60.0,
 ) -> int:
     """Run a worker on queue ``queue`` of the database ``db`` until stopped; exit code 0.
 
     ``target`` names the handler, ``"package.module:function"``; modules in
-    the current directory can be named.  Logs go to stderr (INFO and up) unless
-    the root logger already has handlers.  Stops on SIGTERM or SIGINT when run
-    in the main thread (see the module docstring).
+    the current directory can be named.  sqlq's loggers log at ``log_level``
+    and up, to stderr unless the root logger already has handlers; every
+    ``summary_every`` seconds (None or 0: never) the worker logs a summary.
+    Stops on SIGTERM or SIGINT when run in the main thread (see the module
+    docstring).
     """
     if synchronous not in ("full", "normal"):
         raise InvalidConfig(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
     _cwd_importable()
     handler = resolve_target(target)
-    root = logging.getLogger()
-    if not root.handlers:
-        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=LOG_FORMAT)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(stream=sys.stderr, level=log_level, format=LOG_FORMAT)
+    logging.getLogger("sqlq").setLevel(log_level)
     with Queue(
         db,
         lease_seconds=lease_seconds,
-        max_attempts=max_attempts,
+        max_attempts=1,  # of the tasks this queue adds: a worker adds none
         queue=queue,
         synchronous=cast(Synchronous, synchronous),
         busy_timeout=busy_timeout,
     ) as opened:
         worker = Worker(
-            opened, handler, concurrency=concurrency, time_limit=time_limit, grace=grace
+            opened,
+            handler,
+            concurrency=concurrency,
+            time_limit=time_limit,
+            grace=grace,
+            summary_every=summary_every,
         )
-        worker.run(stop_when_idle=stop_when_idle)
+        worker.run(stop_when_idle=stop_when_idle, stop_when_drained=stop_when_drained)
     return 0

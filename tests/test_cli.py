@@ -15,9 +15,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -204,6 +206,23 @@ def test_no_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> N
     assert "usage: sqlq" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [(["stats", "DB", "--jsn"], "did you mean --json?"),
+     (["worker", "DB", "m:f", "--concurency", "2"], "did you mean --concurrency?"),
+     (["purge", "DB", "--zzz"], "")],
+)  # fmt: skip
+def test_a_mistyped_option_prints_the_usage_of_its_subcommand(
+    args: list[str], hint: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(capsys, *(str(db) if a == "DB" else a for a in args))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"usage: sqlq {args[0]} ")
+    bad = next(a for a in args if a.startswith("--"))
+    assert f"sqlq {args[0]}: error: unrecognized arguments: {bad}" in err
+    assert hint in err
+
+
 def test_readme_mentions_every_subcommand() -> None:
     text = README.read_text("utf-8")
     missing = [name for name in SUBCOMMANDS if f"sqlq {name}" not in text]
@@ -242,6 +261,23 @@ def test_a_missing_database_is_exit_2_and_is_not_created(
     assert out == ""
     assert f"sqlq {name}: error:" in err and "no such file" in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", sorted({*NEEDS_DB, "add", "migrate"} - {"worker"}))
+def test_every_command_takes_a_sqlite_url_as_the_queue_does(
+    name: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = {**NEEDS_DB, "add": ["d0"], "migrate": []}[name]
+    code, _, err = _cli(capsys, name, f"sqlite:///{db}", *args)
+    assert code == 0, err
+
+
+def test_a_url_the_queue_refuses_is_a_usage_error(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "stats", f"sqlite:///{db}?mode=ro")
+    assert code == 2
+    assert "sqlq stats: error:" in err and "may only name the file" in err
 
 
 def test_stats_of_a_missing_file_via_python_m(tmp_path: Path) -> None:
@@ -415,6 +451,67 @@ def test_stats_reads_only_and_shows_overdue_leases(
         assert q.status("a") == "AVAILABLE"
 
 
+def test_stats_watch_stops_after_count_reads(db: Path) -> None:
+    proc = _run("stats", f"sqlite:///{db}", "--watch", "--count", "3", "--interval", "10ms")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [re.sub(r"^\[[\d:]+\] ", "", line).split(":")[0] for line in lines] == [
+        "default",
+        "emails",
+    ] * 3
+    assert "AVAILABLE 3, RESERVED 1" in lines[0] and "(+" not in lines[0]  # no rate yet
+    assert "AVAILABLE 3 (+0.0/s), RESERVED 1" in lines[-2]
+
+
+def test_stats_watch_is_for_people_not_json(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _cli(capsys, "stats", db, "--watch", "--json")
+    assert code == 2 and "--watch prints lines for people" in err
+
+
+@pytest.mark.processes
+def test_stats_watch_shows_rates_and_a_progress_bar_while_a_backlog_drains(
+    tmp_path: Path,
+) -> None:
+    """The watch runs as a process; this one drains the queue in steps and reads the
+    watch's lines until each step shows (no timing: the watch reads every 50 ms)."""
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=3600, max_attempts=1) as q:
+        q.add_many([f"t{i}" for i in range(100)])
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "sqlq", "stats", str(db), "--watch", "--interval", "50ms"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(120, watch.kill)
+    watchdog.start()
+    assert watch.stdout is not None
+
+    def line_with(available: int) -> str:
+        for line in watch.stdout:  # type: ignore[union-attr]
+            if f"AVAILABLE {available}," in line or f"AVAILABLE {available} (" in line:
+                return line
+        raise AssertionError(f"the watch ended before AVAILABLE was {available}")
+
+    try:
+        first = line_with(100)
+        assert "%" not in first and "oldest available" in first
+        seen = []
+        with sqlq.Queue(db, lease_seconds=3600, max_attempts=1) as q:
+            for left in (60, 20, 0):
+                q.complete_many(q.claim_many(q.counts()["AVAILABLE"] - left))
+                seen.append(line_with(left))
+        watch.send_signal(signal.SIGINT)  # Ctrl-C: the way to stop watching
+        assert watch.wait(30) == 0
+    finally:
+        watchdog.cancel()
+        if watch.poll() is None:
+            watch.kill()
+    assert re.search(r"AVAILABLE 60 \(-\d+\.\d/s\)", seen[0])
+    assert "[########------------] 40% ETA " in seen[0]
+    assert "[################----] 80% ETA " in seen[1]
+    assert "[####################] 100% drained" in seen[2]
+
+
 def test_stats_of_a_database_without_tasks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -570,6 +667,41 @@ def test_add_with_delay_or_run_at_is_waiting(db: Path, capsys: pytest.CaptureFix
     assert at is not None and at.state == "WAITING" and at.run_at == 4_000_000_000
     code, _, err = _cli(capsys, "add", db, "x", "--delay", "1", "--run-at", "5")
     assert code == 2 and "not allowed with" in err
+
+
+@pytest.mark.parametrize(
+    ("policy", "waits"),
+    [("immediate", [0, 0]), ("fixed:30s", [30, 30]), ("exponential:1m:90s:no-jitter", [60, 90])],
+)
+def test_add_stores_a_retry_policy(
+    policy: str, waits: list[float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "q.db"
+    code, _, err = _cli(capsys, "add", db, "t", "--retry", policy, "--max-attempts", "3")
+    assert code == 0, err
+    with _queue(db) as q:
+        for wait in waits:
+            info = q.info("t")
+            assert info is not None
+            lease = q.claim(info.run_at)  # when it wakes (None: now)
+            assert lease is not None
+            q.fail("t", token=lease.token)
+            info = q.info("t")
+            assert info is not None
+            assert info.run_at == (info.updated_at + wait if wait else None)
+
+
+@pytest.mark.parametrize(
+    "policy", ["sometimes", "fixed", "fixed:x", "exponential:1m:1s", "fixed:1:2"]
+)
+def test_add_refuses_a_bad_retry_policy(
+    policy: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "add", db, "t", f"--retry={policy}")
+    assert code == 2
+    assert "usage: sqlq add" in err and "--retry" in err
+    with _queue(db) as q:
+        assert q.status("t") is None
 
 
 def test_add_payload_file_as_json_or_raw_bytes(
@@ -815,15 +947,15 @@ def test_redrive_given_ids_or_all(tmp_path: Path, capsys: pytest.CaptureFixture[
         for task in ("a", "b", "c"):
             assert q.reserve() == task
             q.fail(task)
-    code, out, _ = _cli(capsys, "redrive", db, "a", "live", "nope")
+    code, out, _ = _cli(capsys, "redrive", db, "a", "live", "b")
     assert code == 0
     assert out == (
-        "redrove 1 dead task back to the line of queue 'default' (2 given ids not DEAD, skipped)\n"
+        "redrove 2 dead tasks back to the line of queue 'default' (1 given id not DEAD, skipped)\n"
     )
     assert _json(capsys, "redrive", db, "--all") == {
         "database": str(db),
         "queue": "default",
-        "redriven": 2,
+        "redriven": 1,
         "skipped": None,
     }
     with _queue(db) as q:
@@ -836,6 +968,16 @@ def test_redrive_given_ids_or_all(tmp_path: Path, capsys: pytest.CaptureFixture[
         ]
         assert [q.reserve() for _ in range(4)] == ["live", "a", "b", "c"]  # the line's order
     assert _json(capsys, "redrive", db, "--all")["redriven"] == 0
+
+
+def test_redrive_of_an_unknown_id_is_exit_1_and_redrives_nothing(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(capsys, "redrive", db, "d2", "nope")
+    assert (code, out) == (1, "")
+    assert "sqlq redrive: error: no task 'nope' in queue 'default'; nothing was redriven" in err
+    with _queue(db) as q:
+        assert q.status("d2") == "DEAD"
 
 
 @pytest.mark.parametrize("args", [[], ["a", "--all"]])
@@ -855,7 +997,7 @@ def test_redrive_needs_ids_or_all(
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("45", 45), ("1.5", 1.5), ("45s", 45), ("30m", 1800), ("12h", 43200), ("7d", 604800),
-     ("1h30m", 5400), ("2w", 1209600), ("0", 0)],
+     ("1h30m", 5400), ("2w", 1209600), ("0", 0), ("250ms", 0.25), ("1m30s", 90)],
 )  # fmt: skip
 def test_durations(text: str, seconds: float) -> None:
     assert common.duration(text) == seconds
@@ -866,6 +1008,36 @@ def test_bad_durations(text: str, db: Path, capsys: pytest.CaptureFixture[str]) 
     code, _, err = _cli(capsys, "purge", db, f"--older-than={text}")
     assert code == 2
     assert "--older-than" in err
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--delay", "10m"), ("--delay", "1.5h"), ("--delay", "90")],
+)
+def test_add_takes_a_duration(
+    option: str, value: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "add", db, "later", option, value)
+    assert code == 0, err
+    with _queue(db) as q:
+        info = q.info("later")
+        assert info is not None and info.run_at is not None
+        assert info.run_at - info.created_at == pytest.approx(common.duration(value))
+
+
+@pytest.mark.parametrize("option", ["--lease", "--time-limit", "--grace", "--busy-timeout"])
+def test_every_worker_option_in_seconds_takes_a_duration(option: str) -> None:
+    args = cli.build_parser().parse_args(["worker", "db", "mod:fn", option, "1.5m"])
+    assert getattr(args, option[2:].replace("-", "_")) == 90
+
+
+@pytest.mark.parametrize("value", ["10x", "-1m"])
+def test_a_refused_duration_says_how_to_write_one(
+    value: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "add", db, "t", f"--delay={value}")
+    assert code == 2
+    assert "usage: sqlq add" in err and "--delay" in err and common.DURATION_SYNTAX in err
 
 
 def test_purge_removes_completed_tasks_by_default(
@@ -1008,6 +1180,88 @@ def test_worker_drains_the_queue_and_exits(tmp_path: Path) -> None:
     assert sorted(map(int, log.read_text().split())) == [i for i in range(20) if i not in (3, 7)]
 
 
+def test_worker_has_no_max_attempts_option_that_would_do_nothing(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _cli(capsys, "worker", db, "mod:fn", "--max-attempts", "3")
+    assert code == 2
+    assert "unrecognized arguments: --max-attempts" in err
+
+
+def _handlers_env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "cli_test_handlers.py").write_text(HANDLERS)
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+        "HANDLED_LOG": str(tmp_path / "handled.log"),
+    }
+
+
+@pytest.mark.processes
+def test_worker_burst_says_what_it_leaves_behind(tmp_path: Path) -> None:
+    env = _handlers_env(tmp_path)
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=3600, max_attempts=2) as q:
+        q.add_many([("held", {"n": 0}), ("t1", {"n": 1}), ("t2", {"n": 2})])
+        q.add("later", payload={"n": 3}, delay=3600)
+        assert q.claim() is not None  # "held": a lease of another worker
+    proc = _run("worker", str(db), "cli_test_handlers:handle", "--burst", env=env)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "worker stopped: 2 claimed, 2 completed" in last
+    assert last.endswith(
+        "; left behind: 1 RESERVED (leases of other workers), 1 WAITING (for a delay or a "
+        "retry); stop_when_drained (sqlq worker --drain) waits for them"
+    )
+    assert "task completed" not in proc.stderr  # a line per task only with -v
+
+
+@pytest.mark.processes
+def test_worker_drain_waits_for_other_leases_logs_summaries_and_each_task_with_v(
+    tmp_path: Path,
+) -> None:
+    env = _handlers_env(tmp_path)
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=3600, max_attempts=2) as q:
+        q.add("held", payload={"n": 0})
+        held = q.claim()
+        assert held is not None
+    err = tmp_path / "worker.err"
+    args = ["--drain", "-v", "--summary-every", "0.2s"]
+    with err.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sqlq", "worker", str(db), "cli_test_handlers:handle", *args],
+            stderr=stderr,
+            env=env,
+        )
+    try:
+        _poll(lambda: "waiting for 1 RESERVED" in err.read_text(), "the worker to wait")
+        with sqlq.Queue(db, lease_seconds=3600, max_attempts=2) as q:
+            q.add("late", payload={"n": 1})  # taken: the worker is still there
+            _poll(lambda: q.status("late") == "COMPLETED", "the late task")
+            _poll(lambda: "worker summary completed=" in err.read_text(), "a summary")
+            assert process.poll() is None
+            assert q.complete("held", token=held.token)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    lines = err.read_text().strip().splitlines()
+    assert any(
+        re.search(r"task completed task_id=late attempt=1 token=\d+ duration=", m) for m in lines
+    )
+    summary = next(m for m in lines if "worker summary" in m)
+    assert re.search(r"INFO .* worker summary completed=\d+ failed=0 dead=0 lost=0 ", summary)
+    assert lines[-1].endswith("; nothing left RESERVED or WAITING")
+
+
+def _poll(predicate: Any, what: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("target", ["nocolon", "mod:", ":fn", "bad-mod:fn", "mod:fn()"])
 def test_worker_rejects_a_malformed_handler(
     target: str, db: Path, capsys: pytest.CaptureFixture[str]
@@ -1098,6 +1352,15 @@ def test_demo_does_not_delete_other_databases(
     assert "not deleting it" in capsys.readouterr().err
     with _queue(db) as q:
         assert q.counts()["AVAILABLE"] == 3
+
+
+def test_demo_refuses_to_delete_another_database_named_by_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "precious.db"
+    _fill(db)
+    assert cli.main(["demo", "--db", f"sqlite:///{db}"]) == 2
+    assert "not deleting it" in capsys.readouterr().err
 
 
 def test_demo_does_not_delete_other_files(

@@ -250,6 +250,14 @@ def test_bad_times_are_refused(make_queue: Factory, bad: object) -> None:
     assert q.reserve(0) == "t"  # the refused calls did not move time or the line
 
 
+def test_a_payload_given_by_position_is_refused_with_a_hint(make_queue: Factory) -> None:
+    """add(task_id, now): a payload in now's place says how to pass it, and adds nothing."""
+    q = make_queue(10, 2)
+    with pytest.raises(InvalidTime, match=r"not dict; .*add\(task_id, payload=\.\.\.\)"):
+        q.add("p1", {"width": 640})
+    assert q.status("p1", 0) is None
+
+
 @pytest.mark.parametrize("bad", [Fraction(1, 2), Decimal("1.5")])
 def test_numbers_that_are_not_int_or_float_are_not_times(make_queue: Factory, bad: object) -> None:
     """They compare with ints, so a check of the range alone would let them in."""

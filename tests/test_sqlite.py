@@ -107,6 +107,51 @@ def test_retry_policy_is_fixed_per_task_when_added(db_path: Path) -> None:
     eager.close()
 
 
+def test_a_now_far_behind_the_queues_time_is_handled_there_with_a_warning(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """add("p2", 5) against a queue at the wall clock: 5 is a valid now, so the task is
+    added at the queue's time as the contract says, but the likely mistake (5 meant
+    as the payload) is named in a warning."""
+    q = open_queue(db_path)
+    q.add("p1")
+    with caplog.at_level("WARNING", logger="sqlq"):
+        assert q.add("p2", 5) is True
+    info = q.info("p2")
+    assert info is not None and info.created_at > 10**9 and info.payload is None
+    assert [r.getMessage() for r in caplog.records if "behind the queue's time" in r.getMessage()]
+    assert "pass payload=5" in caplog.text
+    q.close()
+    caplog.clear()
+    fresh = open_queue(db_path)  # its own warning budget
+    with caplog.at_level("WARNING", logger="sqlq"):
+        fresh.add("p3", info.created_at - 30)  # behind by less than max_clock_step: usual
+    assert caplog.text == ""
+    fresh.close()
+
+
+def test_snapshot_reads_the_stats_as_last_written_without_the_write_lock(db_path: Path) -> None:
+    now = [1_000.0]
+    q = open_queue(db_path, lease_seconds=10, clock=lambda: now[0], busy_timeout=0.1)
+    q.add_many(["a", "b"])
+    assert q.reserve() == "a"
+    now[0] = 1_020.0  # a's lease ran out at 1010, but no call has applied it yet
+    writer = driver.dbapi.connect(str(db_path), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(Busy):
+            q.stats()
+        snap = q.snapshot()
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert snap.counts == {"WAITING": 0, "AVAILABLE": 1, "RESERVED": 1, "COMPLETED": 0, "DEAD": 0}
+    assert (snap.oldest_available_age, snap.next_deadline) == (20.0, 1_010.0)
+    assert q.stats().counts["AVAILABLE"] == 2  # a call applies the expiry
+    assert q.snapshot().counts["RESERVED"] == 0
+    q.close()
+
+
 def test_default_clock_is_used_and_injectable(db_path: Path) -> None:
     now = [1_000.0]
     q = open_queue(db_path, lease_seconds=30, clock=lambda: now[0])

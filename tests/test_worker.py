@@ -7,6 +7,7 @@ seconds; the real-process tests run the handlers of tests/runner_handlers.py.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
 import os
@@ -124,7 +125,11 @@ def test_drains_the_queue_with_threads_and_retries_failures(
     assert (bad.state, bad.attempts) == ("DEAD", 3)
     assert bad.last_error == "ValueError: no good: -1"
     warnings = _messages(caplog, logging.WARNING)
-    assert sum("'bad' failed on attempt" in m for m in warnings) == 3
+    failed = [m for m in warnings if "task_id=bad" in m]
+    assert [m.split(" task_id")[0] for m in failed] == ["task failed", "task failed", "task dead"]
+    assert [re.search(r"outcome=(\w+)", m)[1] for m in failed] == ["AVAILABLE", "AVAILABLE", "DEAD"]
+    assert all('error="ValueError: no good: -1"' in m for m in failed)
+    assert "attempt=3 " in failed[2]
     assert not _messages(caplog, logging.ERROR)  # a failing handler is not a worker error
     assert any("worker started" in m for m in _messages(caplog, logging.INFO))
 
@@ -204,8 +209,8 @@ def test_a_stale_worker_cannot_complete(
     assert (info.state, info.attempts, info.last_error) == ("COMPLETED", 2, "lease expired")
     warnings = _messages(caplog, logging.WARNING)
     assert any("leases will run out between heartbeats" in m for m in warnings)
-    assert any("'t': lease (token" in m and "lost" in m for m in warnings)
-    assert any("'t': completion refused" in m for m in warnings)
+    assert any(m.startswith("task lease lost task_id=t attempt=1 token=") for m in warnings)
+    assert any(m.startswith("task lost task_id=t ") and "refused=completion" in m for m in warnings)
 
 
 def test_a_handler_that_raises_after_its_lease_was_lost_leaves_the_task_alone(
@@ -244,7 +249,10 @@ def test_a_handler_that_raises_after_its_lease_was_lost_leaves_the_task_alone(
         2,
         "lease expired",
     )
-    assert any("'t': failure refused" in m for m in _messages(caplog, logging.WARNING))
+    assert any(
+        m.startswith("task lost task_id=t ") and "refused=failure" in m
+        for m in _messages(caplog, logging.WARNING)
+    )
 
 
 def test_time_limit_fails_the_task_and_the_late_result_is_refused(
@@ -282,8 +290,138 @@ def test_time_limit_fails_the_task_and_the_late_result_is_refused(
     assert (info.state, info.attempts) == ("COMPLETED", 2)
     assert info.last_error == "time limit of 2.5s exceeded"
     warnings = _messages(caplog, logging.WARNING)
-    assert any("exceeded its time limit of 2.5s" in m for m in warnings)
-    assert any("returned after its time limit; result refused" in m for m in warnings)
+    assert any(
+        m.startswith("task failed task_id=slow attempt=1 ")
+        and 'error="time limit of 2.5s exceeded"' in m
+        and "outcome=AVAILABLE" in m
+        for m in warnings
+    )
+    assert any(m.startswith("task result refused task_id=slow attempt=1 ") for m in warnings)
+
+
+# --- what workers log --------------------------------------------------------------------
+
+
+def _records(caplog: pytest.LogCaptureFixture, event: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage().startswith(event + " ")]
+
+
+def test_task_events_are_one_line_of_fields_with_the_same_values_in_extra(
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="sqlq.worker")
+    queue = open_queue(lease_seconds=30.0, max_attempts=1)
+    queue.add_many(["plain", ("with space", {"fail": 'a "quoted"\nline'})])
+
+    def handler(payload: dict[str, str] | None) -> None:
+        if payload:
+            raise ValueError(payload["fail"])
+
+    Worker(queue, handler).run(stop_when_idle=True)
+    [done] = _records(caplog, "task completed")
+    assert re.fullmatch(
+        r"task completed task_id=plain attempt=1 token=\d+ duration=\d+\.\d{3}s outcome=COMPLETED",
+        done.getMessage(),
+    )
+    assert (done.levelno, done.task_id, done.attempt, done.outcome) == (  # type: ignore[attr-defined]
+        logging.DEBUG,
+        "plain",
+        1,
+        "COMPLETED",
+    )
+    assert f"token={done.token} " in done.getMessage()  # type: ignore[attr-defined]
+    assert isinstance(done.duration, float)  # type: ignore[attr-defined]
+    [dead] = _records(caplog, "task dead")
+    message = dead.getMessage()
+    assert "\n" not in message and dead.levelno == logging.WARNING
+    assert message.startswith('task dead task_id="with space" attempt=1 ')
+    fields = dict(re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)', message))
+    assert json.loads(fields["error"]) == dead.error == 'ValueError: a "quoted"\nline'  # type: ignore[attr-defined]
+    assert fields["outcome"] == dead.outcome == "DEAD"  # type: ignore[attr-defined]
+    assert _records(caplog, "task claimed")  # claims too, at DEBUG
+
+
+def test_the_summary_comes_every_interval_of_the_workers_clock_and_reads_only(
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture, db_path: Path
+) -> None:
+    """One INFO line per summary_every of the worker's clock: the outcomes since the
+    last line, tasks per second, the backlog and the age of the oldest AVAILABLE
+    task, read while another connection holds the write lock (no write transaction)."""
+    caplog.set_level(logging.INFO, logger="sqlq.worker")
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=60.0, max_attempts=1, clock=clock.time)
+    queue.add_many(
+        ["ok1", ("bad", {"fail": True}), "ok2", ("blocker", {"block": True}), "rest1", "rest2"]
+    )
+    blocking, finish = threading.Event(), threading.Event()
+
+    def handler(payload: dict[str, bool] | None) -> None:
+        if payload and payload.get("fail"):
+            raise ValueError("bad")
+        if payload and payload.get("block"):
+            blocking.set()
+            assert finish.wait(30)
+
+    worker = Worker(queue, handler, clock=clock, summary_every=10.0)
+    thread, out = _in_thread(worker)
+    assert blocking.wait(10)
+    writer = dbapi.connect(str(db_path), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        clock.advance(10)
+        _wait_for(lambda: bool(_records(caplog, "worker summary")), 10, "the summary")
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    [summary] = _records(caplog, "worker summary")
+    assert summary.levelno == logging.INFO
+    assert summary.getMessage() == (
+        "worker summary completed=2 failed=1 dead=1 lost=0 tasks_per_second=0.3 backlog=2 "
+        "oldest_available=10.000s interval=10.000s"
+    )
+    assert (summary.completed, summary.backlog) == (2, 2)  # type: ignore[attr-defined]
+    finish.set()
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 5, 10, "the rest")
+    clock.advance(10)
+    _wait_for(lambda: len(_records(caplog, "worker summary")) == 2, 10, "the second summary")
+    second = _records(caplog, "worker summary")[1].getMessage()
+    assert second.startswith("worker summary completed=3 failed=0 dead=0 lost=0 ")
+    assert "backlog=0 oldest_available=- " in second
+    worker.stop()
+    thread.join(10)
+    assert out and isinstance(out[0], WorkerStats)
+
+
+def test_stop_when_idle_says_what_it_leaves_and_stop_when_drained_waits_for_it(
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="sqlq.worker")
+    clock = ManualClock()
+    other = open_queue(lease_seconds=60.0, clock=clock.time)
+    queue = open_queue(lease_seconds=60.0, clock=clock.time)
+    queue.add("held")
+    queue.add("later", delay=5)
+    held = other.claim()
+    assert held is not None
+    assert Worker(queue, lambda p: None, clock=clock).run(stop_when_idle=True) == WorkerStats()
+    stopped = [m for m in _messages(caplog, logging.INFO) if m.startswith("worker stopped")]
+    assert stopped[-1].endswith(
+        "; left behind: 1 RESERVED (leases of other workers), 1 WAITING (for a delay or a "
+        "retry); stop_when_drained (sqlq worker --drain) waits for them"
+    )
+
+    caplog.clear()
+    handled: list[str] = []
+    worker = Worker(queue, lambda p: handled.append("x"), clock=clock)
+    thread, out = _in_thread(worker, stop_when_drained=True)
+    _wait_for(lambda: any("waiting for 1 RESERVED" in m for m in _messages(caplog, 10)), 10, "idle")
+    assert other.complete("held", token=held.token)
+    clock.advance(5)  # "later" wakes
+    _wait_for(lambda: not thread.is_alive(), 10, "the drained worker to return")
+    assert out == [WorkerStats(claimed=1, completed=1)] and handled == ["x"]
+    assert queue.counts()["COMPLETED"] == 2
+    stopped = [m for m in _messages(caplog, logging.INFO) if m.startswith("worker stopped")]
+    assert stopped[-1].endswith("; nothing left RESERVED or WAITING")
 
 
 def test_stop_lets_short_handlers_finish_and_releases_the_rest(

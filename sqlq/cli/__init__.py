@@ -15,6 +15,7 @@ could not be read or written, is not a sqlq database, an unknown task, ...);
 from __future__ import annotations
 
 import argparse
+import difflib
 import io
 import os
 import sys
@@ -23,7 +24,15 @@ from collections.abc import Sequence
 from .. import __version__
 from ..errors import SqlqError
 from . import adding, maintenance, reading, running
-from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, CliError, UsageError, error
+from .common import (
+    DURATION_SYNTAX,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    UsageError,
+    error,
+)
 from .running import DEMO_DB
 
 __all__ = ["DEMO_DB", "EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "subcommands"]
@@ -38,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Each command has its own --help."
         ),
         epilog=(
+            f"durations (--delay, --lease, --grace, ...): {DURATION_SYNTAX}. "
             "exit codes: 0 success, 1 a sqlq error (the database failed or refused, "
             "an unknown task, ...), 2 a usage error or a missing file"
         ),
@@ -64,6 +74,19 @@ def subcommands(
     return {}
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; an unknown option is reported with the usage of its subcommand
+    (argparse alone reports it with the top-level usage), and the closest options."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        sub = subcommands(parser)[args.command]
+        known = [s for action in sub._actions for s in action.option_strings]
+        hints = {m for u in unknown for m in difflib.get_close_matches(u.split("=")[0], known, 1)}
+        hint = f" (did you mean {', '.join(sorted(hints))}?)" if hints else ""
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Text that an outside edit stored as bad UTF-8 reads back with lone surrogates
     # (sqlite.driver.stored_text): print them as escapes instead of failing.
@@ -72,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except SystemExit as exc:  # --help, --version, or a usage error
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:

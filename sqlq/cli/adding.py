@@ -22,16 +22,19 @@ from ..errors import InvalidArgument, InvalidPayload
 from .common import (
     EXIT_OK,
     EXIT_USAGE,
+    RETRY_SYNTAX,
     CliError,
     Progress,
     UsageError,
     add_database,
     add_json,
     add_queue,
+    file_path,
     open_queue,
     plural,
     positive_int,
     print_json,
+    retry_policy,
     seconds,
     unix_time,
 )
@@ -76,9 +79,9 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     when = add.add_mutually_exclusive_group()
     when.add_argument(
         "--delay",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(),
-        help="the tasks are WAITING for this many seconds before they join the line",
+        help="the tasks are WAITING this long (a duration: 90, 10m, 2h) before they join the line",
     )
     when.add_argument(
         "--run-at",
@@ -92,6 +95,17 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=positive_int(1, MAX_ATTEMPTS),
         default=5,
         help="attempts each task gets before it is DEAD, stored with it (default %(default)s)",
+    )
+    add.add_argument(
+        "--retry",
+        metavar="POLICY",
+        type=retry_policy,
+        default=None,
+        help=(
+            "how long a failed attempt waits before the next, stored with each task: "
+            f"{RETRY_SYNTAX} (delays are durations; e.g. fixed:30s, exponential:1s:5m). "
+            "Default immediate: back to the end of the line at once"
+        ),
     )
     add.add_argument(
         "--from-file",
@@ -121,7 +135,7 @@ def _add(args: argparse.Namespace) -> int:
             check_task_id(task_id)
     except InvalidArgument as exc:
         raise CliError(f"TASK_ID: {exc}; nothing was added") from exc
-    path = os.path.abspath(args.db)
+    path = file_path(args.db)
     created = not os.path.exists(path)
     folder = os.path.dirname(path)
     if created and not os.path.isdir(folder):
@@ -147,7 +161,7 @@ def _add(args: argparse.Namespace) -> int:
     # The input file is opened first: if it cannot be read, no database is created.
     with (
         _open_input(args.from_file) as source,
-        open_queue(path, args.queue, args.max_attempts) as q,
+        open_queue(path, args.queue, args.max_attempts, args.retry) as q,
     ):
         items = [t if default is None else (t, default) for t in args.task_ids]
         for start in range(0, len(items), ADD_BATCH):

@@ -21,7 +21,9 @@ from ..durable import Queue
 from ..errors import InvalidConfig
 from ..payload import Undecodable
 from ..records import TaskInfo
+from ..retry import Retry
 from ..sqlite import driver
+from ..sqlite.backend import database_path
 from ..sqlite.migrate import check_schema
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -68,51 +70,71 @@ def positive_int(minimum: int, maximum: int | None = None) -> Callable[[str], in
     return _typed("int", parse)
 
 
-def seconds(
-    minimum: float = 0.0, maximum: float = MAX_LEASE_SECONDS, *, allow_minimum: bool = True
-) -> Callable[[str], float]:
-    """A number of seconds in [minimum, maximum] (or (minimum, maximum])."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-        low_ok = value >= minimum if allow_minimum else value > minimum
-        if not (math.isfinite(value) and low_ok and value <= maximum):
-            low = "at least" if allow_minimum else "more than"
-            raise argparse.ArgumentTypeError(
-                f"must be {low} {minimum:g} and at most {maximum:g}, got {text}"
-            )
-        return value
-
-    return _typed("seconds", parse)
+_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|[wdhms])", re.I)
+#: How a duration may be written, for help texts and error messages.
+DURATION_SYNTAX = "seconds, or a number with a unit: 250ms, 10s, 1.5m, 2h, 1d, 1w, 1h30m"
 
 
-_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([wdhms])", re.I)
-
-
-def duration(text: str) -> float:
-    """Seconds as a number (``90``, ``1.5``) or with units: ``7d``, ``12h``, ``30m``, ``1h30m``."""
+def _duration_value(text: str) -> float:
+    """Seconds as a number (``90``, ``1.5``) or with units (``7d``, ``1.5m``, ``1h30m``)."""
     spec = text.strip()
     try:
-        value = float(spec)
+        return float(spec)
     except ValueError:
         parts = _PART.findall(spec)
         if not parts or _PART.sub("", spec).strip():
             raise argparse.ArgumentTypeError(
-                f"not a duration: {text!r} (use seconds, or e.g. 7d, 12h, 30m, 45s, 1h30m)"
+                f"not a duration: {text!r} (write {DURATION_SYNTAX})"
             ) from None
-        value = sum(float(n) * _UNITS[unit.lower()] for n, unit in parts)
-    if not (math.isfinite(value) and 0 <= value <= MAX_LEASE_SECONDS):
-        raise argparse.ArgumentTypeError(
-            f"must be from 0 to {MAX_LEASE_SECONDS} seconds, got {text!r}"
-        )
-    return value
+        return sum(float(n) * _UNITS[unit.lower()] for n, unit in parts)
 
 
-duration.__name__ = "duration"
+def seconds(
+    minimum: float = 0.0, maximum: float = MAX_LEASE_SECONDS, *, allow_minimum: bool = True
+) -> Callable[[str], float]:
+    """A duration (see _duration_value) in [minimum, maximum] (or (minimum, maximum]):
+    the one parser of every option that takes seconds."""
+
+    def parse(text: str) -> float:
+        value = _duration_value(text)
+        low_ok = value >= minimum if allow_minimum else value > minimum
+        if not (math.isfinite(value) and low_ok and value <= maximum):
+            low = "at least" if allow_minimum else "more than"
+            raise argparse.ArgumentTypeError(
+                f"must be {low} {minimum:g} and at most {maximum:g} seconds, got {text!r} "
+                f"({DURATION_SYNTAX})"
+            )
+        return value
+
+    return _typed("duration", parse)
+
+
+#: Any duration from 0 to MAX_LEASE_SECONDS.
+duration = seconds()
+
+
+RETRY_SYNTAX = "immediate, fixed:DELAY, exponential:BASE:CAP or exponential:BASE:CAP:no-jitter"
+
+
+def retry_policy(text: str) -> Retry:
+    """A retry policy as the command line writes it (RETRY_SYNTAX; delays are durations):
+    ``immediate``, ``fixed:30s``, ``exponential:1s:5m`` (full jitter), ``...:no-jitter``."""
+    kind, *args = text.strip().split(":")
+    try:
+        if kind == "immediate" and not args:
+            return Retry.immediate()
+        if kind == "fixed" and len(args) == 1:
+            return Retry.fixed(_duration_value(args[0]))
+        if kind == "exponential" and len(args) in (2, 3) and args[2:] in ([], ["no-jitter"]):
+            base, cap = (_duration_value(a) for a in args[:2])
+            return Retry.exponential(base, cap, jitter=len(args) == 2)
+    except InvalidConfig as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    raise argparse.ArgumentTypeError(f"not a retry policy: {text!r} (write {RETRY_SYNTAX})")
+
+
+retry_policy.__name__ = "retry policy"
 
 
 def unix_time(text: str) -> float:
@@ -184,9 +206,18 @@ def add_limit(parser: argparse.ArgumentParser, what: str) -> None:
 MIGRATE_HINT = "run `sqlq migrate {path}` to migrate it"
 
 
+def file_path(arg: str) -> str:
+    """The file a DB argument names: a path or a ``sqlite:///path`` URL, whatever
+    sqlq.Queue takes (sqlq.sqlite.backend.database_path); else a CliError, exit 2."""
+    try:
+        return database_path(arg)
+    except InvalidConfig as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
 def existing_file(arg: str, creates: str = "") -> str:
-    """The absolute path of an existing regular file, else a CliError with exit 2."""
-    path = os.path.abspath(arg)
+    """The path of the existing regular file ``arg`` names, else a CliError with exit 2."""
+    path = file_path(arg)
     if not os.path.exists(path):
         hint = f" ({creates})" if creates else ""
         raise CliError(f"{arg}: no such file{hint}", EXIT_USAGE)
@@ -246,9 +277,9 @@ def sqlq_file(arg: str, *, allow_older: bool, creates: str = "") -> str:
     return path
 
 
-def open_queue(path: str, name: str, max_attempts: int = 1) -> Queue:
+def open_queue(path: str, name: str, max_attempts: int = 1, retry: Retry | None = None) -> Queue:
     """A sqlq.Queue for the commands (lease_seconds only matters to claim, never called)."""
-    return Queue(path, lease_seconds=30, max_attempts=max_attempts, queue=name)
+    return Queue(path, lease_seconds=30, max_attempts=max_attempts, queue=name, retry=retry)
 
 
 # --- output -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from ..sqlite.files import create_database_file, file_mode
 from ..sqlite.migrate import applied_version, latest_version
 from ..sqlite.queries import Q
 from .common import (
+    DURATION_SYNTAX,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
@@ -33,6 +34,7 @@ from .common import (
     byte_size,
     check_sqlq_file,
     duration,
+    file_path,
     open_queue,
     plain_connection,
     plural,
@@ -61,7 +63,8 @@ def _register_redrive(commands: argparse._SubParsersAction[argparse.ArgumentPars
         help="send dead tasks back to the line with their attempts reset",
         description=(
             "Send DEAD tasks of a queue (the given ids, or --all) to the back of the "
-            "line with their attempts reset to 0. Given ids that are not DEAD are skipped. "
+            "line with their attempts reset to 0. Given ids that are not DEAD are skipped; "
+            "an id the queue does not have is an error (exit 1) and nothing is redriven. "
             "Prints how many went back. One transaction."
         ),
     )
@@ -79,6 +82,12 @@ def _redrive(args: argparse.Namespace) -> int:
     path = sqlq_file(args.db, allow_older=True, creates="redrive does not create databases")
     ids = None if args.all else list(dict.fromkeys(args.task_ids))
     with open_queue(path, args.queue) as queue:
+        unknown = [task_id for task_id in ids or () if queue.status(task_id) is None]
+        if unknown:
+            raise CliError(
+                f"no task {', '.join(map(repr, unknown))} in queue {args.queue!r}; "
+                "nothing was redriven"
+            )
         redriven = queue.redrive(task_ids=ids)
     skipped = None if ids is None else len(ids) - redriven
     if args.json:
@@ -116,8 +125,8 @@ def _register_purge(commands: argparse._SubParsersAction[argparse.ArgumentParser
         type=duration,
         default=0.0,
         help=(
-            "only tasks that finished at least AGE ago: seconds, or a number with a unit "
-            "(7d, 12h, 30m, 45s, 1h30m; w, d, h, m, s). Default 0: every finished task"
+            f"only tasks that finished at least AGE ago ({DURATION_SYNTAX}). "
+            "Default 0: every finished task"
         ),
     )
     purge.add_argument(
@@ -336,7 +345,7 @@ def register_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    path = os.path.abspath(args.db)
+    path = file_path(args.db)
     if os.path.isdir(path):
         raise CliError(f"{args.db}: is a directory, not a database file", EXIT_USAGE)
     if not os.path.isdir(os.path.dirname(path)):

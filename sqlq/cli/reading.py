@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from ..contract import State
@@ -22,6 +25,7 @@ from ..sqlite.queries import Q
 from .common import (
     EXIT_OK,
     CliError,
+    UsageError,
     add_database,
     add_json,
     add_limit,
@@ -32,9 +36,11 @@ from .common import (
     moment,
     open_queue,
     plain_connection,
+    positive_int,
     print_json,
     printable,
     relative,
+    seconds,
     shorten,
     span,
     sqlq_file,
@@ -62,6 +68,30 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     add_database(stats, READ_ONLY_NOTE)
     add_json(stats, "the database, its queues and their figures")
+    stats.add_argument(
+        "--watch",
+        action="store_true",
+        help=(
+            "read again every --interval until Ctrl-C, a line per queue each time: the tasks "
+            "per state, how fast AVAILABLE, COMPLETED and DEAD change, the age of the oldest "
+            "AVAILABLE task, and while AVAILABLE goes down a progress bar and an estimate of "
+            "the time left"
+        ),
+    )
+    stats.add_argument(
+        "--interval",
+        metavar="DURATION",
+        type=seconds(0, 86400, allow_minimum=False),
+        default=2.0,
+        help="with --watch: time between two reads (default %(default)gs)",
+    )
+    stats.add_argument(
+        "--count",
+        metavar="N",
+        type=positive_int(1),
+        default=None,
+        help="with --watch: stop after N reads (default: until Ctrl-C)",
+    )
     stats.set_defaults(handler=_stats)
 
     lister = commands.add_parser(
@@ -122,27 +152,41 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 # --- sqlq stats --------------------------------------------------------------------------
 
 
+Fronts = dict[str, tuple[Any, Any, Any]]  # queue -> (front available since, deadline, run_at)
+
+
+def _read(conn: Any, path: str) -> tuple[int, dict[str, dict[str, int]], Fronts]:
+    """The schema version, the tasks per queue and state, and each queue's front of
+    line, next deadline and next run_at: one snapshot, never the write lock."""
+    version = check_sqlq_file(conn, path, allow_older=False)  # may wait: no snapshot yet
+    conn.execute(Q.begin_read)
+    try:
+        found: dict[str, dict[str, int]] = {}
+        for queue, state, count in conn.execute(Q.count_states):
+            found.setdefault(queue, {})[state] = count
+        fronts: Fronts = {}
+        for queue in found:
+            params = {"queue": queue}
+            front = conn.execute(Q.front_of_line, params).fetchone()
+            (deadline,) = conn.execute(Q.next_deadline, params).fetchone()
+            (run_at,) = conn.execute(Q.next_run_at, params).fetchone()
+            fronts[queue] = (None if front is None else front[0], deadline, run_at)
+    finally:
+        if conn.in_transaction:
+            conn.execute(Q.rollback)
+    return version, found, fronts
+
+
 def _stats(args: argparse.Namespace) -> int:
     path = existing_file(args.db, "stats does not create databases")
     driver.warn_if_affected()
+    if args.watch:
+        if args.json:
+            raise UsageError("--watch prints lines for people; --json goes without it")
+        return _watch(path, args.interval, args.count)
     now = time.time()  # of the ages; Queue.stats takes max(this, the database clock)
     with plain_connection(path) as conn:
-        version = check_sqlq_file(conn, path, allow_older=False)  # may wait: no snapshot yet
-        conn.execute(Q.begin_read)  # one snapshot, never the write lock
-        try:
-            found: dict[str, dict[str, int]] = {}
-            for queue, state, count in conn.execute(Q.count_states):
-                found.setdefault(queue, {})[state] = count
-            fronts: dict[str, tuple[Any, Any, Any]] = {}
-            for queue in found:
-                params = {"queue": queue}
-                front = conn.execute(Q.front_of_line, params).fetchone()
-                (deadline,) = conn.execute(Q.next_deadline, params).fetchone()
-                (run_at,) = conn.execute(Q.next_run_at, params).fetchone()
-                fronts[queue] = (None if front is None else front[0], deadline, run_at)
-        finally:
-            if conn.in_transaction:
-                conn.execute(Q.rollback)
+        version, found, fronts = _read(conn, path)
 
     wal = wal_bytes(path)
     queues: dict[str, dict[str, int]] = {}
@@ -326,3 +370,85 @@ def _dead(args: argparse.Namespace) -> int:
     if len(tasks) == args.limit:
         print(f"(the first {args.limit} dead tasks; --limit N shows more)")
     return EXIT_OK
+
+
+# --- sqlq stats --watch ----------------------------------------------------------------------
+
+#: States whose rate of change --watch shows.
+WATCH_RATES = (State.AVAILABLE.value, State.COMPLETED.value, State.DEAD.value)
+#: Width of the progress bar, in characters.
+BAR_WIDTH = 20
+
+
+@dataclass
+class _Drain:
+    """How far a queue's AVAILABLE count has come down from its highest."""
+
+    peak: int
+    since: float  # when the peak was read
+
+
+def _watch(path: str, interval: float, count: int | None) -> int:
+    """Read the figures every ``interval`` seconds and print a line per queue, until
+    Ctrl-C or ``count`` reads.  Clears the screen first on a terminal."""
+    clear = sys.stdout.isatty()
+    before: tuple[float, dict[str, dict[str, int]]] | None = None
+    drains: dict[str, _Drain] = {}
+    reads = 0
+    try:
+        with plain_connection(path) as conn:
+            while True:
+                now = time.time()
+                _, found, fronts = _read(conn, path)
+                reads += 1
+                if clear:
+                    print("\x1b[H\x1b[2J", end="")
+                stamp = datetime.fromtimestamp(now, UTC).strftime("%H:%M:%S")
+                lines = [
+                    _watch_line(queue, found[queue], fronts[queue][0], now, before, drains)
+                    for queue in sorted(found)
+                ]
+                for line in lines or ["no tasks"]:
+                    print(f"[{stamp}] {line}", flush=True)
+                before = (now, found)
+                if count is not None and reads >= count:
+                    return EXIT_OK
+                time.sleep(max(0.0, now + interval - time.time()))
+    except KeyboardInterrupt:  # the way to stop watching
+        return EXIT_OK
+
+
+def _watch_line(
+    queue: str,
+    counts: dict[str, int],
+    front: float | None,
+    now: float,
+    before: tuple[float, dict[str, dict[str, int]]] | None,
+    drains: dict[str, _Drain],
+) -> str:
+    parts = []
+    for state in [s.value for s in State] + sorted(set(counts) - {s.value for s in State}):
+        part = f"{state} {counts.get(state, 0)}"
+        if before is not None and state in WATCH_RATES and now > before[0]:
+            earlier = before[1].get(queue, {}).get(state, 0)
+            part += f" ({(counts.get(state, 0) - earlier) / (now - before[0]):+.1f}/s)"
+        parts.append(part)
+    age = "-" if front is None else span(max(0.0, now - front))
+    line = f"{printable(queue)}: {', '.join(parts)}; oldest available {age}"
+    available = counts.get(State.AVAILABLE.value, 0)
+    drain = drains.get(queue)
+    if drain is None or available >= drain.peak:
+        drains[queue] = _Drain(available, now)
+        return line
+    return f"{line}; {_progress(drain, available, now)}"
+
+
+def _progress(drain: _Drain, available: int, now: float) -> str:
+    """A bar of how much of the highest AVAILABLE count is gone, and at the pace
+    since then, the time left."""
+    done = drain.peak - available
+    filled = round(BAR_WIDTH * done / drain.peak)
+    bar = f"[{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {100 * done // drain.peak}%"
+    if not available:
+        return f"{bar} drained"
+    return f"{bar} ETA {span(available * (now - drain.since) / done)}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..contract import MAX_ATTEMPTS, MAX_LEASE_SECONDS, State
+from ..contract import MAX_LEASE_SECONDS, State
 from .common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -12,6 +12,7 @@ from .common import (
     CliError,
     add_queue,
     error,
+    file_path,
     positive_int,
     seconds,
     sqlq_file,
@@ -20,6 +21,9 @@ from .common import (
 DEMO_DB = "sqlq-demo.db"
 #: The fewest tasks `sqlq demo` takes (sqlq.demo.MIN_TASKS; that module loads lazily).
 MIN_TASKS = 3
+
+#: What --log-level takes.
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 #: Most worker threads one `sqlq worker` runs.
 MAX_CONCURRENCY = 1024
@@ -56,7 +60,9 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "retried until it has used its attempts. Leases are extended while a handler "
             "runs. SIGTERM or Ctrl-C stops taking tasks and gives running handlers --grace "
             "seconds to finish; the rest go back to the line without counting the attempt. "
-            "Logs go to stderr. Handlers must be idempotent: a task can run more than once."
+            "Logs go to stderr, one event a line with key=value fields: failed, dead and lost "
+            "tasks as warnings, a summary every --summary-every, every task with -v. "
+            "Handlers must be idempotent: a task can run more than once."
         ),
     )
     worker.add_argument(
@@ -86,7 +92,7 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
     worker.add_argument(
         "--lease",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
         default=30.0,
         help=(
@@ -95,19 +101,8 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         ),
     )
     worker.add_argument(
-        "--max-attempts",
-        metavar="N",
-        type=positive_int(1, MAX_ATTEMPTS),
-        default=5,
-        help=(
-            "passed to sqlq.worker.serve (default %(default)s). Each task keeps the "
-            "max_attempts it was added with (sqlq add --max-attempts), so this does not "
-            "change how often the worker's tasks are tried"
-        ),
-    )
-    worker.add_argument(
         "--time-limit",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
         default=None,
         help=(
@@ -117,14 +112,14 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
     worker.add_argument(
         "--grace",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(),
         default=30.0,
         help="on SIGTERM or Ctrl-C, how long running handlers may finish (default %(default)g)",
     )
     worker.add_argument(
         "--busy-timeout",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(0, 86400),
         default=30.0,
         help=(
@@ -132,10 +127,54 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "retried (default %(default)g); a stop request cuts waits short after --grace"
         ),
     )
-    worker.add_argument(
+    until = worker.add_mutually_exclusive_group()
+    until.add_argument(
         "--burst",
         action="store_true",
-        help="stop once the queue has nothing left to take (for batch jobs and tests)",
+        help=(
+            "stop once the queue has nothing left to take (for batch jobs and tests); the "
+            "last log line says what is left behind: leases other workers hold and tasks "
+            "WAITING for a delay or a retry"
+        ),
+    )
+    until.add_argument(
+        "--drain",
+        action="store_true",
+        help=(
+            "like --burst, but also wait for the leases other workers hold and for WAITING "
+            "tasks: stop once the queue has nothing AVAILABLE, RESERVED or WAITING"
+        ),
+    )
+    logs = worker.add_mutually_exclusive_group()
+    logs.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        type=str.lower,
+        default="info",
+        help=(
+            "the least important log lines shown (default %(default)s). debug shows every "
+            "task (claimed, completed); info the start, stop and summaries; warning the "
+            "failed, dead and lost tasks"
+        ),
+    )
+    logs.add_argument(
+        "-v",
+        "--verbose",
+        dest="log_level",
+        action="store_const",
+        const="debug",
+        help="the same as --log-level debug: a line for every task",
+    )
+    worker.add_argument(
+        "--summary-every",
+        metavar="DURATION",
+        type=seconds(),
+        default=60.0,
+        help=(
+            "log a summary line this often: tasks completed, failed, dead and lost since the "
+            "last one, tasks per second, the backlog and the age of the oldest AVAILABLE "
+            "task (default %(default)g; 0: never)"
+        ),
     )
     worker.add_argument(
         "--synchronous",
@@ -159,12 +198,14 @@ def _worker(args: argparse.Namespace) -> int:
         queue=args.queue,
         concurrency=args.concurrency,
         lease_seconds=args.lease,
-        max_attempts=args.max_attempts,
         time_limit=args.time_limit,
         grace=args.grace,
         stop_when_idle=args.burst,
+        stop_when_drained=args.drain,
         synchronous=args.synchronous,
         busy_timeout=args.busy_timeout,
+        log_level=args.log_level.upper(),
+        summary_every=args.summary_every,
     )
 
 
@@ -189,8 +230,9 @@ def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="PATH",
         default=None,
         help=(
-            f"the demo database (default: ./{DEMO_DB}). An earlier demo database at this path "
-            "is deleted first; any other file there is left alone and the demo refuses to run"
+            f"the demo database, a path or a sqlite:/// URL (default: ./{DEMO_DB}). An "
+            "earlier demo database there is deleted first; any other file there is left "
+            "alone and the demo refuses to run"
         ),
     )
     demo.add_argument(
@@ -209,7 +251,7 @@ def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     demo.add_argument(
         "--lease",
-        metavar="SECONDS",
+        metavar="DURATION",
         type=seconds(0, 3600, allow_minimum=False),
         default=2.0,
         help="lease of each reservation in seconds (default 2)",
@@ -220,7 +262,7 @@ def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 def _demo(args: argparse.Namespace) -> int:
     from .. import demo  # multiprocessing and friends only when needed
 
-    path = args.db if args.db is not None else DEMO_DB
+    path = file_path(args.db if args.db is not None else DEMO_DB)
     try:
         demo.remove_old_demo(path)
     except demo.DemoError as exc:

@@ -393,6 +393,11 @@ class SqliteBackend:
                 out.setdefault(queue, {})[state] = count
         return out
 
+    def snapshot(self, queue: str) -> Figures:
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            return self._waiting(lambda: _read_figures(conn, queue), deadline)
+
     # --- waiting, within one budget ---------------------------------------------------
 
     def wait_for_lock(self, deadline: float) -> None:
@@ -848,20 +853,36 @@ class SqliteTransaction:
         params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
         return int(self._cur.execute(Q.purge_batch, params).rowcount)
 
-    def stats(
-        self, queue: str
-    ) -> tuple[dict[str, int], Number | None, Number | None, Number | None]:
-        params = {"queue": queue}
-        counts = dict.fromkeys((s.value for s in State), 0)
-        counts.update(dict(self._cur.execute(Q.count_queue_states, params).fetchall()))
-        front = self._cur.execute(Q.front_of_line, params).fetchone()
-        (deadline,) = self._cur.execute(Q.next_deadline, params).fetchone()
-        (run_at,) = self._cur.execute(Q.next_run_at, params).fetchone()
-        return counts, None if front is None else front[0], deadline, run_at
+    def stats(self, queue: str) -> Figures:
+        return _figures(self._cur, queue)
 
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
         if self._cur.execute(sql, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
+
+
+#: (counts per state, front of line available since, next deadline, next run_at).
+Figures = tuple[dict[str, int], Number | None, Number | None, Number | None]
+
+
+def _figures(cur: Any, queue: str) -> Figures:
+    """The figures of Queue.stats, read with ``cur`` (in a transaction: one snapshot)."""
+    params = {"queue": queue}
+    counts = dict.fromkeys((s.value for s in State), 0)
+    counts.update(dict(cur.execute(Q.count_queue_states, params).fetchall()))
+    front = cur.execute(Q.front_of_line, params).fetchone()
+    (deadline,) = cur.execute(Q.next_deadline, params).fetchone()
+    (run_at,) = cur.execute(Q.next_run_at, params).fetchone()
+    return counts, None if front is None else front[0], deadline, run_at
+
+
+def _read_figures(conn: Any, queue: str) -> Figures:
+    """_figures in a read transaction of its own: one snapshot, no write lock."""
+    conn.execute(Q.begin_read)
+    try:
+        return _figures(conn, queue)
+    finally:
+        conn.execute(Q.rollback)
 
 
 def _task_row(row: tuple[Any, ...]) -> TaskRow:

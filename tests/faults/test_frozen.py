@@ -744,7 +744,7 @@ def test_a_frozen_sqlq_worker_has_its_task_retried_and_its_result_refused(tmp_pa
 
         go.touch()
         _thaw(victim.pid)
-        _wait_for(lambda: b"completion refused" in victim_stderr.read_bytes(), PATIENCE, "refusal")
+        _wait_for(lambda: b"refused=completion" in victim_stderr.read_bytes(), PATIENCE, "refusal")
         assert queue.info("job") == done
         for process in processes:
             process.send_signal(signal.SIGTERM)
@@ -772,7 +772,9 @@ def test_a_frozen_sqlq_worker_has_its_task_retried_and_its_result_refused(tmp_pa
         "worker stopped: 1 claimed, 1 completed, 0 failed, 0 lost, 0 released, 0 timed out"
         in survivor_text
     ), survivor_text
-    refused = re.search(r"task 'job': completion refused, the lease \(token (\d+)\)", victim_text)
+    refused = re.search(
+        r"task lost task_id=job attempt=1 token=(\d+) .*refused=completion", victim_text
+    )
     assert refused is not None and int(refused.group(1)) < (done.token or 0), victim_text
     assert log.read_text().splitlines() == [
         f"start {victim.pid}",
