@@ -72,12 +72,12 @@ opens the queue, resolves the handler, sets up logging and runs a Worker.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import importlib
 import logging
 import math
 import os
-import queue as stdqueue
 import signal
 import sys
 import threading
@@ -90,6 +90,7 @@ from typing import Any, Protocol, TypeVar, cast
 from .contract import MAX_BATCH, MAX_LEASE_SECONDS
 from .durable import Queue
 from .errors import Busy, ClockSkew, InvalidConfig, StorageFull, StorageIOError
+from .executors import Executor, Job
 from .records import Lease
 from .sqlite.backend import Synchronous
 
@@ -187,8 +188,7 @@ _ACTIVE = (_State.RUNNING, _State.REPORTING)
 
 
 @dataclass(eq=False)
-class _Running:
-    lease: Lease
+class _Running(Job):
     started: float  # the worker's clock.monotonic()
     next_beat: float
     state: _State = _State.RUNNING
@@ -279,7 +279,13 @@ class Worker:
         self._warned: dict[str, float] = {}  # transient error kind -> last warning
         self._monitor_exit = False
         self._started = False
-        self._work: stdqueue.SimpleQueue[_Running | None] = stdqueue.SimpleQueue()
+        self._executor = Executor(
+            self._call,
+            self._finished,
+            threads=concurrency,
+            name=f"sqlq-worker-{queue.queue}",
+            log=self.log,
+        )
         self._monitor: threading.Thread | None = None
 
     # --- the public face ----------------------------------------------------------
@@ -457,7 +463,7 @@ class Worker:
             self._give_back(lease, "was claimed as the worker stopped")
             return False
         self.log.debug("claimed task %r (attempt %d)", lease.task_id, lease.attempt)
-        self._work.put(entry)
+        self._executor.submit(entry)
         return True
 
     def _free_slot(self) -> None:
@@ -516,14 +522,12 @@ class Worker:
             if self._pause(BUSY_PAUSE, lambda: self._returned):
                 return _BUSY
 
-    # --- handler threads ----------------------------------------------------------------
+    # --- running handlers (sqlq.executors) ------------------------------------------------
 
     def _start_threads(self) -> None:
-        name = f"sqlq-worker-{self.queue.queue}"
-        for i in range(self.concurrency):
-            threading.Thread(target=self._handler_thread, name=f"{name}-{i}", daemon=True).start()
+        self._executor.start()
         self._monitor = threading.Thread(
-            target=self._monitor_thread, name=f"{name}-monitor", daemon=True
+            target=self._monitor_thread, name=f"sqlq-worker-{self.queue.queue}-monitor", daemon=True
         )
         self._monitor.start()
 
@@ -532,32 +536,22 @@ class Worker:
             self._monitor_exit = True
             self._returned = True
             self._cond.notify_all()
-        for _ in range(self.concurrency):
-            self._work.put(None)  # a stuck handler's thread takes its one when it is done
+        self._executor.shutdown()
         if self._monitor is not None and self._monitor.is_alive():
             self._monitor.join()
 
-    def _handler_thread(self) -> None:
-        while (entry := self._work.get()) is not None:
-            arg = entry.lease if self.with_lease else entry.lease.payload
-            error: BaseException | None = None
-            try:
-                self.handler(arg)
-            except BaseException as exc:  # a handler's SystemExit fails its task too
-                error = exc
-            try:
-                self._finished(entry, error)
-            except BaseException:
-                self.log.error(
-                    "worker error after the handler of task %r", entry.lease.task_id, exc_info=True
-                )
+    def _call(self, lease: Lease) -> object:
+        """The handler's call on ``lease`` (an awaitable, if it is async)."""
+        return self.handler(lease if self.with_lease else lease.payload)
 
     def _finished(self, entry: _Running, error: BaseException | None) -> None:
         """The handler returned or raised: its outcome waits for the claim loop to
-        report it (its slot stays reserved until then)."""
+        report it (its slot stays reserved until then).  A coroutine that ends
+        with the CancelledError of the worker's cancel is reported no more."""
         lease = entry.lease
+        cancelled = entry.cancelled and isinstance(error, asyncio.CancelledError)
         with self._cond:
-            if self._returned or entry.state is _State.RELEASED:
+            if self._returned or entry.state is _State.RELEASED or cancelled:
                 del self._running[lease.token]
                 self._free += 1
                 self._cond.notify_all()
@@ -568,7 +562,9 @@ class Worker:
                 self._outcomes.append((entry, error, late))
                 self._cond.notify_all()
                 given_up = False
-        if given_up:
+        if cancelled:
+            self.log.debug("task %r: its handler was cancelled", lease.task_id)
+        elif given_up:
             self.log.warning(
                 "handler of task %r returned after the worker gave the task up; "
                 "its result is ignored",
@@ -690,8 +686,8 @@ class Worker:
         lease = entry.lease
         limit = self.time_limit
         self.log.warning(
-            "task %r exceeded its time limit of %gs; failing it (the handler keeps running "
-            "until it returns, and its result will be refused)",
+            "task %r exceeded its time limit of %gs; failing it (an async handler is "
+            "cancelled; one in a thread runs on until it returns, and its result is refused)",
             lease.task_id,
             limit,
         )
@@ -701,6 +697,7 @@ class Worker:
             token=lease.token,
             error=f"time limit of {limit:g}s exceeded",
         )
+        self._executor.cancel(entry)  # once failed: its CancelledError is not the error
         if isinstance(state, _Busy):
             return
         self._count("timed_out" if state is not None else "lost")
@@ -739,9 +736,13 @@ class Worker:
         with self._cond:
             pending = any(e.state in _ACTIVE for e in self._running.values())
             give_back = [e.lease for e in self._running.values() if e.state is _State.RUNNING]
-            for entry in self._running.values():
-                if entry.state in (_State.RUNNING, _State.TIMED_OUT):
-                    entry.state = _State.RELEASED
+            given_up = [
+                e for e in self._running.values() if e.state in (_State.RUNNING, _State.TIMED_OUT)
+            ]
+            for entry in given_up:
+                entry.state = _State.RELEASED
+        for entry in given_up:
+            self._executor.cancel(entry)
         # The grace is over: releases and the reports still pending (their Busy
         # retries) get RELEASE_WAIT of their own, then they give up.
         last = self.clock.monotonic() + RELEASE_WAIT
