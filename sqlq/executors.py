@@ -167,11 +167,14 @@ class _Loop(Generic[J]):
             self._loop.close()
 
     def _start(self, job: J, awaitable: Awaitable[object]) -> None:
+        if job.cancelled:  # given up before it reached the loop: it never starts
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            self._report(job, asyncio.CancelledError())
+            return
         task = self._loop.create_task(_outcome(awaitable))
         self._tasks[job] = task
         task.add_done_callback(functools.partial(self._end, job))
-        if job.cancelled:  # given up before it reached the loop: it never starts
-            task.cancel()
 
     def _cancel(self, job: J) -> None:
         task = self._tasks.get(job)
@@ -180,6 +183,7 @@ class _Loop(Generic[J]):
 
     def _end(self, job: J, task: asyncio.Task[BaseException | None]) -> None:
         del self._tasks[job]
+        # Cancelled before its first step, _outcome could not catch the CancelledError.
         self._report(job, asyncio.CancelledError() if task.cancelled() else task.result())
         if self._closing and not self._tasks:
             self._loop.stop()

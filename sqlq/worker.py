@@ -3,8 +3,9 @@
 ``Worker(queue, handler).run()`` is the loop every consumer of a queue needs:
 
 * **Claim and report: group commit.**  One claim loop (the thread that calls
-  ``run``) takes leases and hands them to ``concurrency`` handler threads.  A
-  handler that returns or raises leaves its outcome with the claim loop, which
+  ``run``) takes leases and hands them to ``concurrency`` handler threads (see
+  sqlq.executors).  A handler that returns or raises leaves its outcome with
+  the claim loop, which
   reports every outcome pending and claims a lease for every free slot in one
   transaction (``queue.settle_and_claim``: completions, failures with the
   exception text, then the claim; one commit).  Outcomes that come while that
@@ -36,17 +37,19 @@
 * **Time limits.**  A handler that runs longer than ``time_limit`` seconds is
   no longer heartbeated and its task is failed at once with the error "time
   limit of Xs exceeded", so it is retried (or goes DEAD) by the queue's policy:
-  the attempt counts.  Python cannot kill a thread, so the handler keeps its
-  thread and its slot until it returns; its late complete or fail is then
-  refused by the token (the task already moved on) and only logged.  Handlers
-  that can hang should have timeouts of their own.
+  the attempt counts.  An async handler is then cancelled, and its slot is
+  free again once it has ended.  Python cannot kill a thread, so a sync handler
+  keeps its thread and its slot until it returns; its late complete or fail is
+  then refused by the token (the task already moved on) and only logged.  Sync
+  handlers that can hang should have timeouts of their own.
 * **Stopping.**  ``stop()`` (thread-safe), SIGTERM or SIGINT (when ``run`` is
   called in the main thread) stop the claiming; running handlers get ``grace``
   seconds to finish (the claim loop goes on reporting their outcomes).  Tasks
   whose handlers are still running after that are **released** with
   ``queue.release(task, token)``: they go back to the end of the line
   *without counting the attempt* (the worker gave up on them; the task did
-  not fail), and ``run`` returns.  A second signal skips
+  not fail), and ``run`` returns; async handlers still running are cancelled
+  (their CancelledError is no failure).  A second signal skips
   what is left of the grace period.  Handler threads are daemon threads, so a
   handler that never returns does not keep the process alive; its late result
   is ignored.  The grace period bounds every wait for a lock too
@@ -54,6 +57,14 @@
   connection holds gives up when the grace ends; the releases and reports
   still pending then get RELEASE_WAIT more seconds, and a lease that cannot be
   released within them runs out and its task is retried then (logged).
+* **Async handlers.**  A handler whose call returns an awaitable (an ``async
+  def`` function, or a sync one that calls it, such as a router by task name)
+  is awaited on the worker's event loop, one thread of its own: decided call
+  by call, so sync and async functions can share a worker.  Heartbeats, time
+  limits, stopping and outcomes are the same as for threads, and at most
+  ``concurrency`` tasks run at once, threads and coroutines together.  A
+  blocking call inside an async handler blocks the whole loop: await instead
+  (``asyncio.to_thread``, and :class:`sqlq.AsyncQueue` for the queue).
 * **Time.**  ``clock`` (a :class:`Clock`) gives the worker's time and waits:
   :class:`SystemClock` by default, ``sqlq.testing.ManualClock`` in tests, which
   then need no sleeps.
@@ -199,8 +210,9 @@ class Worker:
     """Runs ``handler`` on the tasks of ``queue``; see the module docstring.
 
     ``handler`` gets the task's payload (or, with ``with_lease=True``, the whole
-    :class:`sqlq.Lease`).  Its return value is ignored; an exception fails the
-    task.  A Worker runs once: call ``run`` a single time.  ``clock`` (a
+    :class:`sqlq.Lease`).  Its return value is ignored (an awaitable is awaited
+    first: async handlers run on the worker's event loop); an exception fails
+    the task.  A Worker runs once: call ``run`` a single time.  ``clock`` (a
     :class:`Clock`) is the time it measures heartbeats, time limits, the grace
     period and idle waits with (the queue keeps its own clock for leases).
     """
