@@ -13,11 +13,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import test_worker
 from test_worker import _HOLD_WRITE_LOCK, _cli_worker, _final_stats, _in_thread, _wait_for
 
 import sqlq
@@ -26,26 +27,7 @@ from sqlq.executors import Executor, Job
 from sqlq.testing import ManualClock
 from sqlq.worker import Worker, WorkerStats
 
-
-@pytest.fixture
-def open_queue(db_path: Path) -> Iterator[Callable[..., sqlq.Queue]]:
-    """open_queue(lease_seconds=1.0, max_attempts=5, **options) -> a Queue on the test's file."""
-    opened: list[sqlq.Queue] = []
-
-    def make(lease_seconds: float = 1.0, max_attempts: int = 5, **options: Any) -> sqlq.Queue:
-        queue = sqlq.Queue(
-            db_path,
-            lease_seconds=lease_seconds,
-            max_attempts=max_attempts,
-            synchronous="normal",
-            **options,
-        )
-        opened.append(queue)
-        return queue
-
-    yield make
-    for queue in opened:
-        queue.close()
+open_queue = test_worker.open_queue  # the fixture: a Queue on the test's database
 
 
 # --- async handlers in the Worker -------------------------------------------------------
