@@ -3,9 +3,8 @@
 ``Worker(queue, handler).run()`` is the loop every consumer of a queue needs:
 
 * **Claim and report: group commit.**  One claim loop (the thread that calls
-  ``run``) takes leases and hands them to ``concurrency`` handler threads (see
-  sqlq.executors).  A handler that returns or raises leaves its outcome with
-  the claim loop, which
+  ``run``) takes leases and hands them to ``concurrency`` handler threads.  A
+  handler that returns or raises leaves its outcome with the claim loop, which
   reports every outcome pending and claims a lease for every free slot in one
   transaction (``queue.settle_and_claim``: completions, failures with the
   exception text, then the claim; one commit).  Outcomes that come while that
@@ -64,7 +63,8 @@
   limits, stopping and outcomes are the same as for threads, and at most
   ``concurrency`` tasks run at once, threads and coroutines together.  A
   blocking call inside an async handler blocks the whole loop: await instead
-  (``asyncio.to_thread``, and :class:`sqlq.AsyncQueue` for the queue).
+  (``asyncio.to_thread``, and :class:`sqlq.AsyncQueue` for the queue).  The
+  threads and the loop are sqlq.executors.
 * **Time.**  ``clock`` (a :class:`Clock`) gives the worker's time and waits:
   :class:`SystemClock` by default, ``sqlq.testing.ManualClock`` in tests, which
   then need no sleeps.
