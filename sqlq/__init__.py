@@ -3,9 +3,11 @@
 * :class:`WorkQueue` - the queue in memory; every call passes ``now``.
 * :class:`Queue` - the same calls with the same answers, durable in a SQLite file
   shared by many processes.
+* :class:`AsyncQueue` - the calls of a Queue as coroutines, for asyncio programs.
 """
 
 from . import errors
+from .aio import AsyncQueue
 from .contract import State
 from .durable import Queue
 from .memory import WorkQueue
@@ -14,6 +16,7 @@ from .retry import Retry
 from .worker import Worker, WorkerStats
 
 __all__ = [
+    "AsyncQueue",
     "Checkpoint",
     "Lease",
     "Queue",

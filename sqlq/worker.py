@@ -36,17 +36,19 @@
 * **Time limits.**  A handler that runs longer than ``time_limit`` seconds is
   no longer heartbeated and its task is failed at once with the error "time
   limit of Xs exceeded", so it is retried (or goes DEAD) by the queue's policy:
-  the attempt counts.  Python cannot kill a thread, so the handler keeps its
-  thread and its slot until it returns; its late complete or fail is then
-  refused by the token (the task already moved on) and only logged.  Handlers
-  that can hang should have timeouts of their own.
+  the attempt counts.  An async handler is then cancelled, and its slot is
+  free again once it has ended.  Python cannot kill a thread, so a sync handler
+  keeps its thread and its slot until it returns; its late complete or fail is
+  then refused by the token (the task already moved on) and only logged.  Sync
+  handlers that can hang should have timeouts of their own.
 * **Stopping.**  ``stop()`` (thread-safe), SIGTERM or SIGINT (when ``run`` is
   called in the main thread) stop the claiming; running handlers get ``grace``
   seconds to finish (the claim loop goes on reporting their outcomes).  Tasks
   whose handlers are still running after that are **released** with
   ``queue.release(task, token)``: they go back to the end of the line
   *without counting the attempt* (the worker gave up on them; the task did
-  not fail), and ``run`` returns.  A second signal skips
+  not fail), and ``run`` returns; async handlers still running are cancelled
+  (their CancelledError is no failure).  A second signal skips
   what is left of the grace period.  Handler threads are daemon threads, so a
   handler that never returns does not keep the process alive; its late result
   is ignored.  The grace period bounds every wait for a lock too
@@ -54,6 +56,15 @@
   connection holds gives up when the grace ends; the releases and reports
   still pending then get RELEASE_WAIT more seconds, and a lease that cannot be
   released within them runs out and its task is retried then (logged).
+* **Async handlers.**  A handler whose call returns an awaitable (an ``async
+  def`` function, or a sync one that calls it, such as a router by task name)
+  is awaited on the worker's event loop, one thread of its own: decided call
+  by call, so sync and async functions can share a worker.  Heartbeats, time
+  limits, stopping and outcomes are the same as for threads, and at most
+  ``concurrency`` tasks run at once, threads and coroutines together.  A
+  blocking call inside an async handler blocks the whole loop: await instead
+  (``asyncio.to_thread``, and :class:`sqlq.AsyncQueue` for the queue).  The
+  threads and the loop are sqlq.executors.
 * **Time.**  ``clock`` (a :class:`Clock`) gives the worker's time and waits:
   :class:`SystemClock` by default, ``sqlq.testing.ManualClock`` in tests, which
   then need no sleeps.
@@ -87,13 +98,13 @@ opens the queue, resolves the handler, sets up logging and runs a Worker.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import importlib
 import json
 import logging
 import math
 import os
-import queue as stdqueue
 import re
 import signal
 import sys
@@ -107,6 +118,7 @@ from typing import Any, Protocol, TypeVar, cast
 from .contract import MAX_BATCH, MAX_LEASE_SECONDS, State
 from .durable import Queue
 from .errors import Busy, ClockSkew, InvalidConfig, StorageFull, StorageIOError
+from .executors import Executor, Job
 from .records import Lease
 from .sqlite.backend import Synchronous
 
@@ -218,8 +230,7 @@ _ACTIVE = (_State.RUNNING, _State.REPORTING)
 
 
 @dataclass(eq=False)
-class _Running:
-    lease: Lease
+class _Running(Job):
     started: float  # the worker's clock.monotonic()
     next_beat: float
     state: _State = _State.RUNNING
@@ -231,8 +242,9 @@ class Worker:
     """Runs ``handler`` on the tasks of ``queue``; see the module docstring.
 
     ``handler`` gets the task's payload (or, with ``with_lease=True``, the whole
-    :class:`sqlq.Lease`).  Its return value is ignored; an exception fails the
-    task.  A Worker runs once: call ``run`` a single time.  ``clock`` (a
+    :class:`sqlq.Lease`).  Its return value is ignored (an awaitable is awaited
+    first: async handlers run on the worker's event loop); an exception fails
+    the task.  A Worker runs once: call ``run`` a single time.  ``clock`` (a
     :class:`Clock`) is the time it measures heartbeats, time limits, the grace
     period and idle waits with (the queue keeps its own clock for leases).
     ``summary_every`` (seconds of that clock; None or 0, the default: never) is
@@ -317,7 +329,13 @@ class Worker:
         self._warned: dict[str, float] = {}  # transient error kind -> last warning
         self._monitor_exit = False
         self._started = False
-        self._work: stdqueue.SimpleQueue[_Running | None] = stdqueue.SimpleQueue()
+        self._executor = Executor(
+            self._call,
+            self._finished,
+            threads=concurrency,
+            name=f"sqlq-worker-{queue.queue}",
+            log=self.log,
+        )
         self._monitor: threading.Thread | None = None
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
@@ -556,7 +574,7 @@ class Worker:
             self._give_back(lease, "was claimed as the worker stopped")
             return False
         _event(self.log, logging.DEBUG, "task claimed", task_fields(lease))
-        self._work.put(entry)
+        self._executor.submit(entry)
         return True
 
     def _free_slot(self) -> None:
@@ -615,14 +633,12 @@ class Worker:
             if self._pause(BUSY_PAUSE, lambda: self._returned):
                 return _BUSY
 
-    # --- handler threads ----------------------------------------------------------------
+    # --- running handlers (sqlq.executors) ------------------------------------------------
 
     def _start_threads(self) -> None:
-        name = f"sqlq-worker-{self.queue.queue}"
-        for i in range(self.concurrency):
-            threading.Thread(target=self._handler_thread, name=f"{name}-{i}", daemon=True).start()
+        self._executor.start()
         self._monitor = threading.Thread(
-            target=self._monitor_thread, name=f"{name}-monitor", daemon=True
+            target=self._monitor_thread, name=f"sqlq-worker-{self.queue.queue}-monitor", daemon=True
         )
         self._monitor.start()
 
@@ -631,33 +647,23 @@ class Worker:
             self._monitor_exit = True
             self._returned = True
             self._cond.notify_all()
-        for _ in range(self.concurrency):
-            self._work.put(None)  # a stuck handler's thread takes its one when it is done
+        self._executor.shutdown()
         if self._monitor is not None and self._monitor.is_alive():
             self._monitor.join()
 
-    def _handler_thread(self) -> None:
-        while (entry := self._work.get()) is not None:
-            arg = entry.lease if self.with_lease else entry.lease.payload
-            error: BaseException | None = None
-            try:
-                self.handler(arg)
-            except BaseException as exc:  # a handler's SystemExit fails its task too
-                error = exc
-            try:
-                self._finished(entry, error)
-            except BaseException:
-                self.log.error(
-                    "worker error after the handler of task %r", entry.lease.task_id, exc_info=True
-                )
+    def _call(self, lease: Lease) -> object:
+        """The handler's call on ``lease`` (an awaitable, if it is async)."""
+        return self.handler(lease if self.with_lease else lease.payload)
 
     def _finished(self, entry: _Running, error: BaseException | None) -> None:
         """The handler returned or raised: its outcome waits for the claim loop to
-        report it (its slot stays reserved until then)."""
+        report it (its slot stays reserved until then).  A coroutine that ends
+        with the CancelledError of the worker's cancel is reported no more."""
         lease = entry.lease
         entry.ended = self.clock.monotonic()
+        cancelled = entry.cancelled and isinstance(error, asyncio.CancelledError)
         with self._cond:
-            if self._returned or entry.state is _State.RELEASED:
+            if self._returned or entry.state is _State.RELEASED or cancelled:
                 del self._running[lease.token]
                 self._free += 1
                 self._cond.notify_all()
@@ -668,7 +674,9 @@ class Worker:
                 self._outcomes.append((entry, error, late))
                 self._cond.notify_all()
                 given_up = False
-        if given_up:
+        if cancelled:
+            self.log.debug("task %r: its handler was cancelled", lease.task_id)
+        elif given_up:
             self.log.warning(
                 "handler of task %r returned after the worker gave the task up; "
                 "its result is ignored",
@@ -835,9 +843,11 @@ class Worker:
         lease = entry.lease
         error = f"time limit of {self.time_limit:g}s exceeded"
         state = self._persist(self.queue.fail, lease.task_id, token=lease.token, error=error)
+        self._executor.cancel(entry)  # once failed: its CancelledError is not the error
         if isinstance(state, _Busy):
             return
-        # The handler keeps running until it returns; its result will be refused.
+        # A thread's handler runs on until it returns (its result will be refused);
+        # a coroutine was cancelled.
         fields = {**task_fields(lease), "time_limit": self.time_limit, "error": error}
         with self._cond:
             if state is None:
@@ -879,9 +889,13 @@ class Worker:
         with self._cond:
             pending = any(e.state in _ACTIVE for e in self._running.values())
             give_back = [e.lease for e in self._running.values() if e.state is _State.RUNNING]
-            for entry in self._running.values():
-                if entry.state in (_State.RUNNING, _State.TIMED_OUT):
-                    entry.state = _State.RELEASED
+            given_up = [
+                e for e in self._running.values() if e.state in (_State.RUNNING, _State.TIMED_OUT)
+            ]
+            for entry in given_up:
+                entry.state = _State.RELEASED
+        for entry in given_up:
+            self._executor.cancel(entry)
         # The grace is over: releases and the reports still pending (their Busy
         # retries) get RELEASE_WAIT of their own, then they give up.
         last = self.clock.monotonic() + RELEASE_WAIT

@@ -41,6 +41,7 @@ CORE = (
     "tests/test_stateful.py",
 )
 WORKER = ("tests/test_worker.py",)
+ASYNC = ("tests/test_async.py",)
 
 
 @dataclass(frozen=True)
@@ -292,6 +293,20 @@ MUTANTS = [
         "batch = self._outcomes[:MAX_BATCH]",
         "batch = self._outcomes[:1]",
         WORKER,
+    ),
+    Mutant(
+        "executor-drops-coroutines",
+        "sqlq/executors.py",
+        "if inspect.isawaitable(result):",
+        "if False:",
+        ASYNC,
+    ),
+    Mutant(
+        "worker-time-limit-leaves-coroutines-running",
+        "sqlq/worker.py",
+        "self._executor.cancel(entry)  # once failed",
+        "None  # once failed",
+        ASYNC,
     ),
 ]
 

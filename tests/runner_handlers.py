@@ -12,11 +12,12 @@ kills the process meanwhile), sleeps "sleep" seconds, and appends
 and each line is one os.write, so a written line survives a SIGKILL.
 
 ``nap`` sleeps its payload (seconds) and ``fast`` does nothing: for draining
-many short tasks.
+many short tasks.  ``async_handle`` is an ``async def`` handler.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -54,3 +55,14 @@ def nap(seconds: float) -> None:
 
 def fast(payload: object) -> None:
     """Do nothing: the shortest task there is."""
+
+
+async def async_handle(payload: dict[str, Any]) -> None:
+    """``handle`` as a coroutine: ``start``/``done`` lines in the log; with "hang" it
+    waits on the event loop until it is cancelled."""
+    task, log, pid = payload["task"], payload["log"], os.getpid()
+    _append(log, f"start {task} {pid}")
+    if payload.get("hang"):
+        await asyncio.Event().wait()
+    await asyncio.sleep(0)
+    _append(log, f"done {task} {pid}")

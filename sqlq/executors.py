@@ -1,0 +1,204 @@
+"""Executors: where a Worker runs its handlers, in threads or on an event loop.
+
+A :class:`sqlq.Worker` claims leases, keeps them alive, enforces time limits and
+reports outcomes; it hands each lease to an :class:`Executor`, which calls the
+handler and gives back the outcome (None, or the exception the handler raised).
+
+* **Threads.**  ``threads`` daemon threads take the jobs in turn and make the
+  call.  A call that returns a value is done.  A call that returns an
+  *awaitable* (an ``async def`` handler, or a sync function - a router by task
+  name, say - that calls one) is handed to the loop, and the thread goes on to
+  the next job.  So whether a handler is async is decided call by call, from
+  what the call returns, not from the handler's type: one worker can run sync
+  and async functions side by side.
+* **The loop.**  One thread runs an asyncio event loop, started with the first
+  awaitable; each awaitable is awaited there as a task of its own.  The worker
+  hands out a job only for a slot it reserved, so at most ``concurrency`` tasks
+  (threads and coroutines together) run at once.  A blocking call inside an
+  ``async def`` handler blocks the loop, and every coroutine on it: use
+  ``await`` (``asyncio.to_thread`` for blocking work, :class:`sqlq.AsyncQueue`
+  for the queue).
+* **Cancelling.**  ``cancel(job)`` gives up on a job (its time limit, or the end
+  of the grace period at a stop): a coroutine is cancelled (one not started yet
+  never starts) and ends with ``CancelledError``; a thread cannot be stopped and
+  runs on until its call returns.  The job's ``cancelled`` flag tells the
+  worker that a ``CancelledError`` outcome was its own doing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import queue as stdqueue
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from .records import Lease
+
+__all__ = ["Executor", "Job"]
+
+
+@dataclass(eq=False)
+class Job:
+    """A handler call on ``lease`` (a Worker's record of a running task extends it)."""
+
+    lease: Lease
+    #: Set by Executor.cancel: the worker gave up on the call.
+    cancelled: bool = field(default=False, init=False)
+
+
+J = TypeVar("J", bound=Job)
+
+#: What an executor reports when a call has ended: the job, and the exception the
+#: handler raised (None if it returned).
+Done = Callable[[J, BaseException | None], None]
+
+
+class Executor(Generic[J]):
+    """Runs ``call(job.lease)`` for each job submitted; ``done(job, error)`` gets the
+    outcome, from a handler thread or the loop's thread."""
+
+    def __init__(
+        self,
+        call: Callable[[Lease], object],
+        done: Done[J],
+        *,
+        threads: int,
+        name: str,
+        log: logging.Logger,
+    ) -> None:
+        self._call = call
+        self._done = done
+        self._threads = threads
+        self._name = name
+        self._log = log
+        self._jobs: stdqueue.SimpleQueue[J | None] = stdqueue.SimpleQueue()
+        self._lock = threading.Lock()  # guards _loop and _shut
+        self._loop: _Loop[J] | None = None
+        self._shut = False
+
+    def start(self) -> None:
+        for i in range(self._threads):
+            threading.Thread(target=self._thread, name=f"{self._name}-{i}", daemon=True).start()
+
+    def submit(self, job: J) -> None:
+        """Run ``job``: the caller holds a slot for it (no more jobs than threads)."""
+        self._jobs.put(job)
+
+    def cancel(self, job: J) -> None:
+        """Give up on ``job``: its coroutine, if it has one, is cancelled (now, or as
+        soon as it is handed to the loop).  Thread-safe; idempotent."""
+        job.cancelled = True
+        loop = self._loop  # one created after this line sees the flag when it starts the job
+        if loop is not None:
+            loop.cancel(job)
+
+    def shutdown(self) -> None:
+        """No more jobs: the threads exit once their calls return, and the loop once its
+        tasks have ended (a stuck call keeps its daemon thread)."""
+        for _ in range(self._threads):
+            self._jobs.put(None)
+        with self._lock:
+            self._shut = True
+            if self._loop is not None:
+                self._loop.shutdown()
+
+    def _thread(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                result = self._call(job.lease)
+            except BaseException as exc:  # a handler's SystemExit fails its task too
+                self._report(job, exc)
+                continue
+            if inspect.isawaitable(result):
+                self._event_loop().submit(job, result)
+            else:
+                self._report(job, None)
+
+    def _event_loop(self) -> _Loop[J]:
+        with self._lock:
+            if self._loop is None:
+                self._loop = _Loop(f"{self._name}-loop", self._report)
+                if self._shut:  # a late call: its loop ends with it
+                    self._loop.shutdown()
+            return self._loop
+
+    def _report(self, job: J, error: BaseException | None) -> None:
+        try:
+            self._done(job, error)
+        except BaseException:
+            self._log.error(
+                "worker error after the handler of task %r", job.lease.task_id, exc_info=True
+            )
+
+
+class _Loop(Generic[J]):
+    """An event loop in a daemon thread of its own; each awaitable submitted is a task.
+
+    ``_tasks`` and ``_closing`` are touched only on the loop's thread; the other
+    threads reach the loop through ``call_soon_threadsafe``."""
+
+    def __init__(self, name: str, report: Done[J]) -> None:
+        self._report = report
+        self._loop = asyncio.new_event_loop()
+        self._tasks: dict[J, asyncio.Task[BaseException | None]] = {}
+        self._closing = False
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, job: J, awaitable: Awaitable[object]) -> None:
+        self._loop.call_soon_threadsafe(self._start, job, awaitable)
+
+    def cancel(self, job: J) -> None:
+        self._loop.call_soon_threadsafe(self._cancel, job)
+
+    def shutdown(self) -> None:
+        self._loop.call_soon_threadsafe(self._close)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        finally:
+            self._loop.close()
+
+    def _start(self, job: J, awaitable: Awaitable[object]) -> None:
+        if job.cancelled:  # given up before it reached the loop: it never starts
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            self._report(job, asyncio.CancelledError())
+            return
+        task = self._loop.create_task(_outcome(awaitable))
+        self._tasks[job] = task
+        task.add_done_callback(functools.partial(self._end, job))
+
+    def _cancel(self, job: J) -> None:
+        task = self._tasks.get(job)
+        if task is not None:
+            task.cancel()
+
+    def _end(self, job: J, task: asyncio.Task[BaseException | None]) -> None:
+        del self._tasks[job]
+        # Cancelled before its first step, _outcome could not catch the CancelledError.
+        self._report(job, asyncio.CancelledError() if task.cancelled() else task.result())
+        if self._closing and not self._tasks:
+            self._loop.stop()
+
+    def _close(self) -> None:
+        self._closing = True
+        if not self._tasks:
+            self._loop.stop()
+
+
+async def _outcome(awaitable: Awaitable[object]) -> BaseException | None:
+    """Await a handler's awaitable: None, or what it raised (a CancelledError, or a
+    SystemExit, which would otherwise escape the loop and end its thread)."""
+    try:
+        await awaitable
+    except BaseException as exc:
+        return exc
+    return None
