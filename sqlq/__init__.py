@@ -11,6 +11,7 @@ from .durable import Queue
 from .memory import WorkQueue
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
+from .tasks import Task, Tasks
 from .worker import Worker, WorkerStats
 
 __all__ = [
@@ -20,7 +21,9 @@ __all__ = [
     "QueueStats",
     "Retry",
     "State",
+    "Task",
     "TaskInfo",
+    "Tasks",
     "WorkQueue",
     "Worker",
     "WorkerStats",

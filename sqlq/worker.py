@@ -92,6 +92,7 @@ from .durable import Queue
 from .errors import Busy, ClockSkew, InvalidConfig, StorageFull, StorageIOError
 from .records import Lease
 from .sqlite.backend import Synchronous
+from .tasks import Tasks, failure, runner
 
 __all__ = ["Clock", "SystemClock", "Worker", "WorkerStats", "resolve_target", "serve"]
 
@@ -199,16 +200,19 @@ class Worker:
     """Runs ``handler`` on the tasks of ``queue``; see the module docstring.
 
     ``handler`` gets the task's payload (or, with ``with_lease=True``, the whole
-    :class:`sqlq.Lease`).  Its return value is ignored; an exception fails the
-    task.  A Worker runs once: call ``run`` a single time.  ``clock`` (a
-    :class:`Clock`) is the time it measures heartbeats, time limits, the grace
-    period and idle waits with (the queue keeps its own clock for leases).
+    :class:`sqlq.Lease`); a :class:`sqlq.Tasks` registry instead runs the function
+    named by each task, with the payload as keyword arguments (see sqlq.tasks).
+    Its return value is ignored; an exception fails the task (NotRetryable:
+    DEAD at once).  A handler that cannot take one argument is refused here.  A
+    Worker runs once: call ``run`` a single time.  ``clock`` (a :class:`Clock`) is
+    the time it measures heartbeats, time limits, the grace period and idle waits
+    with (the queue keeps its own clock for leases).
     """
 
     def __init__(
         self,
         queue: Queue,
-        handler: Callable[[Any], object],
+        handler: Callable[[Any], object] | Tasks,
         *,
         concurrency: int = 1,
         heartbeat: float | None = None,
@@ -220,8 +224,6 @@ class Worker:
         logger: logging.Logger | None = None,
         clock: Clock | None = None,
     ) -> None:
-        if not callable(handler):
-            raise InvalidConfig(f"handler must be callable, not {type(handler).__name__}")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidConfig(f"concurrency must be an int of at least 1, got {concurrency!r}")
         lease_seconds = float(queue.lease_seconds)
@@ -245,6 +247,7 @@ class Worker:
         if not isinstance(with_lease, bool):
             raise InvalidConfig(f"with_lease must be a bool, not {type(with_lease).__name__}")
         self.with_lease = with_lease
+        self._run = runner(handler, with_lease)
         if clock is not None and not (
             callable(getattr(clock, "monotonic", None)) and callable(getattr(clock, "wait", None))
         ):
@@ -413,7 +416,9 @@ class Worker:
             self._free -= reserved
         slots = reserved + len(batch)
         completed = [(e.lease.task_id, e.lease.token) for e, x, _ in batch if x is None]
-        failed = [(e.lease.task_id, e.lease.token, x) for e, x, _ in batch if x is not None]
+        failed = [
+            (e.lease.task_id, e.lease.token, *failure(x)) for e, x, _ in batch if x is not None
+        ]
         try:
             done, states, leases = self.queue.settle_and_claim(
                 slots if claim else 0, completed=completed, failed=failed
@@ -539,10 +544,9 @@ class Worker:
 
     def _handler_thread(self) -> None:
         while (entry := self._work.get()) is not None:
-            arg = entry.lease if self.with_lease else entry.lease.payload
             error: BaseException | None = None
             try:
-                self.handler(arg)
+                self._run(entry.lease)
             except BaseException as exc:  # a handler's SystemExit fails its task too
                 error = exc
             try:
@@ -844,8 +848,9 @@ def _positive(value: object, what: str, *, zero: bool = False) -> float:
 # --- the command line's entry point --------------------------------------------------------
 
 
-def resolve_target(target: str) -> Callable[[Any], object]:
-    """The callable named by ``"package.module:function"`` (or ``module:Class.method``)."""
+def resolve_target(target: str) -> Callable[[Any], object] | Tasks:
+    """The callable (or ``sqlq.Tasks`` registry) named by ``"package.module:function"``
+    (or ``module:Class.method``, ``module:tasks``)."""
     if not isinstance(target, str):
         raise InvalidConfig(f"handler target must be a str, not {type(target).__name__}")
     module_name, colon, path = target.partition(":")
@@ -865,9 +870,11 @@ def resolve_target(target: str) -> Callable[[Any], object]:
             raise InvalidConfig(
                 f"handler target {target!r}: {module_name!r} has no attribute {path!r}"
             ) from None
-    if not callable(obj):
-        raise InvalidConfig(f"handler target {target!r} is a {type(obj).__name__}, not callable")
-    handler: Callable[[Any], object] = obj
+    if not callable(obj) and not isinstance(obj, Tasks):
+        raise InvalidConfig(
+            f"handler target {target!r} is a {type(obj).__name__}, not callable nor a sqlq.Tasks"
+        )
+    handler: Callable[[Any], object] | Tasks = obj
     return handler
 
 
@@ -896,8 +903,10 @@ def serve(
 ) -> int:
     """Run a worker on queue ``queue`` of the database ``db`` until stopped; exit code 0.
 
-    ``target`` names the handler, ``"package.module:function"``; modules in
-    the current directory can be named.  Logs go to stderr (INFO and up) unless
+    ``target`` names the handler, ``"package.module:function"``, or a
+    ``sqlq.Tasks`` registry; modules in the current directory can be named.  A
+    handler that cannot take a task is refused (InvalidConfig) before anything
+    is claimed.  Logs go to stderr (INFO and up) unless
     the root logger already has handlers.  Stops on SIGTERM or SIGINT when run
     in the main thread (see the module docstring).
     """
