@@ -133,6 +133,9 @@ def _stats(args: argparse.Namespace) -> int:
             found: dict[str, dict[str, int]] = {}
             for queue, state, count in conn.execute(Q.count_states):
                 found.setdefault(queue, {})[state] = count
+            names: dict[str, dict[str, dict[str, int]]] = {}
+            for queue, name, state, count in conn.execute(Q.count_names):
+                names.setdefault(queue, {}).setdefault(name, {})[state] = count
             fronts: dict[str, tuple[Any, Any, Any]] = {}
             for queue in found:
                 params = {"queue": queue}
@@ -171,6 +174,7 @@ def _stats(args: argparse.Namespace) -> int:
                 "now": now,
                 "queues": queues,
                 "stats": details,
+                "names": names,
             }
         )
         return EXIT_OK
@@ -207,7 +211,25 @@ def _stats(args: argparse.Namespace) -> int:
             ]
         )
     table(["queue", "oldest available", "leases", "next deadline", "next run_at"], rows)
+    if names:
+        _name_counts(names, columns)
     return EXIT_OK
+
+
+def _name_counts(names: dict[str, dict[str, dict[str, int]]], columns: list[str]) -> None:
+    """The table of named tasks per queue, name and state."""
+    print()
+    rows = [
+        [
+            printable(queue),
+            printable(name),
+            *(str(c.get(s, 0)) for s in columns),
+            str(sum(c.values())),
+        ]
+        for queue, by_name in names.items()
+        for name, c in by_name.items()
+    ]
+    table(["queue", "name", *columns, "total"], rows, right=range(2, len(columns) + 3))
 
 
 # --- sqlq list / show / dead ---------------------------------------------------------------
@@ -233,10 +255,16 @@ def _list(args: argparse.Namespace) -> int:
         print(f"no tasks{which} in queue {args.queue!r}")
         return EXIT_OK
     rows = [
-        [printable(t.task_id), t.state, f"{t.attempts}/{t.max_attempts}", shorten(t.last_error)]
+        [
+            printable(t.task_id),
+            "-" if t.name is None else printable(t.name),
+            t.state,
+            f"{t.attempts}/{t.max_attempts}",
+            shorten(t.last_error),
+        ]
         for t in tasks
     ]
-    table(["task_id", "state", "attempts", "last_error"], rows)
+    table(["task_id", "name", "state", "attempts", "last_error"], rows)
     if len(tasks) == args.limit:
         print(f"(the first {args.limit} tasks{which}; --limit N shows more)")
     return EXIT_OK
@@ -273,6 +301,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
     return [
         ("task_id", printable(info.task_id)),
         ("queue", printable(queue)),
+        ("name", "-" if info.name is None else printable(info.name)),
         ("state", info.state),
         ("attempts", str(info.attempts)),
         ("max_attempts", str(info.max_attempts)),
