@@ -379,8 +379,8 @@ class Queue:
         ``failed`` holds (task id, token, error) triples or (task id, token, error,
         retry) quadruples, each answered as ``fail`` would.  The completions happen
         first, then the failures, then the claim, which may thus take a task failed
-        just before.  Returns both lists of
-        answers, in the order given, and the new leases.
+        just before.  Returns both lists of answers, in the order given, and the new
+        leases.
         """
         n = check_count(n, "n", least=0)
         done_items = check_leases(completed, "completed")

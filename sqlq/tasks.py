@@ -106,8 +106,8 @@ class Task(Generic[P, R]):
         InvalidTask."""
         if not isinstance(kwargs, Mapping):
             raise InvalidTask(
-                f"task {self.name!r} takes its arguments as a mapping of names to values, "
-                f"not {type(kwargs).__name__}"
+                f"task {self.name!r} takes its arguments as a mapping (a JSON object) of "
+                f"names to values, not {type(kwargs).__name__}"
             )
         try:
             self.signature.bind(**kwargs)
@@ -192,17 +192,11 @@ class Tasks:
             raise NotRetryable(
                 f"no task named {lease.name!r} is registered in this worker (known: {known})"
             )
-        payload = {} if lease.payload is None else lease.payload
-        if not isinstance(payload, dict):
-            raise NotRetryable(
-                f"task {task.name!r} takes keyword arguments, so its payload must be a JSON "
-                f"object, not {type(payload).__name__}"
-            )
         try:
-            task.signature.bind(**payload)
-        except TypeError as exc:
-            raise NotRetryable(f"task {task.name!r} cannot take its payload: {exc}") from None
-        return task.fn(**payload)
+            kwargs = task.arguments({} if lease.payload is None else lease.payload)
+        except InvalidTask as exc:
+            raise NotRetryable(str(exc)) from None
+        return task.fn(**kwargs)
 
 
 def runner(handler: object, with_lease: bool) -> Callable[[Lease], object]:

@@ -906,9 +906,9 @@ def serve(
     ``target`` names the handler, ``"package.module:function"``, or a
     ``sqlq.Tasks`` registry; modules in the current directory can be named.  A
     handler that cannot take a task is refused (InvalidConfig) before anything
-    is claimed.  Logs go to stderr (INFO and up) unless
-    the root logger already has handlers.  Stops on SIGTERM or SIGINT when run
-    in the main thread (see the module docstring).
+    is claimed.  Logs go to stderr (INFO and up) unless the root logger already
+    has handlers.  Stops on SIGTERM or SIGINT when run in the main thread (see
+    the module docstring).
     """
     if synchronous not in ("full", "normal"):
         raise InvalidConfig(f"synchronous must be 'full' or 'normal', not {synchronous!r}")

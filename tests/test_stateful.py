@@ -214,18 +214,18 @@ class TwoQueues(RuleBasedStateMachine):
             return self.now
         return max(0, self.now - amount)
 
-    def _same(self, name: str, *args: Any, log: bool = True, **kwargs: Any) -> Any:
+    def _same(self, method: str, /, *args: Any, log: bool = True, **kwargs: Any) -> Any:
         if log:
             shown = [*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]
-            self.log.append(f"{name}({', '.join(shown)})")
-        left = _outcome(lambda: getattr(self.left, name)(*args, **kwargs))
-        right = _outcome(lambda: getattr(self.right, name)(*args, **kwargs))
+            self.log.append(f"{method}({', '.join(shown)})")
+        left = _outcome(lambda: getattr(self.left, method)(*args, **kwargs))
+        right = _outcome(lambda: getattr(self.right, method)(*args, **kwargs))
         assert left == right, (
             f"{type(self.left).__name__} answered {left}, "
             f"{type(self.right).__name__} answered {right}; calls: {'; '.join(self.log)}"
         )
         kind, answer = left
-        assert kind == "ok", f"{name}{args!r} raised {answer.__name__} on both faces"
+        assert kind == "ok", f"{method}{args!r} raised {answer.__name__} on both faces"
         return answer
 
     @rule(task_id=task_ids, move=time_moves)
@@ -642,12 +642,12 @@ class _History:
         recent = self.tokens[-4:]
         return self.rng.choice(recent if self.rng.random() < 0.85 else self.tokens)
 
-    def _own(self) -> dict[str, Any]:
+    def _own(self, named: bool = True) -> dict[str, Any]:
         """Options of an add: now and then a name, and a max_attempts or retry policy of
         the task's own instead of the queue's."""
         rng = self.rng
         own: dict[str, Any] = {}
-        if rng.random() < 0.3:
+        if named and rng.random() < 0.3:
             own["name"] = rng.choice(["a", "b"])
         if rng.random() < 0.2:
             own["max_attempts"] = rng.randint(1, 6)
@@ -676,7 +676,8 @@ class _History:
         elif kind == "add_many":
             ids = rng.sample(HISTORY_IDS, rng.randint(1, 3))
             items = [(i, None, rng.choice([None, "n"])) if rng.random() < 0.3 else i for i in ids]
-            self._same("add_many", items, now, delay=rng.choice([None, 1, 2]), **self._own())
+            own = self._own(named=False)  # add_many's names are in its items
+            self._same("add_many", items, now, delay=rng.choice([None, 1, 2]), **own)
         elif kind == "claim":
             self._keep([self._same("claim", now)])
         elif kind == "claim_many":
@@ -704,11 +705,11 @@ class _History:
         else:
             self._same("purge", now, states=["COMPLETED", "DEAD"], older_than=rng.choice([0, 3]))
 
-    def _same(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    def _same(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
         shown = [*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]
-        self.log.append(f"{name}({', '.join(shown)})")
-        durable = _outcome(lambda: getattr(self.durable, name)(*args, **kwargs))
-        memory = _outcome(lambda: getattr(self.memory, name)(*args, **kwargs))
+        self.log.append(f"{method}({', '.join(shown)})")
+        durable = _outcome(lambda: getattr(self.durable, method)(*args, **kwargs))
+        memory = _outcome(lambda: getattr(self.memory, method)(*args, **kwargs))
         assert durable == memory, (
             f"Queue answered {durable}, WorkQueue answered {memory}; rerun just this history "
             f"with SQLQ_TEST_SEED={self.seed}; the last calls: {'; '.join(self.log[-25:])}"

@@ -241,9 +241,9 @@ def test_a_worker_routes_each_task_by_name_and_dead_letters_what_it_cannot_run(
         "unknown": "no task named 'x' is registered in this worker (known: a, b, gives-up)",
         "unnamed": "the task has no name; this worker runs registered tasks only "
         "(known: a, b, gives-up)",
-        "not-an-object": "task 'a' takes keyword arguments, so its payload must be a JSON "
-        "object, not list",
-        "wrong-args": "task 'a' cannot take its payload: missing a required argument: 'x'",
+        "not-an-object": "task 'a' takes its arguments as a mapping (a JSON object) of names "
+        "to values, not list",
+        "wrong-args": "task 'a' cannot take these arguments: missing a required argument: 'x'",
         "gives-up": "this input can never work",
     }
     assert all(found[i].attempts == 4 for i in dead)  # DEAD at the first attempt
