@@ -446,7 +446,7 @@ def test_a_version_4_database_keeps_every_task_through_migration_5(
     conn.close()
 
     with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
-        assert q.info("held").name is None
+        assert q.info("held", 60).name is None
         lease = q.claim(60)
         assert lease is not None and (lease.task_id, lease.name) == ("avail", None)
     with sqlite3.connect(db_path) as conn:
@@ -454,7 +454,7 @@ def test_a_version_4_database_keeps_every_task_through_migration_5(
         version = conn.execute("SELECT max(version) FROM sqlq_migrations").fetchone()
     conn.close()
     assert version == (5,)
-    claimed = ("avail", "RESERVED", 6, 1, 3, 6, 70.0, None, None, None, "immediate", 0.0, 0.0,
+    claimed = ("avail", "RESERVED", 2, 1, 3, 6, 70.0, None, None, None, "immediate", 0.0, 0.0,
                1.0, 60.0, None)  # fmt: skip
     assert kept == [
         (*rows[0], None),
