@@ -811,8 +811,8 @@ def test_dead_lists_dead_letters(db: Path, capsys: pytest.CaptureFixture[str]) -
     code, out, _ = _cli(capsys, "dead", db)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["task_id", "attempts", "died", "last_error"]
-    assert lines[1].split()[:2] == ["d2", "1/1"] and "ValueError: xxx" in lines[1]
+    assert lines[0].split() == ["task_id", "name", "attempts", "died", "last_error"]
+    assert lines[1].split()[:3] == ["d2", "-", "1/1"] and "ValueError: xxx" in lines[1]
     document = _json(capsys, "dead", db)
     with _queue(db) as q:
         assert document["tasks"] == [_task_json(t) for t in q.dead()]

@@ -257,7 +257,7 @@ def _list(args: argparse.Namespace) -> int:
     rows = [
         [
             printable(t.task_id),
-            "-" if t.name is None else printable(t.name),
+            _name(t),
             t.state,
             f"{t.attempts}/{t.max_attempts}",
             shorten(t.last_error),
@@ -301,7 +301,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
     return [
         ("task_id", printable(info.task_id)),
         ("queue", printable(queue)),
-        ("name", "-" if info.name is None else printable(info.name)),
+        ("name", _name(info)),
         ("state", info.state),
         ("attempts", str(info.attempts)),
         ("max_attempts", str(info.max_attempts)),
@@ -314,6 +314,10 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("last_error", "-" if info.last_error is None else info.last_error),
         ("payload", payload),
     ]
+
+
+def _name(info: TaskInfo) -> str:
+    return "-" if info.name is None else printable(info.name)
 
 
 def _encodable(text: str) -> bool:
@@ -345,13 +349,14 @@ def _dead(args: argparse.Namespace) -> int:
     rows = [
         [
             printable(t.task_id),
+            _name(t),
             f"{t.attempts}/{t.max_attempts}",
             relative(t.finished_at, now),
             shorten(t.last_error),
         ]
         for t in tasks
     ]
-    table(["task_id", "attempts", "died", "last_error"], rows)
+    table(["task_id", "name", "attempts", "died", "last_error"], rows)
     if len(tasks) == args.limit:
         print(f"(the first {args.limit} dead tasks; --limit N shows more)")
     return EXIT_OK
