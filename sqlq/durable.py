@@ -170,8 +170,11 @@ class Queue:
         task_id = check_task_id(task_id)
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        name = check_task_name(name)
-        limit, policy = self._policy(max_attempts, retry)
+        if name is None and max_attempts is None and retry is None:  # the usual case, at once
+            limit, policy = self.max_attempts, self.retry
+        else:
+            name = check_task_name(name)
+            limit, policy = self._policy(max_attempts, retry)
         with self._call(now, conn) as tx:
             waiting = _waiting(tx.now, first_run(tx.now, start))
             return tx.insert(self.queue, task_id, limit, policy, encoded, waiting, name)
