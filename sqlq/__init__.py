@@ -13,6 +13,7 @@ from .durable import Queue
 from .memory import WorkQueue
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
+from .tasks import Task, Tasks
 from .worker import Worker, WorkerStats
 
 __all__ = [
@@ -23,7 +24,9 @@ __all__ = [
     "QueueStats",
     "Retry",
     "State",
+    "Task",
     "TaskInfo",
+    "Tasks",
     "WorkQueue",
     "Worker",
     "WorkerStats",

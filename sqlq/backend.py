@@ -49,6 +49,11 @@ class TaskRow(NamedTuple):
     created_at: Number = 0
     updated_at: Number = 0
     finished_at: Number | None = None
+    name: str | None = None
+
+
+#: What a claim hands back: (task id, token, attempt, payload, task name).
+Claimed = tuple[str, int, int, Encoded, str | None]
 
 
 #: A due event: (time, counter, task).  A RESERVED task's lease ran out at that
@@ -75,6 +80,7 @@ class Transaction(Protocol):
         retry: Retry,
         payload: Encoded,
         run_at: Number | None,
+        name: str | None,
     ) -> bool:
         """Add a task: AVAILABLE at the back of the line, or WAITING until ``run_at``.
 
@@ -85,18 +91,16 @@ class Transaction(Protocol):
     def insert_many(
         self,
         queue: str,
-        batch: list[tuple[str, Encoded]],
+        batch: list[tuple[str, Encoded, str | None]],
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
     ) -> list[bool]:
-        """``insert`` for each (task id, payload) in order; an id seen earlier in the
+        """``insert`` for each (task id, payload, name) in order; an id seen earlier in the
         batch counts as existing."""
         ...
 
-    def claim_many(
-        self, queue: str, n: int, deadline: Number
-    ) -> list[tuple[str, int, int, Encoded]]:
+    def claim_many(self, queue: str, n: int, deadline: Number) -> list[Claimed]:
         """``claim`` up to ``n`` times, in line order (tokens increasing)."""
         ...
 
@@ -105,8 +109,8 @@ class Transaction(Protocol):
         returns how many completed."""
         ...
 
-    def claim(self, queue: str, deadline: Number) -> tuple[str, int, int, Encoded] | None:
-        """Reserve the front AVAILABLE task: (task id, token, attempt, payload), or None."""
+    def claim(self, queue: str, deadline: Number) -> Claimed | None:
+        """Reserve the front AVAILABLE task, or None."""
         ...
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:

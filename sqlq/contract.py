@@ -110,13 +110,24 @@ def check_task_id(task_id: object) -> str:
 
 
 def check_queue_name(name: object) -> str:
-    """Return ``name`` if it is a usable queue name: a task id without NUL (which
-    SQLite's text functions, and so the schema's checks, take as the end)."""
+    """Return ``name`` if it is a usable queue name."""
+    return check_name(name, "queue name", InvalidConfig)
+
+
+def check_task_name(name: object, error: type[Exception] = InvalidArgument) -> str | None:
+    """Return ``name`` if it is None (no name) or a usable task name."""
+    return None if name is None else check_name(name, "task name", error)
+
+
+def check_name(name: object, what: str, error: type[Exception]) -> str:
+    """Return ``name`` if it is a usable name (of a queue, of a task): a task id
+    without NUL (which SQLite's text functions, and so the schema's checks, take
+    as the end)."""
     if not isinstance(name, str):
-        raise InvalidConfig(f"queue name must be a str, not {type(name).__name__}")
-    _check_text(name, "queue name", InvalidConfig)
+        raise error(f"{what} must be a str, not {type(name).__name__}")
+    _check_text(name, what, error)
     if "\x00" in name:
-        raise InvalidConfig("queue name must not contain NUL ('\\x00')")
+        raise error(f"{what} must not contain NUL ('\\x00')")
     return name
 
 
@@ -143,13 +154,17 @@ def check_settings(lease_seconds: object, max_attempts: object) -> tuple[Number,
             f"lease_seconds must be a finite number between 0 and {MAX_LEASE_SECONDS}, "
             f"got {lease_seconds!r}"
         )
+    return lease_seconds, check_max_attempts(max_attempts)
+
+
+def check_max_attempts(max_attempts: object) -> int:
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
         raise InvalidConfig(f"max_attempts must be an int, not {type(max_attempts).__name__}")
     if not (1 <= max_attempts <= MAX_ATTEMPTS):
         raise InvalidConfig(
             f"max_attempts must be between 1 and {MAX_ATTEMPTS}, got {max_attempts!r}"
         )
-    return lease_seconds, int(max_attempts)
+    return int(max_attempts)
 
 
 #: Longest error text kept with a task; longer texts are cut.
@@ -293,24 +308,38 @@ def check_retry(retry: object) -> Retry:
 
 
 def check_batch(
-    items: Iterable[str | tuple[str, Any]], max_payload_bytes: int
-) -> list[tuple[str, payloads.Encoded]]:
-    """Validate a whole batch (ids, or (id, payload) pairs) before anything is written."""
+    items: Iterable[str | tuple[str, Any] | tuple[str, Any, str | None]], max_payload_bytes: int
+) -> list[tuple[str, payloads.Encoded, str | None]]:
+    """Validate a whole batch (ids, (id, payload) pairs or (id, payload, task name)
+    triples) before anything is written."""
     if isinstance(items, str | bytes):
         raise InvalidArgument("add_many takes an iterable of ids or (id, payload) pairs")
-    batch: list[tuple[str, payloads.Encoded]] = []
+    batch: list[tuple[str, payloads.Encoded, str | None]] = []
     append = batch.append
     for item in items:
         if type(item) is str and 0 < len(item) <= MAX_ID_LENGTH and item.isascii():
-            append((item, None))  # a plain id: what check_task_id would return, no payload
+            append((item, None, None))  # a plain id: what check_task_id would return
         else:
+            name = None
             if isinstance(item, tuple):
-                if len(item) != 2:
-                    raise InvalidArgument("a batch item is an id or an (id, payload) pair")
-                task_id, payload = item
+                if len(item) == 3:
+                    task_id, payload, name = item
+                elif len(item) == 2:
+                    task_id, payload = item
+                else:
+                    raise InvalidArgument(
+                        "a batch item is an id, an (id, payload) pair or an "
+                        "(id, payload, task name) triple"
+                    )
             else:
                 task_id, payload = item, None
-            append((check_task_id(task_id), payloads.encode(payload, max_payload_bytes)))
+            append(
+                (
+                    check_task_id(task_id),
+                    payloads.encode(payload, max_payload_bytes),
+                    check_task_name(name),
+                )
+            )
         if len(batch) > MAX_BATCH:
             raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks")
     return batch
@@ -334,18 +363,32 @@ def check_leases(leases: object, what: str = "complete_many") -> list[tuple[str,
     return items
 
 
-def check_failures(failed: object) -> list[tuple[str, int, str | None]]:
-    """(task id, token, error text) from (task id, token, error) triples, all checked
-    before anything is written; the error as ``fail`` takes it."""
-    wrong = "failed takes (task id, token, error) triples"
+def check_failures(failed: object) -> list[tuple[str, int, str | None, bool]]:
+    """(task id, token, error text, retry) from (task id, token, error) triples or
+    (task id, token, error, retry) quadruples, all checked before anything is
+    written; the error and ``retry`` as ``fail`` takes them."""
+    wrong = "failed takes (task id, token, error) triples or (task id, token, error, retry)"
     items = []
     for item in _iterable(failed, wrong):
-        if not (isinstance(item, tuple) and len(item) == 3):
+        if not (isinstance(item, tuple) and len(item) in (3, 4)):
             raise InvalidArgument(wrong)
-        task_id, token, error = item
-        items.append((check_task_id(task_id), check_token(token), check_error(error)))
+        task_id, token, error, *retry = item
+        items.append(
+            (
+                check_task_id(task_id),
+                check_token(token),
+                check_error(error),
+                check_flag(retry[0] if retry else True, "retry"),
+            )
+        )
         _check_size(items)
     return items
+
+
+def check_flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be True or False, not {value!r}")
+    return value
 
 
 def _iterable(items: object, wrong: str) -> Iterable[object]:

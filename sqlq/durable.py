@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import payload as payloads
-from .backend import Backend, Event, TaskRow, Transaction
+from .backend import Backend, Claimed, Event, TaskRow, Transaction
 from .clock import kernel_time
 from .contract import (
     LEASE_EXPIRED,
@@ -34,7 +34,9 @@ from .contract import (
     check_count,
     check_error,
     check_failures,
+    check_flag,
     check_leases,
+    check_max_attempts,
     check_queue_name,
     check_retry,
     check_rng,
@@ -44,6 +46,7 @@ from .contract import (
     check_states,
     check_task_id,
     check_task_ids,
+    check_task_name,
     check_time,
     check_token,
     first_run,
@@ -152,18 +155,29 @@ class Queue:
         delay: Number | None = None,
         run_at: Number | None = None,
         conn: sa.Connection | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
     ) -> bool:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
         False, and no change, if the id exists in any state.  With ``conn`` (a
         connection of ``self.engine`` in an open transaction) the task is added
-        in that transaction: it exists only if the caller commits.
+        in that transaction: it exists only if the caller commits.  ``name`` is
+        stored with the task and its leases carry it; ``max_attempts`` and
+        ``retry`` replace the queue's for this task.
         """
         task_id = check_task_id(task_id)
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
+        if name is None and max_attempts is None and retry is None:  # the usual case, at once
+            limit, policy = self.max_attempts, self.retry
+        else:
+            name = check_task_name(name)
+            limit, policy = self._policy(max_attempts, retry)
         with self._call(now, conn) as tx:
-            return self._insert(tx, task_id, encoded, first_run(tx.now, start))
+            waiting = _waiting(tx.now, first_run(tx.now, start))
+            return tx.insert(self.queue, task_id, limit, policy, encoded, waiting, name)
 
     def reserve(self, now: Number | None = None) -> str | None:
         """Lease the front task until ``now + lease_seconds``; None if none is available.
@@ -223,26 +237,33 @@ class Queue:
         *,
         token: int | None = None,
         error: object = None,
+        retry: bool = True,
     ) -> str | None:
         """Fail a RESERVED task: AVAILABLE again, WAITING for a retry delay, or DEAD.
 
         None if the task is not RESERVED (or, with ``token``, not under that lease).
         ``error`` (a str or an exception) is recorded as the task's last error.
+        With ``retry=False`` the task goes DEAD at once, its attempts all used
+        (a failure no retry can mend).
         """
         task_id = check_task_id(task_id)
         token = None if token is None else check_token(token)
         text = check_error(error)
+        retry = check_flag(retry, "retry")
         with self._call(now) as tx:
-            return self._fail(tx, task_id, token, text)
+            return self._fail(tx, task_id, token, text, retry)
 
     def _fail(
-        self, tx: Transaction, task_id: str, token: int | None, text: str | None
+        self, tx: Transaction, task_id: str, token: int | None, text: str | None, retry: bool
     ) -> str | None:
         task = tx.get(self.queue, task_id)
         if task is None or task.state is not State.RESERVED:
             return None
         if token is not None and task.token != token:
             return None
+        if not retry:
+            _kill(tx, task, text)
+            return State.DEAD.value
         return self._end_lease(tx, task, tx.now, text)[0].value
 
     def status(self, task_id: str, now: Number | None = None) -> str | None:
@@ -294,20 +315,23 @@ class Queue:
 
     def add_many(
         self,
-        items: Iterable[str | tuple[str, Any]],
+        items: Iterable[str | tuple[str, Any] | tuple[str, Any, str | None]],
         now: Number | None = None,
         *,
         delay: Number | None = None,
         run_at: Number | None = None,
         conn: sa.Connection | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
     ) -> list[bool]:
-        """``add`` for each item (an id, or an (id, payload) pair), in one transaction."""
+        """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
+        triple), in one transaction."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
+        limit, policy = self._policy(max_attempts, retry)
         with self._call(now, conn) as tx:
-            when = first_run(tx.now, start)
-            waiting = when if when > tx.now else None
-            return tx.insert_many(self.queue, batch, self.max_attempts, self.retry, waiting)
+            waiting = _waiting(tx.now, first_run(tx.now, start))
+            return tx.insert_many(self.queue, batch, limit, policy, waiting)
 
     def claim_many(self, n: int, now: Number | None = None) -> list[Lease]:
         """Up to ``n`` leases from the front of the line, in one transaction."""
@@ -347,7 +371,7 @@ class Queue:
         now: Number | None = None,
         *,
         completed: Iterable[Lease | tuple[str, int]] = (),
-        failed: Iterable[tuple[str, int, object]] = (),
+        failed: Iterable[tuple[str, int, object] | tuple[str, int, object, bool]] = (),
     ) -> tuple[list[bool], list[str | None], list[Lease]]:
         """Report the outcomes of finished leases and claim up to ``n`` (0 to MAX_BATCH)
         new ones, in one transaction: one commit for a worker's every outcome and
@@ -355,17 +379,18 @@ class Queue:
 
         ``completed`` holds Leases or (task id, token) pairs, each answered as
         ``complete(task_id, token=token)`` would (a retry answers True again);
-        ``failed`` holds (task id, token, error) triples, each answered as ``fail``
-        would.  The completions happen first, then the failures, then the claim,
-        which may thus take a task failed just before.  Returns both lists of
-        answers, in the order given, and the new leases.
+        ``failed`` holds (task id, token, error) triples or (task id, token, error,
+        retry) quadruples, each answered as ``fail`` would.  The completions happen
+        first, then the failures, then the claim, which may thus take a task failed
+        just before.  Returns both lists of answers, in the order given, and the new
+        leases.
         """
         n = check_count(n, "n", least=0)
         done_items = check_leases(completed, "completed")
         fail_items = check_failures(failed)
         with self._call(now) as tx:
             done = self._complete_many(tx, done_items)
-            states = [self._fail(tx, task_id, token, text) for task_id, token, text in fail_items]
+            states = [self._fail(tx, *item) for item in fail_items]
             return done, states, self._claim_many(tx, n) if n else []
 
     # --- dead letters, retention, inspection ---------------------------------------
@@ -616,11 +641,13 @@ class Queue:
         run_at = time_after(at, delay) if state is State.WAITING else None
         return state, tx.end_lease(task, state, at, error, run_at), run_at
 
-    def _insert(
-        self, tx: Transaction, task_id: str, encoded: payloads.Encoded, run_at: Number
-    ) -> bool:
-        waiting = run_at if run_at > tx.now else None
-        return tx.insert(self.queue, task_id, self.max_attempts, self.retry, encoded, waiting)
+    def _policy(self, max_attempts: object, retry: object) -> tuple[int, Retry]:
+        """The max_attempts and retry policy of a task added now: the queue's, or the
+        call's own."""
+        return (
+            self.max_attempts if max_attempts is None else check_max_attempts(max_attempts),
+            self.retry if retry is None else check_retry(retry),
+        )
 
     def _claim(self, tx: Transaction) -> Lease | None:
         deadline = time_after(tx.now, self.lease_seconds)
@@ -630,20 +657,28 @@ class Queue:
                 return lease
         return None
 
-    def _lease(
-        self, tx: Transaction, claimed: tuple[str, int, int, payloads.Encoded], deadline: Number
-    ) -> Lease | None:
+    def _lease(self, tx: Transaction, claimed: Claimed, deadline: Number) -> Lease | None:
         """The lease of a task just claimed; None if its payload cannot be decoded, in
         which case the task is dead-lettered (see contract.undecodable_error)."""
-        task_id, token, attempt, encoded = claimed
+        task_id, token, attempt, encoded, name = claimed
         try:
-            return Lease(task_id, token, attempt, deadline, payloads.decode(encoded))
+            return Lease(task_id, token, attempt, deadline, payloads.decode(encoded), name)
         except InvalidPayload as exc:
             task = tx.get(self.queue, task_id)
             assert task is not None  # claimed in this transaction
-            delta = task.max_attempts - task.attempts
-            tx.end_lease(task, State.DEAD, tx.now, undecodable_error(exc), attempts_delta=delta)
+            _kill(tx, task, undecodable_error(exc))
             return None
+
+
+def _kill(tx: Transaction, task: TaskRow, error: str | None) -> None:
+    """End a RESERVED task's lease with DEAD at once, all its attempts used."""
+    delta = task.max_attempts - task.attempts
+    tx.end_lease(task, State.DEAD, tx.now, error, attempts_delta=delta)
+
+
+def _waiting(now: Number, run_at: Number) -> Number | None:
+    """When a task added at ``now`` to first run at ``run_at`` wakes; None: at once."""
+    return run_at if run_at > now else None
 
 
 def _info(task: TaskRow) -> TaskInfo:
@@ -660,4 +695,5 @@ def _info(task: TaskRow) -> TaskInfo:
         created_at=task.created_at,
         updated_at=task.updated_at,
         finished_at=task.finished_at,
+        name=task.name,
     )

@@ -44,6 +44,20 @@ class InvalidConfig(InvalidArgument):
     """A queue setting (lease_seconds, max_attempts, queue name, ...) is invalid."""
 
 
+class InvalidTask(InvalidArgument, TypeError):
+    """A registered task was deferred with arguments its function cannot take, or
+    that cannot be stored as JSON; nothing was stored."""
+
+
+# --- failures that no retry can mend ---------------------------------------------
+
+
+class NotRetryable(SqlqError):
+    """Raised by a handler (or by a ``sqlq.Tasks`` worker for a task it cannot run:
+    an unknown name, arguments that do not fit): the worker fails the task with
+    ``retry=False``, so it goes DEAD at once with the message as its last error."""
+
+
 # --- the database --------------------------------------------------------------
 
 

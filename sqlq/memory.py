@@ -52,7 +52,9 @@ from .contract import (
     check_count,
     check_error,
     check_failures,
+    check_flag,
     check_leases,
+    check_max_attempts,
     check_retry,
     check_rng,
     check_seconds,
@@ -61,6 +63,7 @@ from .contract import (
     check_states,
     check_task_id,
     check_task_ids,
+    check_task_name,
     check_time,
     check_token,
     first_run,
@@ -88,6 +91,9 @@ _ERROR: Final = 5
 _CREATED: Final = 6
 _UPDATED: Final = 7
 _FINISHED: Final = 8
+_MAX_ATTEMPTS: Final = 9
+_RETRY: Final = 10  # the task's retry policy; None for Retry.immediate() (no delay to draw)
+_NAME: Final = 11
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
@@ -113,7 +119,7 @@ class WorkQueue:
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
         self.retry = check_retry(retry)
-        self._immediate = self.retry.kind == "immediate"  # no delay to draw
+        self._retry = _stored(self.retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
         self._rng = check_rng(rng)
         self._tasks: dict[str, Record] = {}
@@ -135,14 +141,26 @@ class WorkQueue:
         payload: Any = None,
         delay: Number | None = None,
         run_at: Number | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
     ) -> bool:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
-        False, and no change, if the id exists in any state.
+        False, and no change, if the id exists in any state.  ``name`` is stored
+        with the task and its leases carry it; ``max_attempts`` and ``retry``
+        replace the queue's for this task.
         """
         if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
             task_id = check_task_id(task_id)
-        if payload is None and delay is None and run_at is None:  # nothing to encode or wait for
+        if (
+            payload is None  # nothing to encode, wait for or check
+            and delay is None
+            and run_at is None
+            and name is None
+            and max_attempts is None
+            and retry is None
+        ):
             if (type(now) is int or type(now) is float) and self._now <= now < self._due:
                 self._now = now
             else:
@@ -150,14 +168,16 @@ class WorkQueue:
             tasks = self._tasks
             if task_id in tasks:
                 return False
-            tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None]
+            tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
+                              self.max_attempts, self._retry, None]  # fmt: skip
             self._counter += 1
             self._line.append(task_id)
             return True
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
+        task = (encoded, check_task_name(name), *self._policy(max_attempts, retry))
         now = self._advance(now)
-        return self._insert(task_id, encoded, now, first_run(now, start))
+        return self._insert(task_id, task, now, first_run(now, start))
 
     def reserve(self, now: Number) -> str | None:
         """Lease the front task until ``now + lease_seconds``; None if none is available."""
@@ -201,11 +221,18 @@ class WorkQueue:
         return done, self._claim(self._now)
 
     def fail(
-        self, task_id: str, now: Number, *, token: int | None = None, error: object = None
+        self,
+        task_id: str,
+        now: Number,
+        *,
+        token: int | None = None,
+        error: object = None,
+        retry: bool = True,
     ) -> str | None:
         """Fail a RESERVED task: AVAILABLE again, WAITING for a retry delay, or DEAD.
 
         None if the task is not RESERVED (or, with ``token``, not under that lease).
+        With ``retry=False`` the task goes DEAD at once, its attempts all used.
         """
         record = self._tasks.get(task_id) if type(task_id) is str else None
         if record is None:
@@ -213,6 +240,8 @@ class WorkQueue:
             record = self._tasks.get(task_id)
         token = None if token is None else check_token(token)
         text = None if error is None else check_error(error)
+        if retry is not True:
+            retry = check_flag(retry, "retry")
         if (type(now) is int or type(now) is float) and self._now <= now < self._due:
             self._now = now
         else:
@@ -221,6 +250,9 @@ class WorkQueue:
             return None
         if token is not None and record[_TOKEN] != token:
             return None
+        if not retry:
+            _kill(record, now, text)
+            return _DEAD
         return self._end_lease(task_id, record, now, text)
 
     def status(self, task_id: str, now: Number) -> str | None:
@@ -277,18 +309,25 @@ class WorkQueue:
 
     def add_many(
         self,
-        items: Iterable[str | tuple[str, Any]],
+        items: Iterable[str | tuple[str, Any] | tuple[str, Any, str | None]],
         now: Number,
         *,
         delay: Number | None = None,
         run_at: Number | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
     ) -> list[bool]:
-        """``add`` for each item (an id, or an (id, payload) pair), as one call."""
+        """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
+        triple), as one call."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
+        policy = self._policy(max_attempts, retry)
         now = self._advance(now)
         when = first_run(now, start)
-        return [self._insert(task_id, encoded, now, when) for task_id, encoded in batch]
+        return [
+            self._insert(task_id, (encoded, name, *policy), now, when)
+            for task_id, encoded, name in batch
+        ]
 
     def claim_many(self, n: int, now: Number) -> list[Lease]:
         """Up to ``n`` leases from the front of the line, as one call."""
@@ -311,7 +350,7 @@ class WorkQueue:
         now: Number,
         *,
         completed: Iterable[Lease | tuple[str, int]] = (),
-        failed: Iterable[tuple[str, int, object]] = (),
+        failed: Iterable[tuple[str, int, object] | tuple[str, int, object, bool]] = (),
     ) -> tuple[list[bool], list[str | None], list[Lease]]:
         """``complete`` each of ``completed``, ``fail`` each of ``failed`` (id, token,
         error), then claim up to ``n`` (0 to MAX_BATCH), as one call."""
@@ -321,7 +360,8 @@ class WorkQueue:
         now = self._advance(now)
         done = [self.complete(task_id, now, token=token) for task_id, token in done_items]
         states = [
-            self.fail(task_id, now, token=token, error=text) for task_id, token, text in fail_items
+            self.fail(task_id, now, token=token, error=text, retry=retry)
+            for task_id, token, text, retry in fail_items
         ]
         return done, states, self.claim_many(n, now) if n else []
 
@@ -469,11 +509,22 @@ class WorkQueue:
         self._due = when if when < MAX_TIME else MAX_TIME
         return now
 
-    def _insert(self, task_id: str, encoded: payloads.Encoded, now: Number, run_at: Number) -> bool:
+    def _policy(self, max_attempts: object, retry: object) -> tuple[int, Retry | None]:
+        """A new task's max_attempts and retry policy (as records keep it): the queue's,
+        or the call's own."""
+        return (
+            self.max_attempts if max_attempts is None else check_max_attempts(max_attempts),
+            self._retry if retry is None else _stored(check_retry(retry)),
+        )
+
+    def _insert(self, task_id: str, task: tuple[Any, ...], now: Number, run_at: Number) -> bool:
+        """Add a task: ``task`` is (encoded payload, name, max_attempts, stored retry)."""
         tasks = self._tasks
         if task_id in tasks:
             return False
-        record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None]
+        encoded, name, max_attempts, retry = task
+        record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None,
+                                   max_attempts, retry, name]  # fmt: skip
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
@@ -511,13 +562,12 @@ class WorkQueue:
                 payload = payloads.decode(record[_PAYLOAD])
             except InvalidPayload as exc:
                 self._take(now)
-                record[_STATE] = _DEAD
-                record[_ATTEMPTS] = self.max_attempts
-                record[_ERROR] = undecodable_error(exc)
-                record[_FINISHED] = now
+                _kill(record, now, undecodable_error(exc))
                 continue
             self._take(now)
-            return Lease(task_id, record[_TOKEN], record[_ATTEMPTS], record[_WHEN], payload)
+            return Lease(
+                task_id, record[_TOKEN], record[_ATTEMPTS], record[_WHEN], payload, record[_NAME]
+            )
         return None
 
     def _end_lease(self, task_id: str, record: Record, when: Number, error: str | None) -> str:
@@ -525,10 +575,11 @@ class WorkQueue:
         (contract.after_failure's rule and _make_available, written out: this runs
         for every expiry, and each call would cost ~4% of a mixed call)."""
         attempts = record[_ATTEMPTS]
-        delay = 0 if self._immediate else self.retry.delay(attempts, self._rng)
+        retry = record[_RETRY]
+        delay = 0 if retry is None else retry.delay(attempts, self._rng)
         record[_ERROR] = error
         record[_UPDATED] = when
-        if attempts >= self.max_attempts:
+        if attempts >= record[_MAX_ATTEMPTS]:
             record[_STATE] = _DEAD
             record[_FINISHED] = when
         elif delay > 0:
@@ -589,7 +640,7 @@ class WorkQueue:
             task_id=task_id,
             state=state,
             attempts=record[_ATTEMPTS],
-            max_attempts=self.max_attempts,
+            max_attempts=record[_MAX_ATTEMPTS],
             payload=payloads.readable(record[_PAYLOAD]),
             last_error=record[_ERROR],
             token=record[_TOKEN] or None,
@@ -598,4 +649,18 @@ class WorkQueue:
             created_at=record[_CREATED],
             updated_at=record[_UPDATED],
             finished_at=record[_FINISHED],
+            name=record[_NAME],
         )
+
+
+def _stored(retry: Retry) -> Retry | None:
+    """A retry policy as a record keeps it: None for immediate (no delay to draw)."""
+    return None if retry.kind == "immediate" else retry
+
+
+def _kill(record: Record, now: Number, error: str | None) -> None:
+    """A RESERVED task goes DEAD at once, all its attempts used."""
+    record[_STATE] = _DEAD
+    record[_ATTEMPTS] = record[_MAX_ATTEMPTS]
+    record[_ERROR] = error
+    record[_UPDATED] = record[_FINISHED] = now

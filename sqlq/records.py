@@ -14,7 +14,8 @@ class Lease:
 
     ``token`` is unique and strictly increasing per database (so per queue).
     ``complete``, ``fail``, ``extend`` and ``release`` given the token act only
-    while this lease is the task's current one.
+    while this lease is the task's current one.  ``name`` is the task's name (the
+    function of a ``sqlq.Tasks`` registry that runs it), or None.
     """
 
     task_id: str
@@ -22,9 +23,16 @@ class Lease:
     attempt: int
     deadline: Number
     payload: Any = None
+    name: str | None = None
 
     def __init__(
-        self, task_id: str, token: int, attempt: int, deadline: Number, payload: Any = None
+        self,
+        task_id: str,
+        token: int,
+        attempt: int,
+        deadline: Number,
+        payload: Any = None,
+        name: str | None = None,
     ) -> None:
         # The frozen dataclass's own __init__, without its object.__setattr__ per field
         # (half the cost of making a lease, and every claim makes one).
@@ -34,6 +42,7 @@ class Lease:
         fields["attempt"] = attempt
         fields["deadline"] = deadline
         fields["payload"] = payload
+        fields["name"] = name
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,8 @@ class TaskInfo:
     updated_at: Number
     #: When it became COMPLETED or DEAD.
     finished_at: Number | None
+    #: The task's name (see ``sqlq.Tasks``), or None.
+    name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,7 @@ tasks = Table(
     Column("created_at", REAL, nullable=False),
     Column("updated_at", REAL, nullable=False),
     Column("finished_at", REAL, nullable=True),
+    Column("name", Text, nullable=True),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
     CheckConstraint(STATES_SQL),
@@ -106,6 +107,7 @@ tasks = Table(
     CheckConstraint("state <> 'DEAD' OR attempts = max_attempts"),
     CheckConstraint("(state IN ('COMPLETED', 'DEAD')) = (finished_at IS NOT NULL)"),
     CheckConstraint("payload IS NULL OR typeof(payload) IN ('text', 'blob')"),
+    CheckConstraint("length(name) > 0"),
     sqlite_strict=True,
 )
 

@@ -121,6 +121,7 @@ from .errors import Busy, ClockSkew, InvalidConfig, StorageFull, StorageIOError
 from .executors import Executor, Job
 from .records import Lease
 from .sqlite.backend import Synchronous
+from .tasks import Tasks, failure, runner
 
 __all__ = [
     "Clock",
@@ -242,19 +243,22 @@ class Worker:
     """Runs ``handler`` on the tasks of ``queue``; see the module docstring.
 
     ``handler`` gets the task's payload (or, with ``with_lease=True``, the whole
-    :class:`sqlq.Lease`).  Its return value is ignored (an awaitable is awaited
-    first: async handlers run on the worker's event loop); an exception fails
-    the task.  A Worker runs once: call ``run`` a single time.  ``clock`` (a
-    :class:`Clock`) is the time it measures heartbeats, time limits, the grace
-    period and idle waits with (the queue keeps its own clock for leases).
-    ``summary_every`` (seconds of that clock; None or 0, the default: never) is
-    how often it logs a summary line (``sqlq worker`` does every 60 s).
+    :class:`sqlq.Lease`); a :class:`sqlq.Tasks` registry instead runs the function
+    named by each task, with the payload as keyword arguments (see sqlq.tasks).
+    Its return value is ignored (an awaitable is awaited first: async handlers
+    run on the worker's event loop); an exception fails the task (NotRetryable:
+    DEAD at once).  A handler that cannot take one argument is refused here.  A
+    Worker runs once: call ``run`` a single time.  ``clock`` (a :class:`Clock`) is
+    the time it measures heartbeats, time limits, the grace period and idle waits
+    with (the queue keeps its own clock for leases).  ``summary_every`` (seconds
+    of that clock; None or 0, the default: never) is how often it logs a summary
+    line (``sqlq worker`` does every 60 s).
     """
 
     def __init__(
         self,
         queue: Queue,
-        handler: Callable[[Any], object],
+        handler: Callable[[Any], object] | Tasks,
         *,
         concurrency: int = 1,
         heartbeat: float | None = None,
@@ -267,8 +271,6 @@ class Worker:
         clock: Clock | None = None,
         summary_every: float | None = None,
     ) -> None:
-        if not callable(handler):
-            raise InvalidConfig(f"handler must be callable, not {type(handler).__name__}")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidConfig(f"concurrency must be an int of at least 1, got {concurrency!r}")
         lease_seconds = float(queue.lease_seconds)
@@ -292,6 +294,7 @@ class Worker:
         if not isinstance(with_lease, bool):
             raise InvalidConfig(f"with_lease must be a bool, not {type(with_lease).__name__}")
         self.with_lease = with_lease
+        self._run = runner(handler, with_lease)
         if clock is not None and not (
             callable(getattr(clock, "monotonic", None)) and callable(getattr(clock, "wait", None))
         ):
@@ -530,7 +533,9 @@ class Worker:
             self._free -= reserved
         slots = reserved + len(batch)
         completed = [(e.lease.task_id, e.lease.token) for e, x, _ in batch if x is None]
-        failed = [(e.lease.task_id, e.lease.token, x) for e, x, _ in batch if x is not None]
+        failed = [
+            (e.lease.task_id, e.lease.token, *failure(x)) for e, x, _ in batch if x is not None
+        ]
         try:
             done, states, leases = self.queue.settle_and_claim(
                 slots if claim else 0, completed=completed, failed=failed
@@ -653,7 +658,7 @@ class Worker:
 
     def _call(self, lease: Lease) -> object:
         """The handler's call on ``lease`` (an awaitable, if it is async)."""
-        return self.handler(lease if self.with_lease else lease.payload)
+        return self._run(lease)
 
     def _finished(self, entry: _Running, error: BaseException | None) -> None:
         """The handler returned or raised: its outcome waits for the claim loop to
@@ -996,11 +1001,12 @@ def _pending_text(pending: tuple[int, int] | None) -> str:
 
 
 def task_fields(lease: Lease) -> dict[str, Any]:
-    """What identifies a task in the worker's log lines and their ``extra``.
-
-    The one place to add what a lease carries about its task (such as its name)
-    so that every task event shows it."""
-    return {"task_id": lease.task_id, "attempt": lease.attempt, "token": lease.token}
+    """What identifies a task in the worker's log lines and their ``extra``: the one
+    place for what a lease carries about its task, so that every event shows it."""
+    fields = {"task_id": lease.task_id, "attempt": lease.attempt, "token": lease.token}
+    if lease.name is not None:
+        fields["name"] = lease.name
+    return fields
 
 
 def _event(
@@ -1050,8 +1056,9 @@ def _positive(value: object, what: str, *, zero: bool = False) -> float:
 # --- the command line's entry point --------------------------------------------------------
 
 
-def resolve_target(target: str) -> Callable[[Any], object]:
-    """The callable named by ``"package.module:function"`` (or ``module:Class.method``)."""
+def resolve_target(target: str) -> Callable[[Any], object] | Tasks:
+    """The callable (or ``sqlq.Tasks`` registry) named by ``"package.module:function"``
+    (or ``module:Class.method``, ``module:tasks``)."""
     if not isinstance(target, str):
         raise InvalidConfig(f"handler target must be a str, not {type(target).__name__}")
     module_name, colon, path = target.partition(":")
@@ -1071,9 +1078,11 @@ def resolve_target(target: str) -> Callable[[Any], object]:
             raise InvalidConfig(
                 f"handler target {target!r}: {module_name!r} has no attribute {path!r}"
             ) from None
-    if not callable(obj):
-        raise InvalidConfig(f"handler target {target!r} is a {type(obj).__name__}, not callable")
-    handler: Callable[[Any], object] = obj
+    if not callable(obj) and not isinstance(obj, Tasks):
+        raise InvalidConfig(
+            f"handler target {target!r} is a {type(obj).__name__}, not callable nor a sqlq.Tasks"
+        )
+    handler: Callable[[Any], object] | Tasks = obj
     return handler
 
 
@@ -1104,12 +1113,13 @@ def serve(
 ) -> int:
     """Run a worker on queue ``queue`` of the database ``db`` until stopped; exit code 0.
 
-    ``target`` names the handler, ``"package.module:function"``; modules in
-    the current directory can be named.  sqlq's loggers log at ``log_level``
-    and up, to stderr unless the root logger already has handlers; every
-    ``summary_every`` seconds (None or 0: never) the worker logs a summary.
-    Stops on SIGTERM or SIGINT when run in the main thread (see the module
-    docstring).
+    ``target`` names the handler, ``"package.module:function"``, or a
+    ``sqlq.Tasks`` registry; modules in the current directory can be named.  A
+    handler that cannot take a task is refused (InvalidConfig) before anything
+    is claimed.  sqlq's loggers log at ``log_level`` and up, to stderr unless the
+    root logger already has handlers; every ``summary_every`` seconds (None or 0:
+    never) the worker logs a summary.  Stops on SIGTERM or SIGINT when run in the
+    main thread (see the module docstring).
     """
     if synchronous not in ("full", "normal"):
         raise InvalidConfig(f"synchronous must be 'full' or 'normal', not {synchronous!r}")

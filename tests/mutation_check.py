@@ -68,6 +68,25 @@ MUTANTS = [
         "state = after_failure(task.attempts, self.max_attempts, delay)",
     ),
     Mutant(
+        "memory-max-attempts-of-the-queue-object",
+        "sqlq/memory.py",
+        "if attempts >= record[_MAX_ATTEMPTS]:",
+        "if attempts >= self.max_attempts:",
+    ),
+    Mutant(
+        "durable-fail-without-retry-retries",
+        "sqlq/durable.py",
+        "        if not retry:\n            _kill(tx, task, text)",
+        "        if False:\n            _kill(tx, task, text)",
+    ),
+    Mutant(
+        "worker-retries-a-task-it-cannot-run",
+        "sqlq/tasks.py",
+        "return str(error), False",
+        "return str(error), True",
+        ("tests/test_tasks.py",),
+    ),
+    Mutant(
         "max-attempts-off-by-one",
         "sqlq/contract.py",
         "    if attempts >= max_attempts:\n        return State.DEAD",
@@ -115,8 +134,8 @@ MUTANTS = [
         "sqlq/durable.py",
         "        if token is not None and task.token != token:\n"
         "            return None\n"
-        "        return self._end_lease",
-        "        return self._end_lease",
+        "        if not retry:",
+        "        if not retry:",
     ),
     Mutant(
         "durable-release-ignores-the-token",
@@ -133,8 +152,8 @@ MUTANTS = [
     Mutant(
         "sqlite-claim-reuses-a-token",
         "sqlq/sqlite/backend.py",
-        "        self._counter = token\n        task_id, attempts, payload = row",
-        "        task_id, attempts, payload = row",
+        "        self._counter = token\n        task_id, attempts, payload, name = row",
+        "        task_id, attempts, payload, name = row",
     ),
     # --- compare-and-set guards
     Mutant(
@@ -269,8 +288,8 @@ MUTANTS = [
     Mutant(
         "worker-fails-without-its-token",
         "sqlq/durable.py",
-        "self._fail(tx, task_id, token, text) for task_id, token, text in fail_items",
-        "self._fail(tx, task_id, None, text) for task_id, token, text in fail_items",
+        "self._fail(tx, *item) for item in fail_items",
+        "self._fail(tx, i, None, x, r) for i, _, x, r in fail_items",
         WORKER,
     ),
     Mutant(

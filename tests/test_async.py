@@ -22,7 +22,7 @@ import test_worker
 from test_worker import _HOLD_WRITE_LOCK, _cli_worker, _final_stats, _in_thread, _wait_for
 
 import sqlq
-from sqlq.errors import InvalidConfig, QueueClosed
+from sqlq.errors import InvalidConfig, InvalidTask, QueueClosed
 from sqlq.executors import Executor, Job
 from sqlq.testing import ManualClock
 from sqlq.worker import Worker, WorkerStats
@@ -385,6 +385,29 @@ def test_async_queue_answers_as_the_queue_does(db_path: Path) -> None:
     aq = asyncio.run(main())
     with pytest.raises(QueueClosed):
         aq.sync.status("a")  # closing the AsyncQueue closed its Queue
+
+
+def test_a_task_is_deferred_from_async_code_with_the_same_checks(db_path: Path) -> None:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="resize", max_attempts=4)
+    def resize(path: str, width: int) -> None: ...
+
+    async def main() -> list[Any]:
+        async with sqlq.AsyncQueue(db_path, lease_seconds=30, max_attempts=2) as aq:
+            new = await resize.defer_async(aq, path="a.png", width=1)
+            again = await resize.enqueue_async(aq, {"path": "b", "width": 2}, task_id="b")
+            twice = await resize.enqueue_async(aq, {"path": "b", "width": 3}, task_id="b")
+            with pytest.raises(InvalidTask, match="cannot take these arguments"):
+                await resize.defer_async(aq, path="c.png")
+            infos = [await aq.info(t) for t in (new, "b")]
+            return [again, twice, [(i.name, i.max_attempts, i.payload) for i in infos if i]]
+
+    assert asyncio.run(main()) == [
+        "b",
+        None,
+        [("resize", 4, {"path": "a.png", "width": 1}), ("resize", 4, {"path": "b", "width": 2})],
+    ]
 
 
 @pytest.mark.processes

@@ -69,20 +69,22 @@ def _fill(path: Path) -> None:
     """Two queues with tasks in every state (leases long enough not to run out).
 
     default: d0 d1 COMPLETED, d2 DEAD (with a long error), d3 RESERVED, d4 d5 d6
-    AVAILABLE (d4 has a JSON payload, d5 a bytes one).  emails: e0 RESERVED, e1
-    e2 AVAILABLE, e3 WAITING for an hour.
+    AVAILABLE (d4 has a JSON payload and the name "resize", d5 a bytes payload).
+    emails: e0 RESERVED, e1 e2 AVAILABLE (e1 and e2 named "mail"), e3 WAITING for
+    an hour.
     """
     with sqlq.Queue(path, lease_seconds=3600, max_attempts=1) as q:
         for i in range(7):
             payload: Any = {"n": i, "tags": ["a", "b"]} if i == 4 else None
-            q.add(f"d{i}", payload=b"\x00\x01binary" if i == 5 else payload)
+            name = "resize" if i == 4 else None
+            q.add(f"d{i}", payload=b"\x00\x01binary" if i == 5 else payload, name=name)
         for _ in range(4):
             q.reserve()
         assert q.complete("d0") and q.complete("d1")
         assert q.fail("d2", error=LONG_ERROR) == "DEAD"
     with sqlq.Queue(path, lease_seconds=3600, max_attempts=2, queue="emails") as q:
         for i in range(3):
-            q.add(f"e{i}")
+            q.add(f"e{i}", name=None if i == 0 else "mail")
         q.reserve()
         q.add("e3", delay=3600)
 
@@ -395,6 +397,12 @@ def test_stats_prints_counts_per_queue_and_state(
     assert details["emails"][2] == "1"
     assert details["emails"][4] == "in 59m59s"
     assert re.fullmatch(r"\d+\.\ds", details["default"][1])
+    named = out.split("\n\n")[3].splitlines()  # the named tasks per queue and name
+    assert [line.split() for line in named] == [
+        ["queue", "name", *STATES, "total"],
+        ["default", "resize", "0", "1", "0", "0", "0", "1"],
+        ["emails", "mail", "0", "2", "0", "0", "0", "2"],
+    ]
 
 
 def test_stats_json_gives_every_figure(
@@ -412,6 +420,10 @@ def test_stats_json_gives_every_figure(
     assert document["queues"] == {
         "default": dict(zip(STATES, [0, 3, 1, 2, 1], strict=True)),
         "emails": dict(zip(STATES, [1, 2, 1, 0, 0], strict=True)),
+    }
+    assert document["names"] == {  # named tasks per queue, name and state
+        "default": {"resize": {"AVAILABLE": 1}},
+        "emails": {"mail": {"AVAILABLE": 2}},
     }
     conn = dbapi.connect(str(db))  # the times, read by the test's own SQL
     times = conn.execute(
@@ -837,15 +849,15 @@ def test_list_shows_the_tasks_in_the_order_added(
     code, out, _ = _cli(capsys, "list", db)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["task_id", "state", "attempts", "last_error"]
-    assert [ln.split()[:3] for ln in lines[1:]] == [  # what _fill made
-        ["d0", "COMPLETED", "1/1"],
-        ["d1", "COMPLETED", "1/1"],
-        ["d2", "DEAD", "1/1"],
-        ["d3", "RESERVED", "1/1"],
-        ["d4", "AVAILABLE", "0/1"],
-        ["d5", "AVAILABLE", "0/1"],
-        ["d6", "AVAILABLE", "0/1"],
+    assert lines[0].split() == ["task_id", "name", "state", "attempts", "last_error"]
+    assert [ln.split()[:4] for ln in lines[1:]] == [  # what _fill made
+        ["d0", "-", "COMPLETED", "1/1"],
+        ["d1", "-", "COMPLETED", "1/1"],
+        ["d2", "-", "DEAD", "1/1"],
+        ["d3", "-", "RESERVED", "1/1"],
+        ["d4", "resize", "AVAILABLE", "0/1"],
+        ["d5", "-", "AVAILABLE", "0/1"],
+        ["d6", "-", "AVAILABLE", "0/1"],
     ]
     dead_line = next(ln for ln in lines if ln.startswith("d2 "))
     assert "ValueError: xxx" in dead_line and dead_line.endswith("...")
@@ -899,6 +911,7 @@ def test_show_prints_every_field(db: Path, capsys: pytest.CaptureFixture[str]) -
     fields = [f.name for f in dataclasses.fields(sqlq.TaskInfo)]
     assert set(fields) <= set(names) and "queue" in names
     assert '"tags": [' in out  # the payload, pretty-printed
+    assert re.search(r"^name:         resize$", out, re.M)
     code, out, _ = _cli(capsys, "show", db, "d5")
     assert "payload:      8 bytes of binary data" in out
     code, out, _ = _cli(capsys, "show", db, "d2")
@@ -932,8 +945,8 @@ def test_dead_lists_dead_letters(db: Path, capsys: pytest.CaptureFixture[str]) -
     code, out, _ = _cli(capsys, "dead", db)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["task_id", "attempts", "died", "last_error"]
-    assert lines[1].split()[:2] == ["d2", "1/1"] and "ValueError: xxx" in lines[1]
+    assert lines[0].split() == ["task_id", "name", "attempts", "died", "last_error"]
+    assert lines[1].split()[:3] == ["d2", "-", "1/1"] and "ValueError: xxx" in lines[1]
     document = _json(capsys, "dead", db)
     with _queue(db) as q:
         assert document["tasks"] == [_task_json(t) for t in q.dead()]

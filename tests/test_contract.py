@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from sqlq.errors import InvalidConfig, InvalidTaskId, InvalidTime
+from sqlq import Retry
+from sqlq.errors import InvalidArgument, InvalidConfig, InvalidTaskId, InvalidTime
 
 Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
 
@@ -306,3 +307,105 @@ def test_work_queue_needs_a_time() -> None:
 
     with pytest.raises(InvalidTime):
         WorkQueue(10, 2).add("t", None)  # type: ignore[arg-type]
+
+
+# --- task names and per-task options (issue 11) -----------------------------------------
+
+
+def test_a_task_keeps_its_name_and_its_own_attempts_and_retry(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    assert q.add("once", 0, name="resize", max_attempts=1, payload={"w": 1}) is True
+    assert q.add("plain", 0) is True
+    assert q.add("waits", 0, name="mail", retry=Retry.fixed(5)) is True
+    assert q.add_many(["m0", ("m1", None, "mail"), ("m2", 7)], 0, max_attempts=2) == [True] * 3
+    leases = q.claim_many(10, 1)
+    assert [(lease.task_id, lease.name) for lease in leases] == [
+        ("once", "resize"),
+        ("plain", None),
+        ("waits", "mail"),
+        ("m0", None),
+        ("m1", "mail"),
+        ("m2", None),
+    ]
+    assert q.fail("once", 2, token=leases[0].token) == "DEAD"  # its own limit: 1
+    assert q.fail("plain", 2, token=leases[1].token) == "AVAILABLE"  # the queue's: 3
+    assert q.fail("waits", 2, token=leases[2].token) == "WAITING"  # its own retry
+    assert q.info("waits", 2).run_at == 7
+    assert q.fail("m1", 2, token=leases[4].token) == "AVAILABLE"
+    assert [(t.task_id, t.name, t.max_attempts) for t in q.tasks(3)] == [
+        ("once", "resize", 1),
+        ("plain", None, 3),
+        ("waits", "mail", 3),
+        ("m0", None, 2),
+        ("m1", "mail", 2),
+        ("m2", None, 2),
+    ]
+
+
+def test_fail_without_retry_is_dead_at_once_under_the_lease_only(make_queue: Factory) -> None:
+    q = make_queue(10, 5, retry=Retry.fixed(3))
+    q.add("t", 0, name="x")
+    lease = q.claim(1)
+    assert q.fail("t", 2, token=lease.token + 1, error="nope", retry=False) is None
+    assert q.fail("t", 2, token=lease.token, error="no such task", retry=False) == "DEAD"
+    info = q.info("t", 2)
+    assert (info.state, info.attempts, info.last_error, info.finished_at) == (
+        "DEAD",
+        5,
+        "no such task",
+        2,
+    )
+    assert q.fail("t", 3, token=lease.token, retry=False) is None  # not RESERVED any more
+    assert q.redrive(4) == 1 and q.info("t", 4).attempts == 0
+
+
+def test_settle_and_claim_fails_some_without_retry(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    q.add_many(["a", "b", "c"], 0)
+    a, b = q.claim_many(2, 1)
+    done, states, leases = q.settle_and_claim(
+        3, 2, failed=[("a", a.token, "unknown", False), ("b", b.token, "boom")]
+    )
+    assert (done, states) == ([], ["DEAD", "AVAILABLE"])
+    assert [lease.task_id for lease in leases] == ["c", "b"]
+    assert q.info("a", 2).attempts == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"name": ""}, InvalidArgument),
+        ({"name": 7}, InvalidArgument),
+        ({"name": "x" * 1025}, InvalidArgument),
+        ({"name": "a\x00b"}, InvalidArgument),
+        ({"name": "\ud800"}, InvalidArgument),
+        ({"max_attempts": 0}, InvalidConfig),
+        ({"max_attempts": True}, InvalidConfig),
+        ({"retry": "fixed"}, InvalidConfig),
+    ],
+)
+def test_bad_names_and_options_are_refused(
+    make_queue: Factory, options: dict[str, Any], error: type[Exception]
+) -> None:
+    q = make_queue(10, 3)
+    with pytest.raises(error):
+        q.add("t", 0, **options)
+    with pytest.raises(error):
+        q.add_many(
+            [("t", None, options["name"])] if "name" in options else ["t"],
+            0,
+            **{k: v for k, v in options.items() if k != "name"},
+        )
+    assert q.tasks(0) == []
+
+
+@pytest.mark.parametrize("bad", [0, 1, None, "no"])
+def test_retry_of_fail_must_be_a_bool(make_queue: Factory, bad: object) -> None:
+    q = make_queue(10, 3)
+    q.add("t", 0)
+    lease = q.claim(0)
+    with pytest.raises(InvalidArgument):
+        q.fail("t", 1, token=lease.token, retry=bad)
+    with pytest.raises(InvalidArgument):
+        q.settle_and_claim(0, 1, failed=[("t", lease.token, None, bad)])
+    assert q.status("t", 1) == "RESERVED"

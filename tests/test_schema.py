@@ -190,9 +190,12 @@ def test_a_database_made_before_the_application_id_opens_and_gets_it(
     with monkeypatch.context() as m:
         old = migrate.migrations()[: migrate.BEFORE_APPLICATION_ID]
         m.setattr(migrate, "migrations", lambda: old)
-        with sqlq.Queue(db_path, lease_seconds=10, max_attempts=2) as q:
-            q.add("kept")
-    with sqlite3.connect(db_path) as conn:
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=2).close()
+    with sqlite3.connect(db_path) as conn:  # a task as that version stores it
+        conn.execute(
+            "INSERT INTO sqlq_tasks (queue, task_id, state, seq, attempts, max_attempts,"
+            " created_at, updated_at) VALUES ('default', 'kept', 'AVAILABLE', 1, 0, 2, 0, 0)"
+        )
         assert conn.execute("PRAGMA application_id").fetchone() == (0,)
     conn.close()
     with sqlq.Queue(db_path, lease_seconds=10, max_attempts=2) as q:
@@ -409,3 +412,52 @@ def test_a_version_1_database_keeps_every_task_through_migration_2(
     dead = mail.dead()
     assert [(d.task_id, d.attempts, d.finished_at) for d in dead] == [("dead", 2, 13)]
     mail.close()
+
+
+def test_a_version_4_database_keeps_every_task_through_migration_5(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tasks in every state, as version 4 stored them, keep every column through the
+    migration that adds task names (all None), and the queue goes on with them."""
+    with monkeypatch.context() as m:
+        old = migrate.migrations()[:4]
+        m.setattr(migrate, "migrations", lambda: old)
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=3).close()
+    columns = (
+        "queue, task_id, state, seq, attempts, max_attempts, lease_id, deadline, run_at,"
+        " payload, last_error, retry_kind, retry_base, retry_cap, created_at, updated_at,"
+        " finished_at"
+    )
+    rows = [
+        ("default", "wait", "WAITING", 1, 1, 3, 1, None, 90.0, '{"k": 1}', "e", "fixed", 5.0,
+         5.0, 1.0, 2.0, None),
+        ("default", "avail", "AVAILABLE", 2, 0, 3, None, None, None, None, None, "immediate",
+         0.0, 0.0, 1.0, 1.0, None),
+        ("default", "held", "RESERVED", 3, 1, 3, 3, 100.0, None, b"raw", None, "immediate",
+         0.0, 0.0, 1.0, 3.0, None),
+        ("default", "done", "COMPLETED", 4, 1, 3, 4, None, None, '"x"', None, "exponential",
+         1.0, 8.0, 1.0, 4.0, 4.0),
+        ("mail", "dead", "DEAD", 5, 2, 2, 5, None, None, None, "boom", "immediate", 0.0, 0.0,
+         1.0, 5.0, 5.0),
+    ]  # fmt: skip
+    with sqlite3.connect(db_path) as conn:
+        conn.executemany(f"INSERT INTO sqlq_tasks ({columns}) VALUES ({', '.join('?' * 17)})", rows)
+        conn.execute("UPDATE sqlq_clock SET now = 50, counter = 5")
+    conn.close()
+
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
+        assert q.info("held", 60).name is None
+        lease = q.claim(60)
+        assert lease is not None and (lease.task_id, lease.name) == ("avail", None)
+    with sqlite3.connect(db_path) as conn:
+        kept = conn.execute(f"SELECT {columns}, name FROM sqlq_tasks ORDER BY id").fetchall()
+        version = conn.execute("SELECT max(version) FROM sqlq_migrations").fetchone()
+    conn.close()
+    assert version == (5,)
+    claimed = ("avail", "RESERVED", 2, 1, 3, 6, 70.0, None, None, None, "immediate", 0.0, 0.0,
+               1.0, 60.0, None)  # fmt: skip
+    assert kept == [
+        (*rows[0], None),
+        ("default", *claimed, None),
+        *((*row, None) for row in rows[2:]),
+    ]

@@ -384,7 +384,7 @@ def test_errors_inside_a_call_release_the_lock_and_roll_back(
     assert q.status("t", 5) == "AVAILABLE"  # not deadlocked, nothing half-done
 
     with pytest.raises(RuntimeError), q._call(6) as tx:
-        tx.insert("default", "half", 3, sqlq.Retry(), None, None)
+        tx.insert("default", "half", 3, sqlq.Retry(), None, None, None)
         raise RuntimeError("a bug in the middle of a call")
     assert q.status("half", 6) is None  # rolled back, and the lock is free again
     q.close()

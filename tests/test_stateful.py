@@ -214,18 +214,18 @@ class TwoQueues(RuleBasedStateMachine):
             return self.now
         return max(0, self.now - amount)
 
-    def _same(self, name: str, *args: Any, log: bool = True, **kwargs: Any) -> Any:
+    def _same(self, method: str, /, *args: Any, log: bool = True, **kwargs: Any) -> Any:
         if log:
             shown = [*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]
-            self.log.append(f"{name}({', '.join(shown)})")
-        left = _outcome(lambda: getattr(self.left, name)(*args, **kwargs))
-        right = _outcome(lambda: getattr(self.right, name)(*args, **kwargs))
+            self.log.append(f"{method}({', '.join(shown)})")
+        left = _outcome(lambda: getattr(self.left, method)(*args, **kwargs))
+        right = _outcome(lambda: getattr(self.right, method)(*args, **kwargs))
         assert left == right, (
             f"{type(self.left).__name__} answered {left}, "
             f"{type(self.right).__name__} answered {right}; calls: {'; '.join(self.log)}"
         )
         kind, answer = left
-        assert kind == "ok", f"{name}{args!r} raised {answer.__name__} on both faces"
+        assert kind == "ok", f"{method}{args!r} raised {answer.__name__} on both faces"
         return answer
 
     @rule(task_id=task_ids, move=time_moves)
@@ -336,6 +336,11 @@ retry_policies = st.one_of(
         st.sampled_from([1, 4]),
     ),
 )
+# Task names (a few; None most often) and the per-task options that replace the
+# queue's, so that histories mix tasks of different max_attempts and retry policies.
+names = st.sampled_from([None, None, "resize", "mail"])
+own_attempts = st.sampled_from([None, None, 1, 2, 4])
+own_retries = st.one_of(st.none(), st.none(), retry_policies)
 payloads = st.one_of(
     st.none(),
     st.integers(-5, 5),
@@ -383,9 +388,30 @@ class FeaturesDurableVsMemory(TwoQueues):
         move=time_moves,
         payload=payloads,
         delay=st.sampled_from([None, 0, 1, 2, 2.5, 3, 6]),
+        name=names,
+        max_attempts=own_attempts,
+        retry=own_retries,
     )
-    def add_with_payload(self, task_id: str, move: Any, payload: Any, delay: Any) -> None:
-        self._same("add", task_id, self._time(move), payload=payload, delay=delay)
+    def add_with_payload(
+        self,
+        task_id: str,
+        move: Any,
+        payload: Any,
+        delay: Any,
+        name: Any,
+        max_attempts: Any,
+        retry: Any,
+    ) -> None:
+        self._same(
+            "add",
+            task_id,
+            self._time(move),
+            payload=payload,
+            delay=delay,
+            name=name,
+            max_attempts=max_attempts,
+            retry=retry,
+        )
 
     @rule(move=time_moves)
     def reserve(self, move: tuple[str, float]) -> None:
@@ -404,9 +430,17 @@ class FeaturesDurableVsMemory(TwoQueues):
     def complete_many(self, items: list[tuple[str, int]], move: Any) -> None:
         self._same("complete_many", items, self._time(move))
 
-    @rule(items=st.lists(st.tuples(task_ids, payloads), max_size=3), move=time_moves)
-    def add_many(self, items: list[tuple[str, Any]], move: Any) -> None:
-        self._same("add_many", items, self._time(move))
+    @rule(
+        items=st.lists(
+            st.one_of(st.tuples(task_ids, payloads), st.tuples(task_ids, payloads, names)),
+            max_size=3,
+        ),
+        move=time_moves,
+        max_attempts=own_attempts,
+        retry=own_retries,
+    )
+    def add_many(self, items: list[Any], move: Any, max_attempts: Any, retry: Any) -> None:
+        self._same("add_many", items, self._time(move), max_attempts=max_attempts, retry=retry)
 
     @rule(task_id=task_ids, move=time_moves, data=st.data())
     def complete_with_token(self, task_id: str, move: Any, data: st.DataObject) -> None:
@@ -424,7 +458,9 @@ class FeaturesDurableVsMemory(TwoQueues):
         move=time_moves,
         data=st.data(),
         completed=st.lists(task_ids, max_size=2),
-        failed=st.lists(st.tuples(task_ids, st.sampled_from([None, "boom"])), max_size=2),
+        failed=st.lists(
+            st.tuples(task_ids, st.sampled_from([None, "boom"]), st.booleans()), max_size=2
+        ),
     )
     def settle_and_claim(
         self,
@@ -432,21 +468,34 @@ class FeaturesDurableVsMemory(TwoQueues):
         move: Any,
         data: st.DataObject,
         completed: list[str],
-        failed: list[tuple[str, Any]],
+        failed: list[tuple[str, Any, bool]],
     ) -> None:
         _, _, leases = self._same(
             "settle_and_claim",
             n,
             self._time(move),
             completed=[(task_id, self._token(data)) for task_id in completed],
-            failed=[(task_id, self._token(data), error) for task_id, error in failed],
+            failed=[  # (id, token, error), or with retry=False: DEAD at once
+                (task_id, self._token(data), error, *(() if retry else (False,)))
+                for task_id, error, retry in failed
+            ],
         )
         for lease in leases:
             self._remember(lease)
 
-    @rule(task_id=task_ids, move=time_moves, data=st.data(), error=st.sampled_from([None, "boom"]))
-    def fail_with_token(self, task_id: str, move: Any, data: st.DataObject, error: Any) -> None:
-        self._same("fail", task_id, self._time(move), token=self._token(data), error=error)
+    @rule(
+        task_id=task_ids,
+        move=time_moves,
+        data=st.data(),
+        error=st.sampled_from([None, "boom"]),
+        retry=st.sampled_from([True, True, False]),
+    )
+    def fail_with_token(
+        self, task_id: str, move: Any, data: st.DataObject, error: Any, retry: bool
+    ) -> None:
+        self._same(
+            "fail", task_id, self._time(move), token=self._token(data), error=error, retry=retry
+        )
 
     @rule(
         task_id=task_ids, move=time_moves, data=st.data(), seconds=st.sampled_from([None, 0, 2, 5])
@@ -593,6 +642,19 @@ class _History:
         recent = self.tokens[-4:]
         return self.rng.choice(recent if self.rng.random() < 0.85 else self.tokens)
 
+    def _own(self, named: bool = True) -> dict[str, Any]:
+        """Options of an add: now and then a name, and a max_attempts or retry policy of
+        the task's own instead of the queue's."""
+        rng = self.rng
+        own: dict[str, Any] = {}
+        if named and rng.random() < 0.3:
+            own["name"] = rng.choice(["a", "b"])
+        if rng.random() < 0.2:
+            own["max_attempts"] = rng.randint(1, 6)
+        if rng.random() < 0.2:
+            own["retry"] = rng.choice([sqlq.Retry.immediate(), sqlq.Retry.fixed(1)])
+        return own
+
     def _keep(self, leases: Any) -> None:
         for lease in leases:
             if lease is not None:
@@ -609,10 +671,13 @@ class _History:
         )[0]  # fmt: skip
         if kind == "add":
             delay = rng.choice([None, 0, 1, 2, 3, 5])
-            self._same("add", task_id, now, payload=rng.choice([None, 1, "x", b"y"]), delay=delay)
+            payload = rng.choice([None, 1, "x", b"y"])
+            self._same("add", task_id, now, payload=payload, delay=delay, **self._own())
         elif kind == "add_many":
             ids = rng.sample(HISTORY_IDS, rng.randint(1, 3))
-            self._same("add_many", ids, now, delay=rng.choice([None, 1, 2]))
+            items = [(i, None, rng.choice([None, "n"])) if rng.random() < 0.3 else i for i in ids]
+            own = self._own(named=False)  # add_many's names are in its items
+            self._same("add_many", items, now, delay=rng.choice([None, 1, 2]), **own)
         elif kind == "claim":
             self._keep([self._same("claim", now)])
         elif kind == "claim_many":
@@ -622,7 +687,8 @@ class _History:
         elif kind == "complete_and_claim":
             self._keep([self._same("complete_and_claim", task_id, now, token=self._token())[1]])
         elif kind == "fail":
-            self._same("fail", task_id, now, token=self._token(), error=rng.choice([None, "e"]))
+            error, retry = rng.choice([None, "e"]), rng.random() < 0.9
+            self._same("fail", task_id, now, token=self._token(), error=error, retry=retry)
         elif kind == "extend":
             seconds = rng.choice([None, 1, 3])
             self._same("extend", task_id, self._token(), now, seconds=seconds)
@@ -639,11 +705,11 @@ class _History:
         else:
             self._same("purge", now, states=["COMPLETED", "DEAD"], older_than=rng.choice([0, 3]))
 
-    def _same(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    def _same(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
         shown = [*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]
-        self.log.append(f"{name}({', '.join(shown)})")
-        durable = _outcome(lambda: getattr(self.durable, name)(*args, **kwargs))
-        memory = _outcome(lambda: getattr(self.memory, name)(*args, **kwargs))
+        self.log.append(f"{method}({', '.join(shown)})")
+        durable = _outcome(lambda: getattr(self.durable, method)(*args, **kwargs))
+        memory = _outcome(lambda: getattr(self.memory, method)(*args, **kwargs))
         assert durable == memory, (
             f"Queue answered {durable}, WorkQueue answered {memory}; rerun just this history "
             f"with SQLQ_TEST_SEED={self.seed}; the last calls: {'; '.join(self.log[-25:])}"

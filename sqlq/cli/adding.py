@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from .. import payload as payloads
-from ..contract import MAX_ATTEMPTS, check_task_id
+from ..contract import MAX_ATTEMPTS, check_name, check_task_id
 from ..durable import Queue
 from ..errors import InvalidArgument, InvalidPayload
 from .common import (
@@ -108,6 +108,15 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         ),
     )
     add.add_argument(
+        "--name",
+        metavar="NAME",
+        type=_task_name,
+        help=(
+            "the tasks' name: a worker given a sqlq.Tasks registry runs the function "
+            "registered under it, with the payload (a JSON object) as keyword arguments"
+        ),
+    )
+    add.add_argument(
         "--from-file",
         metavar="PATH",
         help=(
@@ -146,6 +155,8 @@ def _add(args: argparse.Namespace) -> int:
     progress = Progress("add")
 
     def add_batch(queue: Queue, batch: list[Any], where: str) -> None:
+        if args.name is not None:  # (id, payload, name) triples
+            batch = [(*(i if isinstance(i, tuple) else (i, None)), args.name) for i in batch]
         try:
             results = queue.add_many(batch, delay=args.delay, run_at=args.run_at)
         except InvalidArgument as exc:
@@ -199,6 +210,16 @@ def _add(args: argparse.Namespace) -> int:
         f"{counts['existed']} already existed"
     )
     return EXIT_OK
+
+
+def _task_name(text: str) -> str:
+    try:
+        return check_name(text, "task name", InvalidArgument)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_task_name.__name__ = "task name"
 
 
 def _so_far(counts: dict[str, int]) -> str:

@@ -155,15 +155,21 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 Fronts = dict[str, tuple[Any, Any, Any]]  # queue -> (front available since, deadline, run_at)
 
 
-def _read(conn: Any, path: str) -> tuple[int, dict[str, dict[str, int]], Fronts]:
+def _read(
+    conn: Any, path: str, *, with_names: bool = False
+) -> tuple[int, dict[str, dict[str, int]], Fronts, dict[str, dict[str, dict[str, int]]]]:
     """The schema version, the tasks per queue and state, and each queue's front of
-    line, next deadline and next run_at: one snapshot, never the write lock."""
+    line, next deadline and next run_at (and, ``with_names``, the tasks per queue,
+    name and state: a scan of the table): one snapshot, never the write lock."""
     version = check_sqlq_file(conn, path, allow_older=False)  # may wait: no snapshot yet
     conn.execute(Q.begin_read)
     try:
         found: dict[str, dict[str, int]] = {}
         for queue, state, count in conn.execute(Q.count_states):
             found.setdefault(queue, {})[state] = count
+        names: dict[str, dict[str, dict[str, int]]] = {}
+        for queue, name, state, count in conn.execute(Q.count_names) if with_names else ():
+            names.setdefault(queue, {}).setdefault(name, {})[state] = count
         fronts: Fronts = {}
         for queue in found:
             params = {"queue": queue}
@@ -174,7 +180,7 @@ def _read(conn: Any, path: str) -> tuple[int, dict[str, dict[str, int]], Fronts]
     finally:
         if conn.in_transaction:
             conn.execute(Q.rollback)
-    return version, found, fronts
+    return version, found, fronts, names
 
 
 def _stats(args: argparse.Namespace) -> int:
@@ -186,7 +192,7 @@ def _stats(args: argparse.Namespace) -> int:
         return _watch(path, args.interval, args.count)
     now = time.time()  # of the ages; Queue.stats takes max(this, the database clock)
     with plain_connection(path) as conn:
-        version, found, fronts = _read(conn, path)
+        version, found, fronts, names = _read(conn, path, with_names=True)
 
     wal = wal_bytes(path)
     queues: dict[str, dict[str, int]] = {}
@@ -215,6 +221,7 @@ def _stats(args: argparse.Namespace) -> int:
                 "now": now,
                 "queues": queues,
                 "stats": details,
+                "names": names,
             }
         )
         return EXIT_OK
@@ -251,7 +258,25 @@ def _stats(args: argparse.Namespace) -> int:
             ]
         )
     table(["queue", "oldest available", "leases", "next deadline", "next run_at"], rows)
+    if names:
+        _name_counts(names, columns)
     return EXIT_OK
+
+
+def _name_counts(names: dict[str, dict[str, dict[str, int]]], columns: list[str]) -> None:
+    """The table of named tasks per queue, name and state."""
+    print()
+    rows = [
+        [
+            printable(queue),
+            printable(name),
+            *(str(c.get(s, 0)) for s in columns),
+            str(sum(c.values())),
+        ]
+        for queue, by_name in names.items()
+        for name, c in by_name.items()
+    ]
+    table(["queue", "name", *columns, "total"], rows, right=range(2, len(columns) + 3))
 
 
 # --- sqlq list / show / dead ---------------------------------------------------------------
@@ -277,10 +302,16 @@ def _list(args: argparse.Namespace) -> int:
         print(f"no tasks{which} in queue {args.queue!r}")
         return EXIT_OK
     rows = [
-        [printable(t.task_id), t.state, f"{t.attempts}/{t.max_attempts}", shorten(t.last_error)]
+        [
+            printable(t.task_id),
+            _name(t),
+            t.state,
+            f"{t.attempts}/{t.max_attempts}",
+            shorten(t.last_error),
+        ]
         for t in tasks
     ]
-    table(["task_id", "state", "attempts", "last_error"], rows)
+    table(["task_id", "name", "state", "attempts", "last_error"], rows)
     if len(tasks) == args.limit:
         print(f"(the first {args.limit} tasks{which}; --limit N shows more)")
     return EXIT_OK
@@ -317,6 +348,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
     return [
         ("task_id", printable(info.task_id)),
         ("queue", printable(queue)),
+        ("name", _name(info)),
         ("state", info.state),
         ("attempts", str(info.attempts)),
         ("max_attempts", str(info.max_attempts)),
@@ -329,6 +361,10 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("last_error", "-" if info.last_error is None else info.last_error),
         ("payload", payload),
     ]
+
+
+def _name(info: TaskInfo) -> str:
+    return "-" if info.name is None else printable(info.name)
 
 
 def _encodable(text: str) -> bool:
@@ -360,13 +396,14 @@ def _dead(args: argparse.Namespace) -> int:
     rows = [
         [
             printable(t.task_id),
+            _name(t),
             f"{t.attempts}/{t.max_attempts}",
             relative(t.finished_at, now),
             shorten(t.last_error),
         ]
         for t in tasks
     ]
-    table(["task_id", "attempts", "died", "last_error"], rows)
+    table(["task_id", "name", "attempts", "died", "last_error"], rows)
     if len(tasks) == args.limit:
         print(f"(the first {args.limit} dead tasks; --limit N shows more)")
     return EXIT_OK
@@ -399,7 +436,7 @@ def _watch(path: str, interval: float, count: int | None) -> int:
         with plain_connection(path) as conn:
             while True:
                 now = time.time()
-                _, found, fronts = _read(conn, path)
+                _, found, fronts, _ = _read(conn, path)
                 reads += 1
                 if clear:
                     print("\x1b[H\x1b[2J", end="")

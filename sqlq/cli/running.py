@@ -79,7 +79,11 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         type=_target,
         help=(
             "the function to call, as package.module:function; it gets the task's payload "
-            "(modules in the current folder can be named)"
+            "(modules in the current folder can be named). Or a sqlq.Tasks registry, as "
+            "package.module:tasks: each task runs the function registered under its name, "
+            "with its payload as keyword arguments, and a task with a name the registry "
+            "does not know goes DEAD at once. A handler that cannot take a task is refused "
+            "(exit 1) before any task is taken"
         ),
     )
     add_queue(worker)

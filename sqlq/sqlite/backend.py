@@ -44,7 +44,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from ..backend import Opened, TaskRow
+from ..backend import Claimed, Opened, TaskRow
 from ..contract import Number, State
 from ..errors import (
     Busy,
@@ -682,10 +682,11 @@ class SqliteTransaction:
         retry: Retry,
         payload: Encoded,
         run_at: Number | None,
+        name: str | None,
     ) -> bool:
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
-               retry.kind, retry.base, retry.cap, self.now)  # fmt: skip
+               retry.kind, retry.base, retry.cap, self.now, name)  # fmt: skip
         if self._cur.execute(Q.insert_task, row).rowcount != 1:
             return False
         self._counter += 1
@@ -694,7 +695,7 @@ class SqliteTransaction:
     def insert_many(
         self,
         queue: str,
-        batch: list[tuple[str, Encoded]],
+        batch: list[tuple[str, Encoded, str | None]],
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
@@ -704,21 +705,21 @@ class SqliteTransaction:
         insert_task runs for them alone, so that only they take counter values."""
         if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at):
             return [True] * len(batch)
-        ids = json.dumps([task_id for task_id, _ in batch])
+        ids = json.dumps([item[0] for item in batch])
         seen = {row[0] for row in self._cur.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
         added: list[bool] = []
         rows: list[tuple[Any, ...]] = []
         state = "AVAILABLE" if run_at is None else "WAITING"
         kind, base, cap, now = retry.kind, retry.base, retry.cap, self.now
         seq = self._counter
-        for task_id, payload in batch:  # insert_task's parameters, built inline
+        for task_id, payload, name in batch:  # insert_task's parameters, built inline
             new = task_id not in seen
             added.append(new)
             if new:
                 seen.add(task_id)
                 seq += 1
                 rows.append((queue, task_id, state, seq, max_attempts, run_at, payload,
-                             kind, base, cap, now))  # fmt: skip
+                             kind, base, cap, now, name))  # fmt: skip
         self._counter = seq
         if rows:
             self._cur.executemany(Q.insert_task, rows)
@@ -727,16 +728,16 @@ class SqliteTransaction:
     def _insert_batch(
         self,
         queue: str,
-        batch: list[tuple[str, Encoded]],
+        batch: list[tuple[str, Encoded, str | None]],
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
     ) -> bool:
         """insert_batch, kept if it added every task; False (and nothing changed) if
         some id was not new, or a payload is bytes, which JSON cannot carry."""
-        pairs = any(payload is not None for _, payload in batch)
+        pairs = any(payload is not None or name is not None for _, payload, name in batch)
         try:
-            items = json.dumps(batch if pairs else [task_id for task_id, _ in batch])
+            items = json.dumps(batch if pairs else [item[0] for item in batch])
         except TypeError:  # bytes
             return False
         state = "AVAILABLE" if run_at is None else "WAITING"
@@ -752,9 +753,7 @@ class SqliteTransaction:
         cur.execute(Q.release_batch)
         return added
 
-    def claim_many(
-        self, queue: str, n: int, deadline: Number
-    ) -> list[tuple[str, int, int, Encoded]]:
+    def claim_many(self, queue: str, n: int, deadline: Number) -> list[Claimed]:
         params = {
             "queue": queue,
             "n": n,
@@ -762,9 +761,7 @@ class SqliteTransaction:
             "deadline": deadline,
             "now": self.now,
         }
-        rows: list[tuple[str, int, int, Encoded]] = self._cur.execute(
-            Q.claim_front_many, params
-        ).fetchall()
+        rows: list[Claimed] = self._cur.execute(Q.claim_front_many, params).fetchall()
         self._counter += len(rows)
         rows.sort(key=itemgetter(1))
         return rows
@@ -774,14 +771,14 @@ class SqliteTransaction:
         rows = [(queue, task_id, token, now) for task_id, token in items]
         return int(self._cur.executemany(Q.complete_task, rows).rowcount)
 
-    def claim(self, queue: str, deadline: Number) -> tuple[str, int, int, Encoded] | None:
+    def claim(self, queue: str, deadline: Number) -> Claimed | None:
         token = self._counter + 1
         row = self._cur.execute(Q.claim_front, (queue, token, deadline, self.now)).fetchone()
         if row is None:
             return None
         self._counter = token
-        task_id, attempts, payload = row
-        return task_id, token, attempts, payload
+        task_id, attempts, payload, name = row
+        return task_id, token, attempts, payload, name
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
         row = self._cur.execute(Q.get_task, {"queue": queue, "task_id": task_id}).fetchone()
@@ -887,11 +884,11 @@ def _read_figures(conn: Any, queue: str) -> Figures:
 
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
-     deadline, run_at, payload, error, created, updated, finished) = row  # fmt: skip
+     deadline, run_at, payload, error, created, updated, finished, name) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         retry_policy(kind, base, cap), deadline, run_at, payload, error,
-        created, updated, finished,
+        created, updated, finished, name,
     )  # fmt: skip
 
 

@@ -103,26 +103,26 @@ SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = :queue AND state = 'AVAILA
 -- nothing if the id exists in any state (add reads the row count; add_many
 -- runs it with executemany for the ids it found new).  Positional:
 -- (queue, task_id, state, seq, max_attempts, run_at, payload, retry_kind,
---  retry_base, retry_cap, now).
+--  retry_base, retry_cap, now, name).
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
-     retry_kind, retry_base, retry_cap, created_at, updated_at)
-VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12)
 ON CONFLICT (queue, task_id) DO NOTHING
 
 -- name: insert_batch
 -- add_many in one statement: insert_task for each element of the JSON array
--- ?2, the k-th (from 0) with seq ?4 + k + 1; the elements are [id, payload]
--- pairs if ?11 is 1, plain ids (no payloads) if it is 0, which saves two JSON
--- lookups a row.  Ids that exist are skipped: add_many compares the row count
+-- ?2, the k-th (from 0) with seq ?4 + k + 1; the elements are [id, payload,
+-- name] triples if ?11 is 1, plain ids (no payloads, no names) if it is 0, which
+-- saves three JSON lookups a row.  Ids that exist are skipped: add_many compares the row count
 -- with the batch.  The other parameters are insert_task's: (queue, items,
 -- state, counter, max_attempts, run_at, retry_kind, retry_base, retry_cap, now,
 -- pairs).  (WHERE true: an upsert after INSERT ... SELECT needs a WHERE.)
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
-     retry_kind, retry_base, retry_cap, created_at, updated_at)
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name)
 SELECT ?1, iif(?11, value ->> 0, value), ?3, ?4 + key + 1, 0, ?5, ?6,
-       iif(?11, value ->> 1, NULL), ?7, ?8, ?9, ?10, ?10
+       iif(?11, value ->> 1, NULL), ?7, ?8, ?9, ?10, ?10, iif(?11, value ->> 2, NULL)
 FROM json_each(?2) WHERE true
 ON CONFLICT (queue, task_id) DO NOTHING
 
@@ -143,25 +143,25 @@ FROM (SELECT id, row_number() OVER (ORDER BY seq) AS rank
       WHERE queue = :queue AND state = 'AVAILABLE'
       ORDER BY seq LIMIT :n) AS line
 WHERE sqlq_tasks.id = line.id AND sqlq_tasks.state = 'AVAILABLE'
-RETURNING task_id, lease_id, attempts, payload
+RETURNING task_id, lease_id, attempts, payload, name
 
 -- name: claim_front
 -- Reserve the front of queue ?1's line in one statement: count an attempt,
 -- record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
--- task, or no row.
+-- task (what its lease carries), or no row.
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
 WHERE id = (SELECT id FROM sqlq_tasks
             WHERE queue = ?1 AND state = 'AVAILABLE'
             ORDER BY seq LIMIT 1)
   AND state = 'AVAILABLE'
-RETURNING task_id, attempts, payload
+RETURNING task_id, attempts, payload, name
 
 -- name: get_task
 -- One task by queue and id, every column the queue logic and inspection need.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, name
 FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
@@ -212,7 +212,7 @@ LIMIT :limit
 -- Tasks of a queue in the order they were added (all states).
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, name
 FROM sqlq_tasks
 WHERE queue = :queue
 ORDER BY id
@@ -222,7 +222,7 @@ LIMIT :limit
 -- Tasks of a queue in one state, in the order they were added.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, name
 FROM sqlq_tasks
 WHERE queue = :queue AND state = :state
 ORDER BY id
@@ -257,6 +257,13 @@ SELECT min(run_at) FROM sqlq_tasks WHERE queue = :queue AND run_at IS NOT NULL
 -- name: count_states
 -- Tasks per queue and state, for the whole file (sqlq stats).
 SELECT queue, state, count(*) FROM sqlq_tasks GROUP BY queue, state ORDER BY queue, state
+
+-- name: count_names
+-- Named tasks per queue, name and state, for the whole file (sqlq stats).  No
+-- index serves it: it reads every row once, which suits an inspection command,
+-- and an index on name would cost every add and every change of state.
+SELECT queue, name, state, count(*) FROM sqlq_tasks WHERE name IS NOT NULL
+GROUP BY queue, name, state ORDER BY queue, name, state
 
 -- name: identify
 -- What tells a sqlq database, an empty file and a foreign one apart: the

@@ -295,7 +295,7 @@ def test_root_migrating_a_service_users_queue_leaves_it_usable(
     with monkeypatch.context() as m:  # a database of the schema before the latest
         older = migrate.migrations()[:-1]
         m.setattr(migrate, "migrations", lambda: older)
-        use(db)
+        sqlq.Queue(db, lease_seconds=30, max_attempts=3).close()  # no tasks: they need 0005
     for suffix in SIDE[1:]:
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     os.chown(db, NOBODY, NOBODY)

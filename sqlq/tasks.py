@@ -1,0 +1,306 @@
+"""Tasks by name: a registry of functions, and what a worker runs for a lease.
+
+* :class:`Tasks` maps a task's name to its function.  ``@tasks.task`` (bare, the
+  name is ``module.qualname``) or ``@tasks.task(name=..., max_attempts=...,
+  retry=...)`` registers a function and gives back a :class:`Task`.
+* :class:`Task` is still the plain function when called; ``defer(queue,
+  **kwargs)`` and ``enqueue(queue, kwargs, ...)`` add a task named after it whose
+  payload is the keyword arguments (a JSON object), checked against the
+  function's signature first, with the task's own max_attempts and retry.
+* :func:`runner` turns what a :class:`sqlq.Worker` is given (a plain handler or
+  a registry) into the one callable it runs for each lease; it refuses, when
+  the worker is made, a handler that could not take a single task.
+
+A lease that a registry cannot run (no function under its name, or a payload
+that is no JSON object of arguments the function takes) fails with
+:class:`sqlq.errors.NotRetryable`: the worker sends it to DEAD at once, since no
+retry can mend it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from .contract import Number, check_max_attempts, check_retry, check_task_name
+from .errors import InvalidConfig, InvalidPayload, InvalidTask, NotRetryable
+from .records import Lease
+from .retry import Retry
+
+if TYPE_CHECKING:
+    from .aio import AsyncQueue
+
+__all__ = ["Task", "Tasks", "failure", "runner"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Task(Generic[P, R]):
+    """A registered function: call it as the function, or ``defer`` it to a queue."""
+
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        name: str,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+    ) -> None:
+        self.fn = fn
+        self.name = name
+        #: Replace the queue's for tasks added through this Task (None: the queue's).
+        self.max_attempts = max_attempts
+        self.retry = retry
+        self.signature = _keyword_signature(fn, name)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<sqlq.Task {self.name!r}>"
+
+    def defer(self, queue: Any, /, **kwargs: Any) -> str | None:
+        """Add a task that runs this function with ``kwargs``; its new id (uuid4 hex)."""
+        return self.enqueue(queue, kwargs)
+
+    def enqueue(
+        self,
+        queue: Any,
+        kwargs: Mapping[str, Any],
+        *,
+        task_id: str | None = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        now: Number | None = None,
+        conn: Any = None,
+    ) -> str | None:
+        """Add a task that runs this function with ``kwargs``, as ``queue.add`` does
+        (``queue`` is a sqlq.Queue or WorkQueue).  Returns the task's id (``task_id``,
+        or a new uuid4 hex), or None if ``task_id`` exists (and nothing is stored).
+
+        Raises :class:`sqlq.errors.InvalidTask` before anything is stored if the
+        function cannot take ``kwargs`` or they cannot be stored as JSON.
+        """
+        payload = self.arguments(kwargs)
+        task_id = uuid.uuid4().hex if task_id is None else task_id
+        options = {} if conn is None else {"conn": conn}
+        try:
+            added = queue.add(
+                task_id,
+                now,
+                payload=payload,
+                delay=delay,
+                run_at=run_at,
+                name=self.name,
+                max_attempts=self.max_attempts,
+                retry=self.retry,
+                **options,
+            )
+        except InvalidPayload as exc:
+            raise InvalidTask(f"task {self.name!r}: the arguments cannot be stored: {exc}") from exc
+        return task_id if added else None
+
+    async def defer_async(self, queue: AsyncQueue, /, **kwargs: Any) -> str | None:
+        """``defer`` for asyncio programs: the add runs in the AsyncQueue's thread."""
+        return await self.enqueue_async(queue, kwargs)
+
+    async def enqueue_async(
+        self,
+        queue: AsyncQueue,
+        kwargs: Mapping[str, Any],
+        *,
+        task_id: str | None = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        now: Number | None = None,
+    ) -> str | None:
+        """``enqueue`` for asyncio programs, on a :class:`sqlq.AsyncQueue`: the same
+        checks and answers; the add runs in the AsyncQueue's thread, so the event
+        loop never waits for the write lock."""
+        call = functools.partial(
+            self.enqueue, queue.sync, kwargs, task_id=task_id, delay=delay, run_at=run_at, now=now
+        )
+        return await queue._run(call)
+
+    def arguments(self, kwargs: object) -> dict[str, Any]:
+        """``kwargs`` as a dict, if this function can be called with them; else
+        InvalidTask."""
+        if not isinstance(kwargs, Mapping):
+            raise InvalidTask(
+                f"task {self.name!r} takes its arguments as a mapping (a JSON object) of "
+                f"names to values, not {type(kwargs).__name__}"
+            )
+        try:
+            self.signature.bind(**kwargs)
+        except TypeError as exc:
+            raise InvalidTask(f"task {self.name!r} cannot take these arguments: {exc}") from None
+        return dict(kwargs)
+
+
+class Tasks:
+    """A registry of tasks by name; give it to ``sqlq.Worker`` (or ``sqlq worker DB
+    module:tasks``) to run each task by its name."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task[Any, Any]] = {}
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        *,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a function as a task: ``@tasks.task`` (named ``module.qualname``)
+        or ``@tasks.task(name=..., max_attempts=..., retry=...)``.  A name already
+        registered, or a function that cannot take keyword arguments, is refused
+        (InvalidConfig)."""
+        limit = None if max_attempts is None else check_max_attempts(max_attempts)
+        policy = None if retry is None else check_retry(retry)
+        wanted = check_task_name(name, InvalidConfig)
+
+        def register(fn: Callable[P, R]) -> Task[P, R]:
+            if not callable(fn):
+                raise InvalidConfig(f"a task is a function, not {type(fn).__name__}")
+            chosen = wanted or check_task_name(_default_name(fn), InvalidConfig)
+            assert chosen is not None
+            if chosen in self._tasks:
+                raise InvalidConfig(f"a task named {chosen!r} is registered already")
+            task = Task(fn, chosen, limit, policy)
+            self._tasks[chosen] = task
+            return task
+
+        return register if fn is None else register(fn)
+
+    def __getitem__(self, name: str) -> Task[Any, Any]:
+        return self._tasks[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tasks)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __repr__(self) -> str:
+        return f"<sqlq.Tasks {sorted(self._tasks)}>"
+
+    def run(self, lease: Lease) -> object:
+        """Run the task a lease holds: its function called with the payload's keyword
+        arguments.  NotRetryable if it cannot be run here."""
+        task = None if lease.name is None else self._tasks.get(lease.name)
+        if task is None:
+            known = ", ".join(sorted(self._tasks)) or "none"
+            if lease.name is None:
+                raise NotRetryable(
+                    f"the task has no name; this worker runs registered tasks only (known: {known})"
+                )
+            raise NotRetryable(
+                f"no task named {lease.name!r} is registered in this worker (known: {known})"
+            )
+        try:
+            kwargs = task.arguments({} if lease.payload is None else lease.payload)
+        except InvalidTask as exc:
+            raise NotRetryable(str(exc)) from None
+        return task.fn(**kwargs)
+
+
+def runner(handler: object, with_lease: bool) -> Callable[[Lease], object]:
+    """What a worker calls for each lease: ``handler(payload)`` (or ``handler(lease)``
+    with ``with_lease``), or a Tasks registry's ``run``.  InvalidConfig if the
+    handler is not callable or cannot take one positional argument (it would
+    fail every task), or if ``with_lease`` is asked of a registry."""
+    if isinstance(handler, Tasks):
+        if with_lease:
+            raise InvalidConfig("with_lease is for a plain handler; registered tasks get kwargs")
+        return handler.run
+    if not callable(handler):
+        raise InvalidConfig(
+            f"handler must be callable or a sqlq.Tasks, not {type(handler).__name__}"
+        )
+    _check_takes_one(handler)
+    if with_lease:
+        return handler
+    return lambda lease: handler(lease.payload)
+
+
+def failure(error: BaseException) -> tuple[object, bool]:
+    """How a worker reports a handler's exception: (error, retry).  NotRetryable sends
+    the task to DEAD at once with its message; anything else is retried by the
+    queue's policy."""
+    if isinstance(error, NotRetryable):
+        return str(error), False
+    return error, True
+
+
+def _check_takes_one(handler: Callable[..., object]) -> None:
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):  # no signature to look at (some builtins): trust it
+        return
+    try:
+        signature.bind(None)
+    except TypeError as exc:
+        raise InvalidConfig(
+            f"handler {_describe(handler)} cannot be called with one argument (the task's "
+            f"payload), so it would fail every task: {exc}"
+        ) from None
+
+
+def _keyword_signature(fn: Callable[..., object], name: str) -> inspect.Signature:
+    """The signature of a task's function, which must take its arguments by keyword."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise InvalidConfig(f"task {name!r}: cannot read the function's signature") from exc
+    params = signature.parameters.values()
+    positional = [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
+    if positional:
+        raise InvalidConfig(
+            f"task {name!r}: parameters {', '.join(positional)} are positional-only, but a "
+            "task's arguments are passed by keyword"
+        )
+    kinds = {p.kind for p in params}
+    if inspect.Parameter.VAR_POSITIONAL in kinds and not kinds & _BY_KEYWORD:
+        raise InvalidConfig(
+            f"task {name!r} takes only *args, but a task's arguments are passed by keyword"
+        )
+    return signature
+
+
+#: Kinds of parameters that take keyword arguments.
+_BY_KEYWORD = {
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    inspect.Parameter.KEYWORD_ONLY,
+    inspect.Parameter.VAR_KEYWORD,
+}
+
+
+def _default_name(fn: Callable[..., object]) -> str:
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return qualname if module is None else f"{module}.{qualname}"
+
+
+def _describe(handler: Callable[..., object]) -> str:
+    return repr(getattr(handler, "__qualname__", handler))

@@ -1,0 +1,446 @@
+"""Tasks by name (issue 11): the registry, defer/enqueue, a worker routing each task
+to its function, and the check at worker start of what a handler can take."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sqlq
+from sqlq.errors import InvalidConfig, InvalidTask, NotRetryable
+from sqlq.sqlite.driver import dbapi
+from sqlq.worker import Worker, resolve_target
+
+# --- the registry ------------------------------------------------------------------------
+
+
+def test_a_bare_decorator_names_the_task_module_dot_qualname() -> None:
+    tasks = sqlq.Tasks()
+
+    @tasks.task
+    def ping() -> str:
+        return "pong"
+
+    assert (
+        ping.name
+        == f"{__name__}.test_a_bare_decorator_names_the_task_module_dot_qualname.<locals>.ping"
+    )
+    assert list(tasks) == [ping.name] and tasks[ping.name] is ping and ping.name in tasks
+    assert (ping.max_attempts, ping.retry) == (None, None)
+    assert ping() == "pong"  # still the plain function
+
+
+def test_a_named_task_keeps_its_options_and_stays_a_function() -> None:
+    tasks = sqlq.Tasks()
+    policy = sqlq.Retry.exponential(1, 60)
+
+    @tasks.task(name="resize", max_attempts=3, retry=policy)
+    def resize(path: str, width: int) -> tuple[str, int]:
+        return path, width
+
+    assert (resize.name, resize.max_attempts, resize.retry) == ("resize", 3, policy)
+    assert resize(path="a.png", width=640) == ("a.png", 640)
+    assert resize("b.png", 1) == ("b.png", 1)
+    assert len(tasks) == 1
+
+
+def _positional_only(a: int, /) -> None: ...
+
+
+def _star_args_only(*args: int) -> None: ...
+
+
+def _noop() -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("fn", "options", "said"),
+    [
+        (_noop, {"name": ""}, "task name must not be empty"),
+        (_noop, {"name": 7}, "task name must be a str"),
+        (_noop, {"name": "x" * 1025}, "the limit is 1024"),
+        (_noop, {"name": "a\x00"}, "must not contain NUL"),
+        (_noop, {"max_attempts": 0}, "max_attempts must be between 1"),
+        (_noop, {"retry": 5}, "retry must be a sqlq.Retry"),
+        (_positional_only, {}, "parameters a are positional-only"),
+        (_star_args_only, {}, "takes only *args"),
+        ("not a function", {}, "a task is a function, not str"),
+    ],
+)
+def test_what_cannot_be_a_task_is_refused(fn: Any, options: dict[str, Any], said: str) -> None:
+    tasks = sqlq.Tasks()
+    with pytest.raises(InvalidConfig, match=said.replace("*", r"\*")):
+        tasks.task(**options)(fn)
+    assert len(tasks) == 0
+
+
+def test_functions_that_take_keywords_are_accepted() -> None:
+    tasks = sqlq.Tasks()
+
+    def defaulted(a: int = 1, /, b: int = 2) -> None: ...
+
+    def star(*args: int, key: int) -> None: ...
+
+    def anything(**kwargs: Any) -> None: ...
+
+    for i, fn in enumerate([_noop, defaulted, star, anything]):
+        tasks.task(name=f"t{i}")(fn)
+    assert len(tasks) == 4
+
+
+def test_a_name_is_registered_once() -> None:
+    tasks = sqlq.Tasks()
+    tasks.task(name="x")(_noop)
+    with pytest.raises(InvalidConfig, match="a task named 'x' is registered already"):
+        tasks.task(name="x")(lambda: None)
+    tasks.task(_noop)
+    with pytest.raises(InvalidConfig, match="registered already"):
+        tasks.task(_noop)  # the same default name
+    assert list(tasks) == ["x", f"{__name__}._noop"]
+
+
+# --- defer and enqueue -------------------------------------------------------------------
+
+
+@pytest.fixture
+def resize() -> sqlq.Task[..., None]:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="resize", max_attempts=2, retry=sqlq.Retry.fixed(7))
+    def resize(path: str, width: int = 100) -> None: ...
+
+    return resize
+
+
+def test_defer_stores_the_arguments_the_name_and_the_options(
+    resize: sqlq.Task[..., None], make_queue: Any
+) -> None:
+    q = make_queue(30, 5)
+    task_id = resize.enqueue(q, {"path": "a.png", "width": 640}, now=1)
+    assert isinstance(task_id, str) and len(task_id) == 32 and int(task_id, 16) >= 0
+    info = q.info(task_id, 1)
+    assert (info.name, info.payload, info.max_attempts) == (
+        "resize",
+        {"path": "a.png", "width": 640},
+        2,
+    )
+    lease = q.claim(2)
+    assert (lease.task_id, lease.name, lease.payload) == (task_id, "resize", info.payload)
+    assert q.fail(task_id, 3, token=lease.token) == "WAITING"  # the task's own retry
+    assert q.info(task_id, 3).run_at == 10
+
+
+def test_defer_on_a_durable_queue(resize: sqlq.Task[..., None], db_path: Path) -> None:
+    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q:
+        first, second = resize.defer(q, path="a.png"), resize.defer(q, path="b.png", width=1)
+        assert first != second
+        assert [(t.task_id, t.name, t.payload) for t in q.tasks()] == [
+            (first, "resize", {"path": "a.png"}),
+            (second, "resize", {"path": "b.png", "width": 1}),
+        ]
+
+
+def test_enqueue_with_an_id_that_exists_stores_nothing(
+    resize: sqlq.Task[..., None], make_queue: Any
+) -> None:
+    q = make_queue(30, 5)
+    assert resize.enqueue(q, {"path": "a"}, task_id="resize-a", now=0) == "resize-a"
+    assert resize.enqueue(q, {"path": "other"}, task_id="resize-a", now=0) is None
+    assert resize.enqueue(q, {"path": "b"}, task_id="later", delay=5, now=0) == "later"
+    assert q.info("resize-a", 0).payload == {"path": "a"}
+    assert q.status("later", 0) == "WAITING"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({}, "missing a required argument: 'path'"),
+        ({"path": "a", "height": 3}, "unexpected keyword argument 'height'"),
+        ({"path": b"bytes"}, "the arguments cannot be stored"),
+        ({"path": object()}, "the arguments cannot be stored"),
+        (["path"], "takes its arguments as a mapping"),
+    ],
+)
+def test_a_bad_call_is_refused_before_anything_is_stored(
+    resize: sqlq.Task[..., None], make_queue: Any, kwargs: Any, said: str
+) -> None:
+    q = make_queue(30, 5)
+    with pytest.raises(InvalidTask, match=said):
+        resize.enqueue(q, kwargs, now=0)
+    if isinstance(kwargs, dict):
+        with pytest.raises(InvalidTask, match=said):
+            resize.defer(q, **kwargs)
+    assert q.tasks(0) == []
+
+
+def test_invalid_task_is_a_value_and_a_type_error() -> None:
+    assert issubclass(InvalidTask, ValueError) and issubclass(InvalidTask, TypeError)
+
+
+def test_enqueue_in_the_callers_transaction(resize: sqlq.Task[..., None], db_path: Path) -> None:
+    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q:
+        with q.engine.begin() as conn:
+            resize.enqueue(q, {"path": "kept"}, task_id="kept", conn=conn)
+        try:
+            with q.engine.begin() as conn:
+                resize.enqueue(q, {"path": "undone"}, task_id="undone", conn=conn)
+                raise RuntimeError("the caller's transaction fails")
+        except RuntimeError:
+            pass
+        assert [t.task_id for t in q.tasks()] == ["kept"]
+
+
+# --- the worker runs each task by its name -----------------------------------------------
+
+
+def _registry(log: list[Any]) -> sqlq.Tasks:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="a")
+    def a(x: int) -> None:
+        log.append(("a", x))
+
+    @tasks.task(name="b")
+    def b(text: str = "none") -> None:
+        log.append(("b", text))
+
+    @tasks.task(name="gives-up")
+    def gives_up() -> None:
+        raise NotRetryable("this input can never work")
+
+    return tasks
+
+
+def test_a_worker_routes_each_task_by_name_and_dead_letters_what_it_cannot_run(
+    db_path: Path,
+) -> None:
+    log: list[Any] = []
+    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=4) as q:
+        q.add("a1", payload={"x": 1}, name="a")
+        q.add("b1", name="b")  # no payload: no arguments
+        q.add("b2", payload={"text": "hi"}, name="b")
+        q.add("unknown", payload={}, name="x")
+        q.add("unnamed", payload={"x": 1})
+        q.add("not-an-object", payload=[1], name="a")
+        q.add("wrong-args", payload={"y": 1}, name="a")
+        q.add("gives-up", name="gives-up")
+        stats = Worker(q, _registry(log)).run(stop_when_idle=True, install_signal_handlers=False)
+        found = {t.task_id: t for t in q.tasks()}
+    assert sorted(log) == [("a", 1), ("b", "hi"), ("b", "none")]
+    assert stats.completed == 3 and stats.failed == 5
+    assert {i for i, t in found.items() if t.state == "COMPLETED"} == {"a1", "b1", "b2"}
+    dead = {i: t.last_error for i, t in found.items() if t.state == "DEAD"}
+    assert dead == {
+        "unknown": "no task named 'x' is registered in this worker (known: a, b, gives-up)",
+        "unnamed": "the task has no name; this worker runs registered tasks only "
+        "(known: a, b, gives-up)",
+        "not-an-object": "task 'a' takes its arguments as a mapping (a JSON object) of names "
+        "to values, not list",
+        "wrong-args": "task 'a' cannot take these arguments: missing a required argument: 'x'",
+        "gives-up": "this input can never work",
+    }
+    assert all(found[i].attempts == 4 for i in dead)  # DEAD at the first attempt
+
+
+def test_a_plain_handler_gets_a_named_tasks_payload(db_path: Path) -> None:
+    seen: list[Any] = []
+    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=4) as q:
+        q.add("n", payload={"x": 1}, name="anything")
+        Worker(q, seen.append).run(stop_when_idle=True, install_signal_handlers=False)
+        assert q.status("n") == "COMPLETED"
+    assert seen == [{"x": 1}]
+
+
+def test_a_handler_that_raises_otherwise_is_retried(db_path: Path) -> None:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="flaky", max_attempts=2)
+    def flaky() -> None:
+        raise ValueError("try again")
+
+    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q:
+        flaky.enqueue(q, {}, task_id="f")
+        stats = Worker(q, tasks).run(stop_when_idle=True, install_signal_handlers=False)
+        info = q.info("f")
+    assert stats.failed == 2  # its own max_attempts, not the queue's
+    assert (info.state, info.attempts, info.last_error) == ("DEAD", 2, "ValueError: try again")
+
+
+# --- the check at worker start -----------------------------------------------------------
+
+
+def _takes_nothing() -> None: ...
+
+
+def _takes_two(a: int, b: int) -> None: ...
+
+
+def _keyword_only(*, payload: object) -> None: ...
+
+
+@pytest.mark.parametrize("handler", [_takes_nothing, _takes_two, _keyword_only, lambda: None])
+def test_a_handler_that_cannot_take_a_task_is_refused(handler: Any, db_path: Path) -> None:
+    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q:
+        q.add("t")
+        with pytest.raises(InvalidConfig, match="cannot be called with one argument"):
+            Worker(q, handler)
+        assert q.info("t").attempts == 0
+
+
+def test_handlers_that_take_one_argument_are_accepted(db_path: Path) -> None:
+    def with_defaults(payload: object, extra: int = 1) -> None: ...
+
+    def star(*args: object) -> None: ...
+
+    class Handler:
+        def __call__(self, payload: object) -> None: ...
+
+    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q:
+        for handler in [with_defaults, star, Handler(), print, _registry([])]:
+            Worker(q, handler)
+
+
+@pytest.mark.parametrize(
+    ("handler", "options", "said"),
+    [
+        (5, {}, "handler must be callable or a sqlq.Tasks, not int"),
+        (sqlq.Tasks(), {"with_lease": True}, "with_lease is for a plain handler"),
+    ],
+)
+def test_what_a_worker_cannot_run_is_refused(
+    handler: Any, options: dict[str, Any], said: str, db_path: Path
+) -> None:
+    with (
+        sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q,
+        pytest.raises(InvalidConfig, match=said),
+    ):
+        Worker(q, handler, **options)
+
+
+# --- `sqlq worker DB module:tasks`, real processes ---------------------------------------
+
+REGISTRY = """
+import os
+import sqlq
+
+tasks = sqlq.Tasks()
+
+
+def _append(line):
+    with open(os.environ["TASKS_LOG"], "a") as log:
+        log.write(line + "\\n")
+
+
+@tasks.task(name="resize")
+def resize(path, width):
+    _append(f"resize {path} {width}")
+
+
+@tasks.task(name="mail", max_attempts=2)
+def mail(to):
+    if to == "nobody":
+        raise ValueError("no such address")
+    _append(f"mail {to}")
+
+
+def takes_nothing():
+    _append("called")
+"""
+
+
+def _run_worker(tmp_path: Path, db: Path, target: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "cli_tasks.py").write_text(textwrap.dedent(REGISTRY))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+        "TASKS_LOG": str(tmp_path / "tasks.log"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "sqlq", "worker", str(db), target, "--burst", "--grace", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def _rows(db: Path) -> dict[str, tuple[Any, ...]]:
+    conn = dbapi.connect(str(db))
+    try:
+        rows = conn.execute("SELECT task_id, name, state, attempts, last_error FROM sqlq_tasks")
+        return {row[0]: row[1:] for row in rows}
+    finally:
+        conn.close()
+
+
+def test_sqlq_worker_runs_a_registry_by_name(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=5) as q:
+        q.add("r1", payload={"path": "a.png", "width": 640}, name="resize")
+        q.add("m1", payload={"to": "ann"}, name="mail")
+        q.add("m2", payload={"to": "nobody"}, name="mail", max_attempts=2)
+        q.add("x1", payload={"to": "ann"}, name="fax")
+    proc = _run_worker(tmp_path, db, "cli_tasks:tasks")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted((tmp_path / "tasks.log").read_text().splitlines()) == [
+        "mail ann",
+        "resize a.png 640",
+    ]
+    assert _rows(db) == {
+        "r1": ("resize", "COMPLETED", 1, None),
+        "m1": ("mail", "COMPLETED", 1, None),
+        "m2": ("mail", "DEAD", 2, "ValueError: no such address"),
+        "x1": (
+            "fax",
+            "DEAD",
+            5,
+            "no task named 'fax' is registered in this worker (known: mail, resize)",
+        ),
+    }
+
+
+def test_sqlq_worker_refuses_a_handler_that_takes_nothing_before_claiming(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=5) as q:
+        q.add_many(["t1", "t2"])
+    before = _rows(db)
+    proc = _run_worker(tmp_path, db, "cli_tasks:takes_nothing")
+    assert proc.returncode == 1
+    assert "handler 'takes_nothing' cannot be called with one argument" in proc.stderr
+    assert _rows(db) == before == {t: (None, "AVAILABLE", 0, None) for t in ("t1", "t2")}
+    assert not (tmp_path / "tasks.log").exists()
+
+
+def test_resolve_target_accepts_a_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cli_tasks_resolved.py").write_text(textwrap.dedent(REGISTRY))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert isinstance(resolve_target("cli_tasks_resolved:tasks"), sqlq.Tasks)
+
+
+# --- sqlq add --name ----------------------------------------------------------------------
+
+
+def test_sqlq_add_with_a_name(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sqlq", "add", str(db), "a", "b", "--name", "resize",
+         "--payload", json.dumps({"path": "p", "width": 1})],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=5) as q:
+        assert [(t.task_id, t.name) for t in q.tasks()] == [("a", "resize"), ("b", "resize")]
+    bad = subprocess.run(
+        [sys.executable, "-m", "sqlq", "add", str(db), "c", "--name", ""],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "task name must not be empty" in bad.stderr
