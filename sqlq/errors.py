@@ -119,3 +119,9 @@ class InvariantViolation(SqlqError):
 
 class QueueClosed(SqlqError):
     """The queue was closed; open a new one."""
+
+
+#: Errors a long-running caller (a worker) outlives: each left the queue unchanged, and
+#: a taken lock, a full disk, a failing write or a wrong clock may pass (the lock freed,
+#: space freed, the device back, the clock fixed), so the call may be tried again later.
+TRANSIENT: tuple[type[SqlqError], ...] = (Busy, StorageFull, StorageIOError, ClockSkew)

@@ -99,13 +99,10 @@ opens the queue, resolves the handler, sets up logging and runs a Worker.
 from __future__ import annotations
 
 import asyncio
-import enum
 import importlib
-import json
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import threading
@@ -117,8 +114,10 @@ from typing import Any, Protocol, TypeVar, cast
 
 from .contract import MAX_BATCH, MAX_LEASE_SECONDS, State
 from .durable import Queue
-from .errors import Busy, ClockSkew, InvalidConfig, StorageFull, StorageIOError
-from .executors import Executor, Job
+from .errors import TRANSIENT, InvalidConfig
+from .events import event, task_fields
+from .executors import Executor
+from .monitor import ACTIVE, Monitor, Phase, Running
 from .records import Lease
 from .sqlite.backend import Synchronous
 from .tasks import Tasks, failure, runner
@@ -138,11 +137,8 @@ T = TypeVar("T")
 #: Pause before a queue call that raised Busy is tried again, in seconds.
 BUSY_PAUSE = 0.2
 
-#: Errors a worker outlives: logged, and the call tried again after BUSY_PAUSE.  Each
-#: left the queue unchanged; a full disk, a failing write or a wrong clock may
-#: pass (space freed, the device back, the clock fixed) and the tasks are safe
-#: meanwhile (leases that run out are retried).
-TRANSIENT = (Busy, StorageFull, StorageIOError, ClockSkew)
+#: Errors a worker outlives (sqlq.errors.TRANSIENT): logged, and the call tried again
+#: after BUSY_PAUSE; the tasks are safe meanwhile (leases that run out are retried).
 
 #: Seconds between two warnings about the same transient error.
 REPEAT_WARNING = 10.0
@@ -217,26 +213,6 @@ class WorkerStats:
     #: ``(completed + failed) / commits`` is about the tasks per commit.  A
     #: measure, not an outcome: left out of comparisons.
     commits: int = field(default=0, compare=False)
-
-
-class _State(enum.Enum):
-    RUNNING = "running"  # the handler runs; heartbeats keep the lease
-    REPORTING = "reporting"  # the handler returned; complete/fail is being called
-    TIMED_OUT = "timed out"  # failed for its time limit; the handler still runs
-    RELEASED = "released"  # given back at shutdown (or abandoned); results ignored
-
-
-#: States in which a task counts as in flight (a stop waits for them).
-_ACTIVE = (_State.RUNNING, _State.REPORTING)
-
-
-@dataclass(eq=False)
-class _Running(Job):
-    started: float  # the worker's clock.monotonic()
-    next_beat: float
-    state: _State = _State.RUNNING
-    lost: bool = False
-    ended: float | None = None  # when the handler returned (the worker's clock)
 
 
 class Worker:
@@ -314,9 +290,10 @@ class Worker:
 
         # Everything below is guarded by _cond.  An RLock, because a signal
         # handler calling stop() runs in the main thread, which may hold it.
-        self._cond = threading.Condition(threading.RLock())
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)  # the claim loop's and the drain's waits
         self._stats = WorkerStats()
-        self._running: dict[int, _Running] = {}  # by lease token
+        self._running: dict[int, Running] = {}  # by lease token
         # Slots not reserved for a lease.  The one rule that keeps the leases held
         # at most concurrency: a lease is only obtained for a slot reserved for it
         # (_settle reserves the free slots and those of the outcomes it reports,
@@ -324,13 +301,12 @@ class Worker:
         self._free = concurrency
         # Outcomes of handlers that returned, not yet reported: (task, error, whether
         # the handler returned after its time limit).
-        self._outcomes: list[tuple[_Running, BaseException | None, bool]] = []
+        self._outcomes: list[tuple[Running, BaseException | None, bool]] = []
         self._stopping = False
         self._stop_at: float | None = None
         self._hurry = False  # skip what is left of the grace period
         self._returned = False  # run() is returning: no more queue calls
         self._warned: dict[str, float] = {}  # transient error kind -> last warning
-        self._monitor_exit = False
         self._started = False
         self._executor = Executor(
             self._call,
@@ -339,11 +315,9 @@ class Worker:
             name=f"sqlq-worker-{queue.queue}",
             log=self.log,
         )
-        self._monitor: threading.Thread | None = None
+        self._monitor = Monitor(self)  # heartbeats, time limits, the summary
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
-        self._summary_at: float | None = None  # when the next summary is due
-        self._summarized = (0.0, WorkerStats())  # the last summary's time and counts
 
     # --- the public face ----------------------------------------------------------
 
@@ -390,10 +364,6 @@ class Worker:
                 raise RuntimeError("a Worker runs once; make a new one")
             self._started = True
             self._until = "drained" if stop_when_drained else "idle" if stop_when_idle else None
-            now = self.clock.monotonic()
-            self._summarized = (now, WorkerStats())
-            if self.summary_every:
-                self._summary_at = now + self.summary_every
         previous: dict[int, _SignalHandler] = {}
         idle = False
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
@@ -567,18 +537,18 @@ class Worker:
         (True), or, if the worker is stopping, release it at once (False: the
         caller frees the slot)."""
         now = self.clock.monotonic()
-        entry = _Running(lease, started=now, next_beat=now + self.heartbeat)
+        entry = Running(lease, started=now, next_beat=now + self.heartbeat)
         with self._cond:
             self._stats.claimed += 1
             stopping = self._stopping
             if not stopping:
                 self._running[lease.token] = entry
-                self._cond.notify_all()  # the monitor schedules its heartbeat
+                self._monitor.scheduled(entry)
         if stopping:
             self._let_releases_wait()
             self._give_back(lease, "was claimed as the worker stopped")
             return False
-        _event(self.log, logging.DEBUG, "task claimed", task_fields(lease))
+        event(self.log, logging.DEBUG, "task claimed", task_fields(lease))
         self._executor.submit(entry)
         return True
 
@@ -596,7 +566,7 @@ class Worker:
 
     def _in_flight(self) -> int:
         with self._cond:
-            return sum(e.state in _ACTIVE for e in self._running.values())
+            return sum(e.state in ACTIVE for e in self._running.values())
 
     def _wait_for_stop(self, seconds: float) -> bool:
         """Wait ``seconds`` or until stop() is called; True if it was."""
@@ -642,25 +612,21 @@ class Worker:
 
     def _start_threads(self) -> None:
         self._executor.start()
-        self._monitor = threading.Thread(
-            target=self._monitor_thread, name=f"sqlq-worker-{self.queue.queue}-monitor", daemon=True
-        )
-        self._monitor.start()
+        self._monitor.start(self.clock.monotonic(), WorkerStats())
 
     def _stop_threads(self) -> None:
         with self._cond:
-            self._monitor_exit = True
             self._returned = True
             self._cond.notify_all()
+            self._monitor.end()
+        self._monitor.join()
         self._executor.shutdown()
-        if self._monitor is not None and self._monitor.is_alive():
-            self._monitor.join()
 
     def _call(self, lease: Lease) -> object:
         """The handler's call on ``lease`` (an awaitable, if it is async)."""
         return self._run(lease)
 
-    def _finished(self, entry: _Running, error: BaseException | None) -> None:
+    def _finished(self, entry: Running, error: BaseException | None) -> None:
         """The handler returned or raised: its outcome waits for the claim loop to
         report it (its slot stays reserved until then).  A coroutine that ends
         with the CancelledError of the worker's cancel is reported no more."""
@@ -668,14 +634,14 @@ class Worker:
         entry.ended = self.clock.monotonic()
         cancelled = entry.cancelled and isinstance(error, asyncio.CancelledError)
         with self._cond:
-            if self._returned or entry.state is _State.RELEASED or cancelled:
+            if self._returned or entry.state is Phase.RELEASED or cancelled:
                 del self._running[lease.token]
                 self._free += 1
                 self._cond.notify_all()
                 given_up = True
             else:
-                late = entry.state is _State.TIMED_OUT
-                entry.state = _State.REPORTING
+                late = entry.state is Phase.TIMED_OUT
+                entry.state = Phase.REPORTING
                 self._outcomes.append((entry, error, late))
                 self._cond.notify_all()
                 given_up = False
@@ -689,28 +655,28 @@ class Worker:
             )
 
     def _acknowledge(
-        self, entry: _Running, error: BaseException | None, late: bool, answer: bool | str | None
+        self, entry: Running, error: BaseException | None, late: bool, answer: bool | str | None
     ) -> None:
         """Count and log an outcome the queue has answered (holding _cond)."""
         if answer and error is None:
             self._stats.completed += 1
             if self.log.isEnabledFor(logging.DEBUG):  # a line per task: built only if shown
                 fields = self._fields(entry, error)
-                _event(self.log, logging.DEBUG, "task completed", fields, outcome="COMPLETED")
+                event(self.log, logging.DEBUG, "task completed", fields, outcome="COMPLETED")
         elif answer:
             self._stats.failed += 1
             self._failed(self._fields(entry, error), str(answer), error)
         elif late:
             fields = self._fields(entry, error)
-            _event(self.log, logging.WARNING, "task result refused", fields, why="time limit")
+            event(self.log, logging.WARNING, "task result refused", fields, why="time limit")
         else:
             self._stats.lost += 1
             what = "completion" if error is None else "failure"
             fields = self._fields(entry, error)
-            _event(self.log, logging.WARNING, "task lost", fields, outcome="lost", refused=what)
+            event(self.log, logging.WARNING, "task lost", fields, outcome="lost", refused=what)
 
     @staticmethod
-    def _fields(entry: _Running, error: BaseException | None) -> dict[str, Any]:
+    def _fields(entry: Running, error: BaseException | None) -> dict[str, Any]:
         """The fields of a task's outcome: the task's, how long its handler ran, its error."""
         fields = task_fields(entry.lease)
         if entry.ended is not None:
@@ -727,124 +693,16 @@ class Worker:
         dead = state == "DEAD"
         self._stats.dead += dead
         traceback = error if error is not None and self.log.isEnabledFor(logging.DEBUG) else None
-        event = "task dead" if dead else "task failed"
-        _event(self.log, logging.WARNING, event, fields, outcome=state, exc_info=traceback)
+        what = "task dead" if dead else "task failed"
+        event(self.log, logging.WARNING, what, fields, outcome=state, exc_info=traceback)
 
     def _count(self, what: str) -> None:
         with self._cond:
             setattr(self._stats, what, getattr(self._stats, what) + 1)
 
-    # --- heartbeats and time limits -----------------------------------------------------
+    # --- time limits (the monitor finds them) --------------------------------------------
 
-    def _monitor_thread(self) -> None:
-        while True:
-            try:
-                if not self._monitor_round():
-                    return
-            except BaseException:
-                self.log.error("worker error in the heartbeat thread", exc_info=True)
-                with self._cond:
-                    if self._monitor_exit:
-                        return
-                    self._wait(self.clock.monotonic() + BUSY_PAUSE)
-
-    def _monitor_round(self) -> bool:
-        """Wait for the next heartbeat, time limit or summary due, then do it; False
-        to exit."""
-        with self._cond:
-            if self._monitor_exit:
-                return False
-            now = self.clock.monotonic()
-            beats, limits = [], []
-            soonest = math.inf if self._summary_at is None else self._summary_at
-            summary = now >= soonest
-            for entry in self._running.values():
-                if entry.state is not _State.RUNNING or entry.lost:
-                    continue
-                if self.time_limit is not None:
-                    if now >= entry.started + self.time_limit:
-                        entry.state = _State.TIMED_OUT
-                        limits.append(entry)
-                        continue
-                    soonest = min(soonest, entry.started + self.time_limit)
-                if now >= entry.next_beat:
-                    beats.append(entry)
-                else:
-                    soonest = min(soonest, entry.next_beat)
-            if not beats and not limits and not summary:
-                self._wait(None if soonest == math.inf else soonest)
-                return True
-        for entry in limits:
-            self._time_out(entry)
-        for entry in beats:
-            self._beat(entry)
-        if summary:
-            self._summarize()
-        return True
-
-    def _summarize(self) -> None:
-        """The periodic summary: one INFO line with the outcomes since the last one,
-        tasks per second, the backlog and the age of the oldest AVAILABLE task.
-        The queue's figures are read without the write lock (Queue.snapshot)."""
-        now = self.clock.monotonic()
-        with self._cond:
-            stats = replace(self._stats)
-            since, before = self._summarized
-            self._summarized = (now, stats)
-            assert self.summary_every is not None
-            self._summary_at = now + self.summary_every
-        try:
-            figures = self.queue.snapshot()
-        except TRANSIENT as exc:
-            self._log_busy(exc)
-            backlog, age = None, None
-        else:
-            backlog = figures.counts[State.AVAILABLE.value]
-            age = figures.oldest_available_age
-        done = {
-            what: getattr(stats, what) - getattr(before, what)
-            for what in ("completed", "failed", "dead", "lost")
-        }
-        elapsed = now - since
-        rate = (done["completed"] + done["failed"]) / elapsed if elapsed > 0 else 0.0
-        _event(
-            self.log,
-            logging.INFO,
-            "worker summary",
-            done,
-            tasks_per_second=rate,
-            backlog=backlog,
-            oldest_available=None if age is None else float(age),
-            interval=float(elapsed),
-        )
-
-    def _beat(self, entry: _Running) -> None:
-        lease = entry.lease
-        started = self.clock.monotonic()
-        with self._cond:
-            if entry.state is not _State.RUNNING:
-                return  # finished, timed out or given back since the round began
-        try:
-            deadline = self.queue.extend(lease.task_id, lease.token)
-        except Busy as exc:
-            self.log.warning("heartbeat of task %r: queue busy (%s)", lease.task_id, exc)
-            with self._cond:
-                entry.next_beat = self.clock.monotonic() + min(BUSY_PAUSE, self.heartbeat)
-            return
-        except Exception:
-            self.log.error("heartbeat of task %r failed", lease.task_id, exc_info=True)
-            with self._cond:
-                entry.next_beat = self.clock.monotonic() + min(BUSY_PAUSE, self.heartbeat)
-            return
-        with self._cond:
-            entry.next_beat = started + self.heartbeat
-            if deadline is not None or entry.state is not _State.RUNNING:
-                return  # extended, or the handler finished meanwhile
-            entry.lost = True
-        # Another worker may run the task now; this handler's result will be refused.
-        _event(self.log, logging.WARNING, "task lease lost", task_fields(lease), by="heartbeat")
-
-    def _time_out(self, entry: _Running) -> None:
+    def _time_out(self, entry: Running) -> None:
         lease = entry.lease
         error = f"time limit of {self.time_limit:g}s exceeded"
         state = self._persist(self.queue.fail, lease.task_id, token=lease.token, error=error)
@@ -857,7 +715,7 @@ class Worker:
         with self._cond:
             if state is None:
                 self._stats.lost += 1
-                _event(self.log, logging.WARNING, "task lost", fields, outcome="lost")
+                event(self.log, logging.WARNING, "task lost", fields, outcome="lost")
             else:
                 self._stats.timed_out += 1
                 self._failed(fields, state)
@@ -888,17 +746,17 @@ class Worker:
             start = self._stop_at if self._stop_at is not None else self.clock.monotonic()
 
         def settled() -> bool:
-            return self._hurry or not any(e.state in _ACTIVE for e in self._running.values())
+            return self._hurry or not any(e.state in ACTIVE for e in self._running.values())
 
         self._report_until(start + self.grace, settled)
         with self._cond:
-            pending = any(e.state in _ACTIVE for e in self._running.values())
-            give_back = [e.lease for e in self._running.values() if e.state is _State.RUNNING]
+            pending = any(e.state in ACTIVE for e in self._running.values())
+            give_back = [e.lease for e in self._running.values() if e.state is Phase.RUNNING]
             given_up = [
-                e for e in self._running.values() if e.state in (_State.RUNNING, _State.TIMED_OUT)
+                e for e in self._running.values() if e.state in (Phase.RUNNING, Phase.TIMED_OUT)
             ]
             for entry in given_up:
-                entry.state = _State.RELEASED
+                entry.state = Phase.RELEASED
         for entry in given_up:
             self._executor.cancel(entry)
         # The grace is over: releases and the reports still pending (their Busy
@@ -911,8 +769,8 @@ class Worker:
         self._report_until(last, lambda: not self._outcomes)
         with self._cond:
             self._returned = True
-            self._monitor_exit = True
             self._cond.notify_all()
+            self._monitor.end()
             self._abandon("could not be reported before the worker stopped")
 
     def _report_until(self, end: float, done: Callable[[], bool]) -> None:
@@ -935,7 +793,7 @@ class Worker:
     def _abandon(self, why: str) -> None:
         """Give up the outcomes not reported (holding _cond): their leases run out."""
         for entry, _, _ in self._outcomes:
-            entry.state = _State.RELEASED
+            entry.state = Phase.RELEASED
             self.log.warning(
                 "task %r: the outcome of its handler %s; its lease runs out in at most %gs "
                 "and the task is retried then",
@@ -974,21 +832,11 @@ class Worker:
             return
         if done:  # back in line, its attempt not counted
             self._count("released")
-            _event(self.log, logging.WARNING, "task released", task_fields(lease), reason=why)
+            event(self.log, logging.WARNING, "task released", task_fields(lease), reason=why)
         else:
             self._count("lost")
             fields = task_fields(lease)
-            _event(
-                self.log, logging.WARNING, "task lost", fields, outcome="lost", refused="release"
-            )
-
-
-# --- log lines -------------------------------------------------------------------------
-
-#: Fields given in seconds: written with an "s" (``duration=0.003s``).
-_SECONDS = frozenset({"duration", "time_limit", "oldest_available", "interval"})
-#: A text value written as it is; any other is written as a JSON string.
-_PLAIN = re.compile(r"[\w.:/@+-]+")
+            event(self.log, logging.WARNING, "task lost", fields, outcome="lost", refused="release")
 
 
 def _pending_text(pending: tuple[int, int] | None) -> str:
@@ -998,41 +846,6 @@ def _pending_text(pending: tuple[int, int] | None) -> str:
     return (
         f"{reserved} RESERVED (leases of other workers), {waiting} WAITING (for a delay or a retry)"
     )
-
-
-def task_fields(lease: Lease) -> dict[str, Any]:
-    """What identifies a task in the worker's log lines and their ``extra``: the one
-    place for what a lease carries about its task, so that every event shows it."""
-    fields = {"task_id": lease.task_id, "attempt": lease.attempt, "token": lease.token}
-    if lease.name is not None:
-        fields["name"] = lease.name
-    return fields
-
-
-def _event(
-    log: logging.Logger,
-    level: int,
-    event: str,
-    fields: dict[str, Any],
-    exc_info: BaseException | None = None,
-    **more: Any,
-) -> None:
-    """Log one event on one line: ``event key=value ...``, and the same values
-    in the record's ``extra`` (as attributes of the record, for a JSON formatter)."""
-    if log.isEnabledFor(level):
-        values = {**fields, **more}
-        text = " ".join(f"{key}={_text(key, value)}" for key, value in values.items())
-        log.log(level, "%s %s", event, text, extra=values, exc_info=exc_info, stacklevel=2)
-
-
-def _text(key: str, value: Any) -> str:
-    """A value as a log line shows it: parseable, and never across lines."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}s" if key in _SECONDS else f"{value:.1f}"
-    text = str(value)
-    return text if _PLAIN.fullmatch(text) else json.dumps(text)
 
 
 class _Busy:

@@ -301,9 +301,16 @@ MUTANTS = [
     ),
     Mutant(
         "worker-heartbeats-continuously",
-        "sqlq/worker.py",
-        "entry.next_beat = started + self.heartbeat",
+        "sqlq/monitor.py",
+        "entry.next_beat = started + w.heartbeat",
         "entry.next_beat = started",
+        WORKER,
+    ),
+    Mutant(
+        "monitor-not-woken-for-a-new-task",
+        "sqlq/monitor.py",
+        "if due < self._wake_at:",
+        "if due > self._wake_at:",
         WORKER,
     ),
     Mutant(

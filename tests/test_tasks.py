@@ -258,7 +258,9 @@ def test_a_plain_handler_gets_a_named_tasks_payload(db_path: Path) -> None:
     assert seen == [{"x": 1}]
 
 
-def test_a_handler_that_raises_otherwise_is_retried(db_path: Path) -> None:
+def test_a_handler_that_raises_otherwise_is_retried(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     tasks = sqlq.Tasks()
 
     @tasks.task(name="flaky", max_attempts=2)
@@ -271,6 +273,10 @@ def test_a_handler_that_raises_otherwise_is_retried(db_path: Path) -> None:
         info = q.info("f")
     assert stats.failed == 2  # its own max_attempts, not the queue's
     assert (info.state, info.attempts, info.last_error) == ("DEAD", 2, "ValueError: try again")
+    # Every task event names the task, in the line and in the record's extra.
+    dead = [r for r in caplog.records if r.getMessage().startswith("task dead")]
+    assert len(dead) == 1 and " task_name=flaky " in dead[0].getMessage()
+    assert getattr(dead[0], "task_name", None) == "flaky"
 
 
 # --- the check at worker start -----------------------------------------------------------

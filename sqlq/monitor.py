@@ -1,0 +1,209 @@
+"""The worker's monitor: heartbeats, time limits and the summary line, in one thread.
+
+A :class:`Monitor` belongs to one :class:`sqlq.Worker` and shares its lock, but
+waits on a condition of its own: it is woken only when a task arrives whose
+heartbeat or time limit is due before the monitor's next planned wake-up, or
+when the worker stops, never by the claim loop's and the handlers' own
+hand-offs (a drain of tiny tasks woke it three times per task when the two
+shared one condition).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import threading
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from .contract import State
+from .errors import TRANSIENT, Busy
+from .events import event, task_fields
+from .executors import Job
+
+if TYPE_CHECKING:
+    from .worker import Worker, WorkerStats
+
+#: Seconds before a heartbeat that met Busy (or another error) is tried again.
+RETRY_BEAT = 0.2
+
+
+class Phase(enum.Enum):
+    """Where a running task of a worker is."""
+
+    RUNNING = "running"  # the handler runs; heartbeats keep the lease
+    REPORTING = "reporting"  # the handler returned; complete/fail is being called
+    TIMED_OUT = "timed out"  # failed for its time limit; the handler still runs
+    RELEASED = "released"  # given back at shutdown (or abandoned); results ignored
+
+
+#: States in which a task counts as in flight (a stop waits for them).
+ACTIVE = (Phase.RUNNING, Phase.REPORTING)
+
+
+@dataclass(eq=False)
+class Running(Job):
+    """A task a worker runs, as the worker and its monitor track it."""
+
+    started: float  # the worker's clock.monotonic()
+    next_beat: float
+    state: Phase = Phase.RUNNING
+    lost: bool = False
+    ended: float | None = None  # when the handler returned (the worker's clock)
+
+
+class Monitor:
+    """Extends the lease of every running task every ``worker.heartbeat`` seconds,
+    fails those past ``worker.time_limit``, and logs the summary every
+    ``worker.summary_every`` seconds (all of the worker's clock)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._cond = threading.Condition(worker._lock)  # guarded by the worker's lock
+        self._exit = False
+        self._wake_at = math.inf  # when the monitor means to wake next (inf: when told)
+        self._summary_at: float | None = None  # when the next summary is due
+        self._summarized: tuple[float, WorkerStats] | None = None  # the last one: time, counts
+        self._thread: threading.Thread | None = None
+
+    def start(self, now: float, stats: WorkerStats) -> None:
+        w = self.worker
+        with self._cond:
+            self._summarized = (now, stats)
+            if w.summary_every:
+                self._summary_at = now + w.summary_every
+        self._thread = threading.Thread(
+            target=self._loop, name=f"sqlq-worker-{w.queue.queue}-monitor", daemon=True
+        )
+        self._thread.start()
+
+    def end(self) -> None:
+        """No more rounds (the caller holds the worker's lock): the thread exits."""
+        self._exit = True
+        self._cond.notify()
+
+    def join(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join()
+
+    def scheduled(self, entry: Running) -> None:
+        """A task began to run (the caller holds the worker's lock): wake the monitor
+        if its first heartbeat or time limit comes before the planned wake-up."""
+        limit = self.worker.time_limit
+        due = entry.next_beat if limit is None else min(entry.next_beat, entry.started + limit)
+        if due < self._wake_at:
+            self._wake_at = due
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        w = self.worker
+        while True:
+            try:
+                if not self._round():
+                    return
+            except BaseException:
+                w.log.error("worker error in the heartbeat thread", exc_info=True)
+                with self._cond:
+                    if self._exit:
+                        return
+                    w.clock.wait(self._cond, w.clock.monotonic() + RETRY_BEAT)
+
+    def _round(self) -> bool:
+        """Wait for the next heartbeat, time limit or summary due, then do it; False
+        to exit."""
+        w = self.worker
+        with self._cond:
+            if self._exit:
+                return False
+            now = w.clock.monotonic()
+            beats, limits = [], []
+            soonest = math.inf if self._summary_at is None else self._summary_at
+            summary = now >= soonest
+            for entry in w._running.values():
+                if entry.state is not Phase.RUNNING or entry.lost:
+                    continue
+                if w.time_limit is not None:
+                    if now >= entry.started + w.time_limit:
+                        entry.state = Phase.TIMED_OUT
+                        limits.append(entry)
+                        continue
+                    soonest = min(soonest, entry.started + w.time_limit)
+                if now >= entry.next_beat:
+                    beats.append(entry)
+                else:
+                    soonest = min(soonest, entry.next_beat)
+            if not beats and not limits and not summary:
+                self._wake_at = soonest
+                w.clock.wait(self._cond, None if soonest == math.inf else soonest)
+                self._wake_at = -math.inf  # awake: it looks at every task anyway
+                return True
+        for entry in limits:
+            w._time_out(entry)
+        for entry in beats:
+            self._beat(entry)
+        if summary:
+            self._summarize()
+        return True
+
+    def _summarize(self) -> None:
+        """The periodic summary: one INFO line with the outcomes since the last one,
+        tasks per second, the backlog and the age of the oldest AVAILABLE task.
+        The queue's figures are read without the write lock (Queue.snapshot)."""
+        w = self.worker
+        now = w.clock.monotonic()
+        with self._cond:
+            stats = replace(w._stats)
+            assert self._summarized is not None and w.summary_every is not None
+            since, before = self._summarized
+            self._summarized = (now, stats)
+            self._summary_at = now + w.summary_every
+        try:
+            figures = w.queue.snapshot()
+        except TRANSIENT as exc:
+            w._log_busy(exc)
+            backlog, age = None, None
+        else:
+            backlog = figures.counts[State.AVAILABLE.value]
+            age = figures.oldest_available_age
+        done = {
+            what: getattr(stats, what) - getattr(before, what)
+            for what in ("completed", "failed", "dead", "lost")
+        }
+        elapsed = now - since
+        rate = (done["completed"] + done["failed"]) / elapsed if elapsed > 0 else 0.0
+        event(
+            w.log,
+            logging.INFO,
+            "worker summary",
+            done,
+            tasks_per_second=rate,
+            backlog=backlog,
+            oldest_available=None if age is None else float(age),
+            interval=float(elapsed),
+        )
+
+    def _beat(self, entry: Running) -> None:
+        w = self.worker
+        lease = entry.lease
+        started = w.clock.monotonic()
+        with self._cond:
+            if entry.state is not Phase.RUNNING:
+                return  # finished, timed out or given back since the round began
+        try:
+            deadline = w.queue.extend(lease.task_id, lease.token)
+        except Exception as exc:
+            if isinstance(exc, Busy):
+                w.log.warning("heartbeat of task %r: queue busy (%s)", lease.task_id, exc)
+            else:
+                w.log.error("heartbeat of task %r failed", lease.task_id, exc_info=True)
+            with self._cond:
+                entry.next_beat = w.clock.monotonic() + min(RETRY_BEAT, w.heartbeat)
+            return
+        with self._cond:
+            entry.next_beat = started + w.heartbeat
+            if deadline is not None or entry.state is not Phase.RUNNING:
+                return  # extended, or the handler finished meanwhile
+            entry.lost = True
+        # Another worker may run the task now; this handler's result will be refused.
+        event(w.log, logging.WARNING, "task lease lost", task_fields(lease), by="heartbeat")
