@@ -267,7 +267,7 @@ def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="DURATION",
         type=seconds(0, 3600, allow_minimum=False),
         default=2.0,
-        help="lease of each reservation in seconds (default 2)",
+        help="lease of each reservation, a duration (default 2s)",
     )
     demo.set_defaults(handler=_demo)
 
