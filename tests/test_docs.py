@@ -130,9 +130,6 @@ NOT_RUN_SECTIONS = {
     "Benchmarks": "minutes of benchmarks (bench/)",
     "Development": "installs and the whole test suite",
 }
-#: What a ``<!-- needs: X -->`` marker needs: an attribute of sqlq.
-NEEDS = {"tasks": "Tasks", "async": "AsyncQueue"}
-
 _FENCE = re.compile(r"((?:^[ ]*<!-- [^\n]*? -->\n)*)^([ ]*)```(\w*)\n(.*?)^\2```[ ]*$", re.S | re.M)
 
 
@@ -142,16 +139,12 @@ class Block:
     number: int  # 1, 2, ... within the section
     lang: str
     code: str
-    markers: tuple[str, ...]  # "needs: tasks", "file: tasks.py", ...
+    markers: tuple[str, ...]  # ("file: tasks.py",) or ()
 
     @property
     def file(self) -> str | None:
         names = [m.removeprefix("file: ") for m in self.markers if m.startswith("file: ")]
         return names[0] if names else None
-
-    @property
-    def needs(self) -> list[str]:
-        return [m.removeprefix("needs: ") for m in self.markers if m.startswith("needs: ")]
 
     def __str__(self) -> str:
         return f"README.md, {self.section!r}, block {self.number} ({self.lang})"
@@ -185,11 +178,11 @@ def test_every_code_block_says_whether_it_runs() -> None:
     assert len(blocks) * 2 == len(fences), "a fence the tests do not parse"
     for block in blocks:
         assert block.lang in RUN_LANGS + NOT_RUN_LANGS, f"{block}: unknown language"
-        for need_name in block.needs:
-            assert need_name in NEEDS, f"{block}: unknown need {need_name!r}"
+        for marker in block.markers:
+            assert marker.startswith("file: "), f"{block}: unknown marker {marker!r}"
         if block.file:
             assert block.lang == "python", f"{block}: a file: block must be Python"
-        if block.lang == "python":  # also those that need what is not there yet
+        if block.lang == "python":
             compile(block.code, str(block), "exec")
 
 
@@ -216,10 +209,7 @@ def _anchors() -> set[str]:
 
 
 def _missing(block: Block) -> str | None:
-    """Why ``block`` cannot run on this machine (or with this sqlq), if it cannot."""
-    for need_name in block.needs:
-        if not hasattr(sqlq, NEEDS[need_name]):
-            return f"sqlq.{NEEDS[need_name]} does not exist yet"
+    """Why ``block`` cannot run on this machine, if it cannot."""
     uses_shell = block.lang == "sh" and re.search(r"^sqlite3 ", block.code, re.M)
     if uses_shell and not shutil.which("sqlite3"):
         return "no sqlite3 shell on this machine"
@@ -256,8 +246,11 @@ def _run_sh(block: Block, folder: Path) -> None:
 
 def _serve_until_drained(words: list[str], folder: Path) -> None:
     """A worker that runs until stopped: wait until its queue has nothing left to do,
-    then stop it with SIGTERM, as a service manager does; it must exit 0."""
+    then stop it with SIGTERM, as a service manager does; it must exit 0, and have
+    sent no task DEAD (a README example whose tasks cannot run drains too)."""
     queue = words[words.index("--queue") + 1] if "--queue" in words else "default"
+    with sqlq.Queue(words[2], lease_seconds=30, max_attempts=1, queue=queue) as q:
+        dead_before = q.counts()["DEAD"]
     log = folder / "worker.log"
     with log.open("w") as err:
         proc = subprocess.Popen(words, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
@@ -272,6 +265,7 @@ def _serve_until_drained(words: list[str], folder: Path) -> None:
                 assert proc.poll() is None, f"{words}: exited early:\n{log.read_text()}"
                 assert time.monotonic() < deadline, f"{words}: did not drain:\n{log.read_text()}"
                 time.sleep(0.05)  # polling the queue's state, with a deadline
+            assert q.counts()["DEAD"] == dead_before, f"{words}: tasks died:\n{log.read_text()}"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()
     finally:

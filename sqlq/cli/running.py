@@ -52,14 +52,18 @@ _target.__name__ = "handler"
 def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     worker = commands.add_parser(
         "worker",
-        help="run a worker: take tasks from a queue and call a Python function on each",
+        help="run a worker: take tasks from a queue and run a Python function on each",
         description=(
-            "Take tasks from a queue and call HANDLER with each task's payload, in "
-            "--concurrency threads. A handler that returns completes its task; one that "
+            "Take tasks from a queue and run HANDLER on each: a function called with the "
+            "task's payload, or a sqlq.Tasks registry that runs the function registered "
+            "under the task's name. Sync functions run in threads, async ones (async def) "
+            "are awaited on the worker's event loop; at most --concurrency tasks run at once, "
+            "both kinds together. A handler that returns completes its task; one that "
             "raises fails it (the exception text is the task's last error) and the task is "
-            "retried until it has used its attempts. Leases are extended while a handler "
-            "runs. SIGTERM or Ctrl-C stops taking tasks and gives running handlers --grace "
-            "seconds to finish; the rest go back to the line without counting the attempt. "
+            "retried until it has used its attempts (sqlq.errors.NotRetryable: DEAD at once). "
+            "Leases are extended while a handler runs. SIGTERM or Ctrl-C stops taking tasks "
+            "and gives running handlers --grace to finish; the rest go back to the line "
+            "without counting the attempt. "
             "Logs go to stderr, one event a line with key=value fields: failed, dead and lost "
             "tasks as warnings, a summary every --summary-every, every task with -v. "
             "Handlers must be idempotent: a task can run more than once."
@@ -78,12 +82,13 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="HANDLER",
         type=_target,
         help=(
-            "the function to call, as package.module:function; it gets the task's payload "
-            "(modules in the current folder can be named). Or a sqlq.Tasks registry, as "
-            "package.module:tasks: each task runs the function registered under its name, "
-            "with its payload as keyword arguments, and a task with a name the registry "
-            "does not know goes DEAD at once. A handler that cannot take a task is refused "
-            "(exit 1) before any task is taken"
+            "what runs each task (modules in the current folder can be named): "
+            "package.module:function, a function (sync or async) that gets the task's "
+            "payload; or package.module:tasks, a sqlq.Tasks registry: each task runs the "
+            "function registered under its name, with its payload as keyword arguments, and "
+            "a task the registry cannot run (an unknown name, arguments that do not fit) goes "
+            "DEAD at once. A handler that cannot take a task is refused (exit 1) before any "
+            "task is taken"
         ),
     )
     add_queue(worker)
@@ -92,7 +97,10 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="N",
         type=positive_int(1, MAX_CONCURRENCY),
         default=1,
-        help="handler threads, so tasks running at once (default %(default)s)",
+        help=(
+            "tasks running at once: handler threads, and coroutines of async handlers "
+            "(default %(default)s)"
+        ),
     )
     worker.add_argument(
         "--lease",
@@ -110,8 +118,9 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
         default=None,
         help=(
-            "fail a task whose handler runs longer than this (the attempt counts); "
-            "default: no limit"
+            "fail a task whose handler runs longer than this (the attempt counts); an async "
+            "handler is then cancelled, a thread runs on and its result is refused. "
+            "Default: no limit"
         ),
     )
     worker.add_argument(
@@ -258,7 +267,7 @@ def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="DURATION",
         type=seconds(0, 3600, allow_minimum=False),
         default=2.0,
-        help="lease of each reservation in seconds (default 2)",
+        help="lease of each reservation, a duration (default 2s)",
     )
     demo.set_defaults(handler=_demo)
 
