@@ -21,6 +21,10 @@ the Queue method of the same name by ``_twin`` and runs it as it is.
   still runs to its end (a Queue call cannot be interrupted), and only its
   answer is lost: an ``add`` retried with the same ``task_id`` then answers
   False, as after any unknown outcome.
+* **Opening.**  The constructor opens the Queue as ``sqlq.Queue`` does, in the
+  calling thread: creating or migrating a file may wait for its migrate lock
+  (up to ``busy_timeout``).  Make the AsyncQueue when the program starts, or
+  ``await asyncio.to_thread(sqlq.AsyncQueue, ...)`` inside a running loop.
 * **Closing.**  ``close`` closes the Queue (a wrapped one too) and ends the
   thread; later calls raise :class:`sqlq.errors.QueueClosed`, as the Queue's do.
 """

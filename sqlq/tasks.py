@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from .aio import AsyncQueue
 from .contract import Number, check_max_attempts, check_retry, check_task_name
-from .errors import InvalidConfig, InvalidPayload, InvalidTask, NotRetryable
+from .durable import Queue
+from .errors import InvalidConfig, InvalidPayload, InvalidTask, NotRetryable, PayloadTooLarge
+from .memory import WorkQueue
 from .records import Lease
 from .retry import Retry
-
-if TYPE_CHECKING:
-    from .aio import AsyncQueue
 
 __all__ = ["Task", "Tasks", "failure", "runner"]
 
@@ -87,6 +88,7 @@ class Task(Generic[P, R]):
         function cannot take ``kwargs`` or they cannot be stored as JSON.
         """
         payload = self.arguments(kwargs)
+        _check_queue(queue, now)
         task_id = uuid.uuid4().hex if task_id is None else task_id
         options = {} if conn is None else {"conn": conn}
         try:
@@ -101,7 +103,7 @@ class Task(Generic[P, R]):
                 retry=self.retry,
                 **options,
             )
-        except InvalidPayload as exc:
+        except (InvalidPayload, PayloadTooLarge) as exc:
             raise InvalidTask(f"task {self.name!r}: the arguments cannot be stored: {exc}") from exc
         return task_id if added else None
 
@@ -122,6 +124,11 @@ class Task(Generic[P, R]):
         """``enqueue`` for asyncio programs, on a :class:`sqlq.AsyncQueue`: the same
         checks and answers; the add runs in the AsyncQueue's thread, so the event
         loop never waits for the write lock."""
+        if not isinstance(queue, AsyncQueue):
+            raise InvalidConfig(
+                f"defer_async and enqueue_async take a sqlq.AsyncQueue, not "
+                f"{type(queue).__name__} (use defer or enqueue)"
+            )
         call = functools.partial(
             self.enqueue, queue.sync, kwargs, task_id=task_id, delay=delay, run_at=run_at, now=now
         )
@@ -233,7 +240,18 @@ def runner(handler: object, with_lease: bool) -> Callable[[Lease], object]:
     if isinstance(handler, Tasks):
         if with_lease:
             raise InvalidConfig("with_lease is for a plain handler; registered tasks get kwargs")
+        if not handler:
+            raise InvalidConfig(
+                "the sqlq.Tasks registry has no tasks: every task would go DEAD as unknown "
+                "(is the module that registers them imported?)"
+            )
         return handler.run
+    if isinstance(handler, Task):
+        raise InvalidConfig(
+            f"{handler!r} is one registered task: give the worker its registry (the "
+            "sqlq.Tasks it was registered with, module:tasks on the command line), which "
+            "runs each task by its name"
+        )
     if not callable(handler):
         raise InvalidConfig(
             f"handler must be callable or a sqlq.Tasks, not {type(handler).__name__}"
@@ -242,6 +260,18 @@ def runner(handler: object, with_lease: bool) -> Callable[[Lease], object]:
     if with_lease:
         return handler
     return lambda lease: handler(lease.payload)
+
+
+def _check_queue(queue: object, now: Number | None) -> None:
+    if isinstance(queue, AsyncQueue):
+        raise InvalidConfig("an AsyncQueue's add is a coroutine: use defer_async or enqueue_async")
+    if isinstance(queue, WorkQueue):
+        if now is None:
+            raise InvalidConfig("a WorkQueue takes the time of every call: pass now=")
+    elif not isinstance(queue, Queue):
+        raise InvalidConfig(
+            f"a task is added to a sqlq.Queue or sqlq.WorkQueue, not {type(queue).__name__}"
+        )
 
 
 def failure(error: BaseException) -> tuple[object, bool]:
@@ -253,7 +283,18 @@ def failure(error: BaseException) -> tuple[object, bool]:
     return error, True
 
 
+def _refuse_generator(fn: Callable[..., object], what: str) -> None:
+    """A generator function's call returns a generator and runs none of its body: as
+    a task it would be completed without running."""
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise InvalidConfig(
+            f"{what} is a generator function (it yields): calling it runs none of its body, "
+            "so the task would complete without running; return instead of yielding"
+        )
+
+
 def _check_takes_one(handler: Callable[..., object]) -> None:
+    _refuse_generator(handler, f"handler {_describe(handler)}")
     try:
         signature = inspect.signature(handler)
     except (TypeError, ValueError):  # no signature to look at (some builtins): trust it
@@ -273,6 +314,7 @@ def _keyword_signature(fn: Callable[..., object], name: str) -> inspect.Signatur
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
         raise InvalidConfig(f"task {name!r}: cannot read the function's signature") from exc
+    _refuse_generator(fn, f"task {name!r}")
     params = signature.parameters.values()
     positional = [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
     if positional:
@@ -299,6 +341,17 @@ _BY_KEYWORD = {
 def _default_name(fn: Callable[..., object]) -> str:
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    if module == "__main__":
+        # Run with python -m, the module has its importable name; run as a script, it
+        # has none a worker could import it by.
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        module = getattr(spec, "name", None)
+        if not module or module == "__main__":
+            raise InvalidConfig(
+                f"task {qualname!r} is defined in a script run as __main__, which a worker "
+                "cannot import by that name: give it a name (@tasks.task(name=...)) or "
+                "define it in a module that both import"
+            )
     return qualname if module is None else f"{module}.{qualname}"
 
 

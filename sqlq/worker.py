@@ -249,6 +249,10 @@ class Worker:
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidConfig(f"concurrency must be an int of at least 1, got {concurrency!r}")
+        if not isinstance(queue, Queue):
+            raise InvalidConfig(
+                f"a Worker takes a sqlq.Queue (an open one, not a path), not {type(queue).__name__}"
+            )
         lease_seconds = float(queue.lease_seconds)
         if heartbeat is None:
             if lease_seconds <= 0:
@@ -373,13 +377,16 @@ class Worker:
             self._start_threads()
             self.log.info(
                 "worker started: queue %r, concurrency %d, lease %gs, heartbeat %gs, "
-                "time limit %s, grace %gs",
+                "time limit %s, grace %gs%s",
                 self.queue.queue,
                 self.concurrency,
                 self.queue.lease_seconds,
                 self.heartbeat,
                 "none" if self.time_limit is None else f"{self.time_limit:g}s",
                 self.grace,
+                f"; tasks {', '.join(sorted(self.handler))}"
+                if isinstance(self.handler, Tasks)
+                else "",
             )
             try:
                 idle = self._claim_loop()

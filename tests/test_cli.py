@@ -480,6 +480,14 @@ def test_stats_watch_is_for_people_not_json(db: Path, capsys: pytest.CaptureFixt
     assert code == 2 and "--watch prints lines for people" in err
 
 
+@pytest.mark.parametrize("option", [["--count", "3"], ["--interval", "1s"]])
+def test_stats_options_of_watch_are_refused_without_it(
+    db: Path, capsys: pytest.CaptureFixture[str], option: list[str]
+) -> None:
+    code, out, err = _cli(capsys, "stats", db, *option)
+    assert (code, out) == (2, "") and "--interval and --count go with --watch" in err
+
+
 @pytest.mark.processes
 def test_stats_watch_shows_rates_and_a_progress_bar_while_a_backlog_drains(
     tmp_path: Path,
@@ -1303,8 +1311,8 @@ def test_backup_copies_every_queue_and_replaces_an_earlier_backup(
     _fill(db)
     with _queue(db) as q:
         before = {name: q.tasks(limit=100) for name in ("default",)}
-    for _ in range(2):  # the second replaces the first
-        code, out, err = _cli(capsys, "backup", db, dest)
+    for target in (dest, f"sqlite:///{dest}"):  # the second replaces the first
+        code, out, err = _cli(capsys, "backup", db, target)
         assert code == 0, err
         assert out.startswith(f"backed up {db} to {dest}")
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("backup")) == [

@@ -3,7 +3,9 @@ to its function, and the check at worker start of what a handler can take."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -174,7 +176,7 @@ def test_a_bad_call_is_refused_before_anything_is_stored(
     q = make_queue(30, 5)
     with pytest.raises(InvalidTask, match=said):
         resize.enqueue(q, kwargs, now=0)
-    if isinstance(kwargs, dict):
+    if isinstance(kwargs, dict) and not isinstance(q, sqlq.WorkQueue):  # which needs now=
         with pytest.raises(InvalidTask, match=said):
             resize.defer(q, **kwargs)
     assert q.tasks(0) == []
@@ -261,6 +263,7 @@ def test_a_plain_handler_gets_a_named_tasks_payload(db_path: Path) -> None:
 def test_a_handler_that_raises_otherwise_is_retried(
     db_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, "sqlq.worker")
     tasks = sqlq.Tasks()
 
     @tasks.task(name="flaky", max_attempts=2)
@@ -273,6 +276,10 @@ def test_a_handler_that_raises_otherwise_is_retried(
         info = q.info("f")
     assert stats.failed == 2  # its own max_attempts, not the queue's
     assert (info.state, info.attempts, info.last_error) == ("DEAD", 2, "ValueError: try again")
+    started = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("worker started")
+    ]
+    assert len(started) == 1 and started[0].endswith("; tasks flaky")
     # Every task event names the task, in the line and in the record's extra.
     dead = [r for r in caplog.records if r.getMessage().startswith("task dead")]
     assert len(dead) == 1 and " task_name=flaky " in dead[0].getMessage()
@@ -450,3 +457,96 @@ def test_sqlq_add_with_a_name(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "task name must not be empty" in bad.stderr
+
+
+# --- mistakes a new user makes (found by trying it as one) --------------------------------
+
+
+def test_a_task_is_added_only_to_a_queue_that_can_take_it(db_path: Path) -> None:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="f")
+    def f(a: int) -> None: ...
+
+    async def with_an_async_queue() -> None:
+        async with sqlq.AsyncQueue(db_path, lease_seconds=30, max_attempts=2) as aq:
+            with pytest.raises(InvalidConfig, match="use defer_async or enqueue_async"):
+                f.defer(aq, a=1)  # its add is a coroutine: nothing would be stored
+            assert (await aq.counts())["AVAILABLE"] == 0
+
+    asyncio.run(with_an_async_queue())
+    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=2) as q:
+        with pytest.raises(InvalidConfig, match=r"take a sqlq\.AsyncQueue, not Queue"):
+            asyncio.run(f.defer_async(q, a=1))  # type: ignore[arg-type]
+        with pytest.raises(InvalidConfig, match=r"sqlq\.Queue or sqlq\.WorkQueue, not str"):
+            f.defer(str(db_path), a=1)
+        assert q.counts()["AVAILABLE"] == 0
+    memory = sqlq.WorkQueue(lease_seconds=30, max_attempts=2)
+    with pytest.raises(InvalidConfig, match="pass now="):
+        f.defer(memory, a=1)
+    assert f.enqueue(memory, {"a": 1}, task_id="m", now=0) == "m"
+
+
+def test_arguments_too_large_to_store_are_an_invalid_task(db_path: Path) -> None:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="g")
+    def g(data: str) -> None: ...
+
+    with (
+        sqlq.Queue(db_path, lease_seconds=30, max_attempts=2, max_payload_bytes=1024) as q,
+        pytest.raises(InvalidTask, match="cannot be stored"),
+    ):
+        g.defer(q, data="x" * 2048)
+
+
+def test_a_worker_refuses_what_would_lose_every_task(db_path: Path) -> None:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="charge")
+    def charge(order: int) -> None: ...
+
+    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=2) as q:
+        with pytest.raises(
+            InvalidConfig, match="one registered task: give the worker its registry"
+        ):
+            Worker(q, charge)
+        with pytest.raises(InvalidConfig, match="has no tasks"):
+            Worker(q, sqlq.Tasks())
+    with pytest.raises(InvalidConfig, match=r"takes a sqlq\.Queue .* not str"):
+        Worker(str(db_path), tasks)  # type: ignore[arg-type]
+
+
+def _gen(payload: Any) -> Any:
+    yield payload
+
+
+async def _agen(payload: Any) -> Any:
+    yield payload
+
+
+@pytest.mark.parametrize("fn", [_gen, _agen])
+def test_generator_functions_are_refused_as_handlers_and_tasks(fn: Any, db_path: Path) -> None:
+    """Calling one runs none of its body: its task would complete without running."""
+    with pytest.raises(InvalidConfig, match="generator function"):
+        sqlq.Tasks().task(name="g")(fn)
+    with (
+        sqlq.Queue(db_path, lease_seconds=30, max_attempts=2) as q,
+        pytest.raises(InvalidConfig, match="generator function"),
+    ):
+        Worker(q, fn)
+
+
+def test_a_task_defined_in_a_script_needs_a_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run as a script, a module is __main__, a name no worker can import it by; run
+    with python -m, it has its own."""
+    main = type(sys)("__main__")
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec("def hello(): pass", namespace)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    main.__spec__ = None
+    with pytest.raises(InvalidConfig, match=r"script run as __main__.*name="):
+        sqlq.Tasks().task(namespace["hello"])
+    assert sqlq.Tasks().task(name="hello")(namespace["hello"]).name == "hello"
+    main.__spec__ = type("Spec", (), {"name": "jobs.mail"})()
+    assert sqlq.Tasks().task(namespace["hello"]).name == "jobs.mail.hello"

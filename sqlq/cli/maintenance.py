@@ -292,8 +292,9 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _backup_target(arg: str, source: str) -> str:
-    """The absolute path of DEST, refusing what must not be replaced (unchanged)."""
-    dest = os.path.abspath(arg)
+    """The absolute path of DEST (a path or a sqlite:/// URL, as DB), refusing what
+    must not be replaced (unchanged)."""
+    dest = os.path.abspath(file_path(arg))
     if os.path.isdir(dest):
         raise CliError(f"{arg}: is a directory; give the backup's file name", EXIT_USAGE)
     if not os.path.isdir(os.path.dirname(dest)):

@@ -82,8 +82,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--interval",
         metavar="DURATION",
         type=seconds(0, 86400, allow_minimum=False),
-        default=2.0,
-        help="with --watch: time between two reads (default %(default)gs)",
+        default=None,
+        help="with --watch: time between two reads (default 2s)",
     )
     stats.add_argument(
         "--count",
@@ -189,7 +189,9 @@ def _stats(args: argparse.Namespace) -> int:
     if args.watch:
         if args.json:
             raise UsageError("--watch prints lines for people; --json goes without it")
-        return _watch(path, args.interval, args.count)
+        return _watch(path, 2.0 if args.interval is None else args.interval, args.count)
+    if args.interval is not None or args.count is not None:
+        raise UsageError("--interval and --count go with --watch")
     now = time.time()  # of the ages; Queue.stats takes max(this, the database clock)
     with plain_connection(path) as conn:
         version, found, fronts, names = _read(conn, path, with_names=True)
