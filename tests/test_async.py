@@ -19,7 +19,14 @@ from typing import Any
 
 import pytest
 import test_worker
-from test_worker import _HOLD_WRITE_LOCK, _cli_worker, _final_stats, _in_thread, _wait_for
+from test_worker import (
+    _HOLD_WRITE_LOCK,
+    _cli_worker,
+    _count_beats,
+    _final_stats,
+    _in_thread,
+    _wait_for,
+)
 
 import sqlq
 from sqlq.errors import InvalidConfig, InvalidTask, QueueClosed
@@ -92,14 +99,7 @@ def test_time_limit_cancels_an_async_handler_and_fails_its_task(
     clock = ManualClock()
     queue = open_queue(lease_seconds=3.0, max_attempts=3, clock=clock.time)
     queue.add("slow")
-    beats: list[float] = []
-    extend = queue.extend
-
-    def counting_extend(*args: Any, **kwargs: Any) -> Any:
-        beats.append(clock.monotonic())
-        return extend(*args, **kwargs)
-
-    queue.extend = counting_extend  # type: ignore[method-assign]
+    beats = _count_beats(queue, clock)
     attempts: list[tuple[int, float]] = []
     started, cancelled = threading.Event(), threading.Event()
 

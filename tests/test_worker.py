@@ -81,6 +81,19 @@ def _messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
 # --- in one process ------------------------------------------------------------------
 
 
+def _count_beats(queue: sqlq.Queue, clock: ManualClock) -> list[float]:
+    """The worker's heartbeats on ``queue``, as they happen: the clock's time of each extend."""
+    beats: list[float] = []
+    extend = queue.extend
+
+    def counting_extend(*args: Any, **kwargs: Any) -> Any:
+        beats.append(clock.monotonic())
+        return extend(*args, **kwargs)
+
+    queue.extend = counting_extend  # type: ignore[method-assign]
+    return beats
+
+
 def test_drains_the_queue_with_threads_and_retries_failures(
     open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -142,14 +155,7 @@ def test_heartbeats_keep_a_long_handler_s_lease_one_beat_per_period(
     clock = ManualClock()
     queue = open_queue(lease_seconds=3.0, clock=clock.time)
     queue.add("long")
-    beats: list[float] = []
-    extend = queue.extend
-
-    def counting_extend(*args: Any, **kwargs: Any) -> Any:
-        beats.append(clock.monotonic())
-        return extend(*args, **kwargs)
-
-    queue.extend = counting_extend  # type: ignore[method-assign]
+    beats = _count_beats(queue, clock)
     started, finish = threading.Event(), threading.Event()
 
     def handler(payload: None) -> None:
