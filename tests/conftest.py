@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import postgres
 import pytest
 
 import sqlq
@@ -50,3 +51,11 @@ def migration_files() -> list[Path]:
     sqlq.sqlite.migrate): the newest schema version is their number."""
     folder = Path(__file__).resolve().parent.parent / "migrations" / "sqlite"
     return sorted(folder.glob("[0-9][0-9][0-9][0-9]_*.sql"))
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """The SQLAlchemy URL of a PostgreSQL server, one for the whole session (tests/postgres.py):
+    a throwaway cluster, or the user's server named by SQLQ_TEST_POSTGRES_URL."""
+    with postgres.server() as url:
+        yield url

@@ -1,0 +1,160 @@
+"""A PostgreSQL server for the tests: ``server()`` yields its SQLAlchemy URL.
+
+``SQLQ_TEST_POSTGRES_URL`` set: the suite uses that server (a plain ``postgresql://`` URL
+gets the psycopg 3 driver) and starts nothing.  Otherwise ``server()`` makes a throwaway
+cluster: ``initdb`` in a fresh temporary folder, then ``postgres`` itself as a child of
+this process, listening only on a unix socket in that folder, with ``fsync`` off (the
+folder outlives no test run).  It yields once the server accepts connections, and at the
+end shuts it down (fast mode) and removes the folder.
+
+``postgres`` runs as a child rather than daemonised by ``pg_ctl start`` so that it dies
+with the test run: its parent-death signal is SIGQUIT (PostgreSQL's immediate shutdown),
+so a test run killed with SIGKILL leaves no server behind, only its folder in the
+temporary directory.  initdb refuses to run as root, so under root (as in CI) the cluster
+belongs to the ``postgres`` user, or ``nobody`` where there is none.
+
+Without PostgreSQL's binaries (on ``PATH``, or where Debian puts them:
+``/usr/lib/postgresql/<version>/bin``) the tests that need the server skip, or fail under
+CI (tests/needs.py).
+
+Not a test module; the ``postgres_url`` fixture of conftest.py wraps ``server()``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import sqlalchemy
+from needs import need
+
+URL_VARIABLE = "SQLQ_TEST_POSTGRES_URL"
+BINARIES = ("initdb", "postgres")
+DEBIAN_BINARIES = Path("/usr/lib/postgresql")
+STARTUP_SECONDS = 60.0
+SETTINGS = ("-c", "listen_addresses=", "-c", "fsync=off")  # unix socket only; no flushes
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+@contextmanager
+def server() -> Iterator[str]:
+    """The user's server (``SQLQ_TEST_POSTGRES_URL``), else a throwaway cluster."""
+    url = os.environ.get(URL_VARIABLE)
+    if url:
+        yield psycopg_url(url)
+        return
+    binaries = binary_folder()
+    need(binaries, f"needs PostgreSQL's initdb and postgres, or {URL_VARIABLE}")
+    assert binaries is not None
+    with throwaway_cluster(binaries) as url:
+        yield url
+
+
+def psycopg_url(url: str) -> str:
+    """``url`` for SQLAlchemy with psycopg 3: a plain ``postgresql://`` names no driver,
+    and SQLAlchemy's default for it is psycopg2."""
+    parsed = sqlalchemy.make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def binary_folder() -> Path | None:
+    """The folder of initdb and postgres: the one on ``PATH``, else Debian's newest."""
+    on_path = shutil.which(BINARIES[0])
+    folders = [Path(on_path).resolve().parent] if on_path else []
+    folders += sorted(
+        (path.parent for path in DEBIAN_BINARIES.glob(f"*/bin/{BINARIES[0]}")),
+        key=lambda folder: int(folder.parent.name) if folder.parent.name.isdigit() else 0,
+        reverse=True,
+    )
+    return next(
+        (folder for folder in folders if all((folder / name).is_file() for name in BINARIES)),
+        None,
+    )
+
+
+@contextmanager
+def throwaway_cluster(binaries: Path) -> Iterator[str]:
+    base = Path(tempfile.mkdtemp(prefix="sqlq-pg-"))
+    try:
+        as_owner = server_owner()
+        if as_owner:
+            os.chown(base, as_owner["user"], as_owner["group"])
+        data = str(base / "data")
+        initdb = [str(binaries / "initdb"), "-D", data, "-U", "postgres", "--auth=trust"]
+        subprocess.run(
+            [*initdb, "--encoding=UTF8", "--locale=C", "--no-sync"],
+            check=True,
+            capture_output=True,
+            **as_owner,
+        )
+        with (base / "server.log").open("wb") as log:
+            postmaster = subprocess.Popen(
+                [str(binaries / "postgres"), "-D", data, "-k", str(base), *SETTINGS],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C of the test run is for pytest only
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
+                **as_owner,
+            )
+        try:
+            wait_until_ready(postmaster, base)
+            yield f"postgresql+psycopg://postgres@/postgres?host={base}"
+        finally:
+            stop(postmaster)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def server_owner() -> dict[str, Any]:
+    """``subprocess`` options that run the server as an unprivileged user under root."""
+    if os.geteuid() != 0:
+        return {}
+    try:
+        user = pwd.getpwnam("postgres")
+    except KeyError:
+        user = pwd.getpwnam("nobody")
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+
+def die_with_parent() -> None:
+    """In the server's process, before exec: SIGQUIT when the test run dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGQUIT) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+
+
+def wait_until_ready(postmaster: subprocess.Popen[bytes], base: Path) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while True:
+        try:
+            psycopg.connect(host=str(base), user="postgres", dbname="postgres").close()
+            return
+        except psycopg.OperationalError:
+            if postmaster.poll() is not None or time.monotonic() > deadline:
+                log = (base / "server.log").read_text(errors="replace")
+                raise RuntimeError(f"the test PostgreSQL server did not start:\n{log}") from None
+            time.sleep(0.05)
+
+
+def stop(postmaster: subprocess.Popen[bytes]) -> None:
+    """Fast shutdown (SIGINT); immediate (SIGQUIT) if that hangs."""
+    postmaster.send_signal(signal.SIGINT)
+    try:
+        postmaster.wait(timeout=STARTUP_SECONDS)
+    except subprocess.TimeoutExpired:
+        postmaster.send_signal(signal.SIGQUIT)
+        postmaster.wait()
