@@ -47,7 +47,7 @@ KINDS = {
 }
 
 
-def scheme(path_or_url: object) -> str:
+def _scheme(path_or_url: object) -> str:
     """The kind of database a path or URL names: ``sqlite`` for a plain path."""
     if not isinstance(path_or_url, str) or "://" not in path_or_url:
         return "sqlite"  # a path; SQLite refuses what is not one
@@ -59,7 +59,7 @@ def scheme(path_or_url: object) -> str:
 
 def open_backend(path_or_url: str | os.PathLike[str], **options: Any) -> Backend:
     """Open the database a path or URL names, with its backend's ``options``."""
-    name = scheme(path_or_url)
+    name = _scheme(path_or_url)
     kind = KINDS.get(name)
     if kind is None:
         supported = "; ".join(k.example for k in KINDS.values())
