@@ -26,8 +26,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, Protocol
 
+import sqlalchemy as sa
+
 from .contract import Number, State
 from .payload import Encoded
+from .records import Checkpoint, StorageFacts
 from .retry import Retry
 
 
@@ -174,7 +177,22 @@ Opened = Callable[[Transaction, Number], None]
 
 
 class Backend(Protocol):
-    """A database holding any number of named queues."""
+    """A database holding any number of named queues.
+
+    sqlq.backends opens one from a path or URL; the options a Queue does not take
+    itself are the backend's, which validates them.
+    """
+
+    @property
+    def name(self) -> str:
+        """What messages and logs call the database (a file's path; never a password)."""
+        ...
+
+    @property
+    def engine(self) -> sa.Engine:
+        """A SQLAlchemy engine on the database, whose connections (in an open
+        transaction) ``transaction`` accepts as ``external``."""
+        ...
 
     def transaction(
         self, now: Number, queue: str, external: Any, opened: Opened
@@ -201,6 +219,28 @@ class Backend(Protocol):
     ) -> tuple[dict[str, int], Number | None, Number | None, Number | None]:
         """Read only, in one snapshot and without the write lock: what
         Transaction.stats gives, as last written (nothing due is applied)."""
+        ...
+
+    def storage_facts(self) -> StorageFacts:
+        """What the storage looks like now, for stats (what the backend can tell)."""
+        ...
+
+    def checkpoint(self) -> Checkpoint:
+        """Maintenance: make what was committed part of the database's main storage now,
+        as far as no reader needs the old state; errors are raised."""
+        ...
+
+    def interrupt_waits(self, after: float | None) -> None:
+        """End every wait of this object's calls for a lock, those in progress
+        included, ``after`` seconds from now at the latest (the call raises Busy);
+        None: waits last as configured again.  Thread-safe and safe in a signal
+        handler."""
+        ...
+
+    def clock_reference(self) -> float | None:
+        """The time (Unix seconds) by a clock that a process's faked or broken clock
+        does not affect, to check readings of the system clock against; None if
+        the backend cannot tell (the reading is then trusted)."""
         ...
 
     def close(self) -> None:

@@ -39,13 +39,13 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from .backends import open_backend
 from .contract import State
 from .durable import Queue
 from .errors import SchemaError
 from .records import Lease, TaskInfo
 from .retry import Retry
 from .sqlite import driver
-from .sqlite.backend import SqliteBackend
 from .worker import Worker
 
 #: The queue the demo uses inside its database file.
@@ -124,7 +124,7 @@ def remove_old_demo(path: str | os.PathLike[str]) -> bool:
         raise DemoError(f"{path} is a directory")
     if os.path.exists(path) and os.path.getsize(path) > 0:
         try:
-            backend = SqliteBackend(path, busy_timeout=5.0)
+            backend = open_backend(path, busy_timeout=5.0)
             try:
                 queues = set(backend.counts())
             finally:

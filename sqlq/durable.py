@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from . import payload as payloads
 from .backend import Backend, Claimed, Event, TaskRow, Transaction
-from .clock import kernel_time
+from .backends import open_backend
 from .contract import (
     LEASE_EXPIRED,
     MAX_LEASE_SECONDS,
@@ -56,8 +56,6 @@ from .contract import (
 from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
-from .sqlite.backend import SqliteBackend, Synchronous
-from .sqlite.files import DEFAULT_FILE_MODE
 
 #: Tasks deleted per transaction by ``purge``, so that no call holds the write lock long.
 PURGE_BATCH = 1000
@@ -89,6 +87,11 @@ class Queue:
 
     ``max_attempts`` and ``retry`` are stored with each task when it is added;
     ``lease_seconds`` applies to the leases this object hands out.
+
+    ``path_or_url`` chooses the backend (see sqlq.backends); the other keyword
+    options are the backend's: for SQLite ``synchronous`` ("full" or "normal"),
+    ``busy_timeout`` (seconds a call may wait for the write lock, 30 by default)
+    and ``file_mode`` (of a new database file, 0o600 by default).
     """
 
     def __init__(
@@ -100,12 +103,10 @@ class Queue:
         queue: str = "default",
         retry: Retry | None = None,
         max_payload_bytes: int = payloads.DEFAULT_MAX_PAYLOAD_BYTES,
-        synchronous: Synchronous = "full",
-        busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         max_clock_step: float | None = DEFAULT_MAX_CLOCK_STEP,
-        file_mode: int = DEFAULT_FILE_MODE,
+        **options: Any,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
         if max_clock_step is not None and (
@@ -130,19 +131,16 @@ class Queue:
             raise InvalidConfig(f"clock must be a function giving the time, not {clock!r}")
         self._clock = clock
         self._rng = check_rng(rng)
-        self._sqlite = SqliteBackend(
-            path_or_url, synchronous=synchronous, busy_timeout=busy_timeout, file_mode=file_mode
-        )
-        self._backend: Backend = self._sqlite
+        self._backend: Backend = open_backend(path_or_url, **options)
 
     @property
     def engine(self) -> sa.Engine:
         """A SQLAlchemy engine on the queue's database, for transactional ``add``/``complete``.
 
-        Its transactions start with ``BEGIN IMMEDIATE`` and it uses the same SQLite
-        library as the queue.  Use it for your own tables in the same file.
+        On SQLite its transactions start with ``BEGIN IMMEDIATE`` and it uses the same
+        SQLite library as the queue.  Use it for your own tables in the same database.
         """
-        return self._sqlite.engine
+        return self._backend.engine
 
     # --- the core contract --------------------------------------------------------
 
@@ -487,7 +485,7 @@ class Queue:
             oldest_available_age=None if front is None else max(0, now - front),
             next_deadline=deadline,
             next_run_at=run_at,
-            wal_bytes=self._sqlite.wal_bytes(),
+            wal_bytes=self._backend.storage_facts().wal_bytes,
         )
 
     def checkpoint(self) -> Checkpoint:
@@ -499,7 +497,7 @@ class Queue:
         there is logged on the ``sqlq`` logger and the next one tries again.
         Here an error is raised (a :class:`sqlq.errors.StorageError`).
         """
-        return self._sqlite.checkpoint()
+        return self._backend.checkpoint()
 
     def ready(self, now: Number | None = None) -> bool:
         """Would ``claim`` find a task now?  Reads only and takes no write lock, so
@@ -517,7 +515,7 @@ class Queue:
         ``Busy`` (a call whose lock is free goes through).  ``None`` lifts the limit:
         waits last ``busy_timeout`` again.  Thread-safe and safe in a signal handler;
         a stopping ``Worker`` uses it so that its grace period bounds every wait."""
-        self._sqlite.interrupt_waits(None if after is None else check_seconds(after, "after"))
+        self._backend.interrupt_waits(None if after is None else check_seconds(after, "after"))
 
     def close(self) -> None:
         self._backend.close()
@@ -585,18 +583,18 @@ class Queue:
 
     def _check_clock(self, reading: Number) -> None:
         """Is this reading of the system clock more than max_clock_step ahead of the
-        kernel's clock?  Asked whenever a reading passes the kernel's time at the
-        last check plus the step (about once a minute with a sound clock), so no
-        reading accepted is more than the step ahead of the kernel's time, whether
-        the clock jumps or creeps."""
+        backend's reference clock (on SQLite, the kernel's)?  Asked whenever a
+        reading passes the reference time at the last check plus the step (about
+        once a minute with a sound clock), so no reading accepted is more than the
+        step ahead of the reference time, whether the clock jumps or creeps."""
         step = self._step
-        kernel = kernel_time(self._sqlite.path + ".sqlq-gate")
+        kernel = self._backend.clock_reference()
         if kernel is None:  # cannot tell: trust the clock for another step
             self._kernel_seen = reading
             return
         if reading - kernel > step:
             raise ClockSkew(
-                f"{self._sqlite.path}: this process's clock is {reading - kernel:+.1f} s "
+                f"{self._backend.name}: this process's clock is {reading - kernel:+.1f} s "
                 f"off the operating system's (more than max_clock_step={step:g} s); "
                 "the call was refused so that it cannot move the queue's time"
             )
@@ -605,11 +603,11 @@ class Queue:
     def _warn_behind(self, message: str, *args: object) -> None:
         """A call's time far behind the queue's (see _opened): one warning a
         LAG_WARNING_EVERY seconds at most; ``message`` is formatted with the
-        database's path and ``args``."""
+        database's name and ``args``."""
         seen = time.monotonic()
         if seen - self._lag_warned >= LAG_WARNING_EVERY:
             self._lag_warned = seen
-            log.warning(message, self._sqlite.path, *args)
+            log.warning(message, self._backend.name, *args)
 
     def _advance(self, tx: Transaction, events: list[Event]) -> None:
         """Run due events in (time, counter) order.  An expired lease may start a

@@ -91,6 +91,15 @@ class QueueStats:
 
 
 @dataclass(frozen=True)
+class StorageFacts:
+    """What a backend tells about its storage; None where it has no such thing."""
+
+    #: The size in bytes of the write-ahead log kept for this database alone (SQLite's
+    #: -wal file).
+    wal_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """The outcome of a checkpoint: the write-ahead log copied into the database file."""
 

@@ -110,7 +110,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import FrameType
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from .contract import MAX_BATCH, MAX_LEASE_SECONDS, State
 from .durable import Queue
@@ -119,7 +119,6 @@ from .events import event, task_fields
 from .executors import Executor
 from .monitor import ACTIVE, Monitor, Phase, Running
 from .records import Lease
-from .sqlite.backend import Synchronous
 from .tasks import Tasks, failure, runner
 
 __all__ = [
@@ -926,10 +925,9 @@ def serve(
     grace: float = 30.0,
     stop_when_idle: bool = False,
     stop_when_drained: bool = False,
-    synchronous: str = "full",
-    busy_timeout: float = 30.0,
     log_level: int | str = logging.INFO,
     summary_every: float | None = 60.0,
+    **options: Any,
 ) -> int:
     """Run a worker on queue ``queue`` of the database ``db`` until stopped; exit code 0.
 
@@ -939,10 +937,9 @@ def serve(
     is claimed.  sqlq's loggers log at ``log_level`` and up, to stderr unless the
     root logger already has handlers; every ``summary_every`` seconds (None or 0:
     never) the worker logs a summary.  Stops on SIGTERM or SIGINT when run in the
-    main thread (see the module docstring).
+    main thread (see the module docstring).  ``options`` are the backend's, as
+    for ``Queue`` (on SQLite: ``synchronous``, ``busy_timeout``).
     """
-    if synchronous not in ("full", "normal"):
-        raise InvalidConfig(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
     _cwd_importable()
     handler = resolve_target(target)
     if not logging.getLogger().handlers:
@@ -953,8 +950,7 @@ def serve(
         lease_seconds=lease_seconds,
         max_attempts=1,  # of the tasks this queue adds: a worker adds none
         queue=queue,
-        synchronous=cast(Synchronous, synchronous),
-        busy_timeout=busy_timeout,
+        **options,
     ) as opened:
         worker = Worker(
             opened,

@@ -160,7 +160,7 @@ def test_the_child_takes_its_own_turns_at_the_gate(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
     q = sqlq.Queue(db, lease_seconds=30, max_attempts=1, busy_timeout=0.2)
     assert q.add("parent")
-    gate = q._sqlite._gate
+    gate = q._backend._gate
     assert gate is not None and gate.acquire(0)
     from_child, child_out = os.pipe()
     pid = os.fork()
@@ -195,14 +195,14 @@ def test_a_fork_during_a_long_call_in_another_thread_is_logged(
     parent logs; the parent's queue works on afterwards."""
     q = sqlq.Queue(tmp_path / "q.db", lease_seconds=30, max_attempts=1, busy_timeout=0.05)
     assert q.add("parent")
-    q._sqlite._lock.acquire()
+    q._backend._lock.acquire()
     try:
         pid = os.fork()
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)
     finally:
-        q._sqlite._lock.release()
+        q._backend._lock.release()
     assert "the child must not use this file" in caplog.text
     assert q.add("after")
     assert q.counts()["AVAILABLE"] == 2

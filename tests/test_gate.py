@@ -87,7 +87,7 @@ def test_two_queues_in_one_process_each_have_their_own_turn(tmp_path: Path) -> N
     a = sqlq.Queue(path, lease_seconds=30, max_attempts=3, queue="a")
     b = sqlq.Queue(path, lease_seconds=30, max_attempts=3, queue="b", busy_timeout=0.3)
     a.add("x")
-    gate = a._sqlite._gate
+    gate = a._backend._gate
     assert gate is not None and gate.acquire(time.monotonic() + 1)  # a holds its turn (as mid-call)
     try:
         with pytest.raises(Busy):
@@ -100,13 +100,13 @@ def test_two_queues_in_one_process_each_have_their_own_turn(tmp_path: Path) -> N
 
 
 def _child_begins(q: sqlq.Queue, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    conn = q._sqlite._connection()
+    conn = q._backend._connection()
     out.put(conn.execute("PRAGMA busy_timeout").fetchone()[0])
 
 
 def test_a_forked_child_waits_the_same_way(tmp_path: Path) -> None:
     q = sqlq.Queue(tmp_path / "q.db", lease_seconds=30, max_attempts=3)
-    assert q._sqlite._connection().execute("PRAGMA busy_timeout").fetchone()[0] == 0
+    assert q._backend._connection().execute("PRAGMA busy_timeout").fetchone()[0] == 0
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     child = ctx.Process(target=_child_begins, args=(q, out))
@@ -140,7 +140,7 @@ def test_interrupt_waits_ends_a_wait_for_the_gate_in_progress(tmp_path: Path) ->
         waiter = threading.Thread(target=call, daemon=True)
         waiter.start()
         end = time.monotonic() + 30
-        while (gate := q._sqlite._gate) is None or gate._wanted == 0:  # not waiting yet
+        while (gate := q._backend._gate) is None or gate._wanted == 0:  # not waiting yet
             assert time.monotonic() < end and waiter.is_alive()
             time.sleep(0.01)
         q.interrupt_waits(0)

@@ -89,7 +89,7 @@ def test_the_connection_must_be_the_queues_and_in_a_transaction(
     with other.begin() as conn, pytest.raises(InvalidArgument, match="database"):
         queue.add("x", conn=conn)
     other.dispose()
-    stdlib = sa.create_engine(f"sqlite:///{queue._sqlite.path}")
+    stdlib = sa.create_engine(f"sqlite:///{queue._backend.path}")
     if stdlib.dialect.dbapi is not sqlq.sqlite.driver.dbapi:
         with stdlib.begin() as conn, pytest.raises(InvalidArgument, match="SQLite library"):
             queue.add("x", conn=conn)

@@ -45,6 +45,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from ..backend import Claimed, Opened, TaskRow
+from ..clock import kernel_time
 from ..contract import Number, State
 from ..errors import (
     Busy,
@@ -56,7 +57,7 @@ from ..errors import (
     QueueClosed,
 )
 from ..payload import Encoded
-from ..records import Checkpoint
+from ..records import Checkpoint, StorageFacts
 from ..retry import Retry
 from . import driver, files
 from .gate import Gate
@@ -334,7 +335,13 @@ class SqliteBackend:
     # --- calls ----------------------------------------------------------------------
 
     @property
+    def name(self) -> str:
+        return self.path
+
+    @property
     def engine(self) -> sa.Engine:
+        """Its transactions start with ``BEGIN IMMEDIATE`` and it uses the same SQLite
+        library as the queue."""
         return self._engine
 
     def transaction(
@@ -506,6 +513,15 @@ class SqliteBackend:
 
     def wal_bytes(self) -> int | None:
         return files.wal_bytes(self.path)
+
+    def storage_facts(self) -> StorageFacts:
+        return StorageFacts(wal_bytes=self.wal_bytes())
+
+    def clock_reference(self) -> float | None:
+        """The kernel's time (see sqlq.clock); where it cannot be read directly, the
+        time the kernel stamps on the gate file, which every process of the
+        database touches alike."""
+        return kernel_time(self.path + ".sqlq-gate")
 
     def _waiting(
         self, attempt: Callable[[], T], deadline: float, error: BaseException | None = None

@@ -127,7 +127,7 @@ def attempt_open(db: Path) -> Result:
 
 def in_transaction(queue: sqlq.Queue) -> bool:
     """Is the queue's connection left inside a transaction (it must not be)?"""
-    conn = queue._sqlite._conn  # None after sqlq dropped it (after Corrupt)
+    conn = queue._backend._conn  # None after sqlq dropped it (after Corrupt)
     return conn is not None and bool(conn.in_transaction)
 
 
@@ -305,7 +305,7 @@ def checkpoint(folder: Path, _mode: str) -> Result:
     arm(log, "op=write path=queue.db$ errno=EIO")
     # Enough to pass the -wal size at which a process checkpoints, and then some.
     payload = "x" * 60_000
-    calls = queue._sqlite.wal_limit // len(payload) + 2 * sqlite_backend.WAL_CHECK_EVERY  # type: ignore[attr-defined]
+    calls = queue._backend.wal_limit // len(payload) + 2 * sqlite_backend.WAL_CHECK_EVERY  # type: ignore[attr-defined]
     periodic = [
         attempt(lambda i=i: queue.add(f"periodic-{i:03d}", payload=payload)) for i in range(calls)
     ]
@@ -350,7 +350,7 @@ def read_error(folder: Path, _mode: str) -> Result:
     for errno in ("EIO", "EINVAL"):
         before = file_facts(db)
         queue = open_queue(db)
-        queue._sqlite._connection().execute("PRAGMA shrink_memory")  # nothing cached
+        queue._backend._connection().execute("PRAGMA shrink_memory")  # nothing cached
         arm(log, f"op=read path=queue.db$ errno={errno}")
         leg: Result = {
             "status": attempt(lambda queue=queue: queue.status("t007")),
@@ -383,7 +383,7 @@ def read_corrupt(folder: Path, _mode: str) -> Result:
     db, log, acked = _read_setup(folder)
     before = file_facts(db)
     queue = open_queue(db)
-    queue._sqlite._connection().execute("PRAGMA shrink_memory")
+    queue._backend._connection().execute("PRAGMA shrink_memory")
     arm(log, "op=read path=queue.db$ action=flip min_offset=4096")
     out: Result = {
         "status": attempt(lambda: queue.status("t007")),

@@ -34,9 +34,9 @@ def wal_size(db: Path) -> int:
 
 def test_automatic_checkpoints_are_off_and_checkpoint_reports(db_path: Path) -> None:
     q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3, synchronous="normal")
-    conn = q._sqlite._connection()
+    conn = q._backend._connection()
     assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
-    assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == q._sqlite.wal_limit > 0
+    assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == q._backend.wal_limit > 0
     for i in range(5):
         q.add(f"t{i}", payload=PAYLOAD)
     result = q.checkpoint()
@@ -52,11 +52,11 @@ def test_automatic_checkpoints_are_off_and_checkpoint_reports(db_path: Path) -> 
 
 def test_a_process_checkpoints_by_itself(db_path: Path) -> None:
     q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3, synchronous="normal")
-    assert q._sqlite.last_checkpoint is None
+    assert q._backend.last_checkpoint is None
     for i in range(250):
         q.add(f"t{i}", payload=PAYLOAD)
-    last = q._sqlite.last_checkpoint
-    assert last is not None and last.checkpointed > 0 and q._sqlite.checkpoint_failures == 0
+    last = q._backend.last_checkpoint
+    assert last is not None and last.checkpointed > 0 and q._backend.checkpoint_failures == 0
     q.close()
 
 
@@ -66,8 +66,8 @@ def test_a_small_log_is_left_alone(db_path: Path) -> None:
     q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3, synchronous="normal")
     for i in range(150):
         q.add(f"t{i}")
-    assert 0 < wal_size(db_path) <= q._sqlite.wal_limit
-    assert q._sqlite.last_checkpoint is None
+    assert 0 < wal_size(db_path) <= q._backend.wal_limit
+    assert q._backend.last_checkpoint is None
     q.close()
 
 
@@ -85,7 +85,7 @@ conn.close()
 
 def test_the_wal_returns_within_its_bound_after_a_reader_paused(db_path: Path) -> None:
     q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3, synchronous="normal")
-    limit = q._sqlite.wal_limit
+    limit = q._backend.wal_limit
     added = 0
 
     def add(n: int) -> int:
@@ -129,8 +129,8 @@ def test_the_wal_returns_within_its_bound_after_a_reader_paused(db_path: Path) -
     stats = q.stats()
     assert stats.wal_bytes == wal_size(db_path) <= limit
     assert stats.counts["AVAILABLE"] == added
-    assert q._sqlite.checkpoint_failures == 0
-    conn = q._sqlite._connection()
+    assert q._backend.checkpoint_failures == 0
+    conn = q._backend._connection()
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     q.close()
 
@@ -159,7 +159,7 @@ def test_the_wal_stays_bounded_while_four_processes_write(db_path: Path) -> None
     some other process's commit always landed during the checkpoint, the log never
     started over, and this run grew the -wal file to 66 MiB."""
     q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3, synchronous="normal")
-    limit = q._sqlite.wal_limit
+    limit = q._backend.wal_limit
     root = Path(__file__).resolve().parents[2]
     writers = [
         subprocess.Popen(
@@ -189,7 +189,7 @@ def test_writers_on_queue_engine_keep_sqlites_own_checkpoints(db_path: Path) -> 
     connections keep SQLite's automatic checkpoint; without it, 400 transactional
     adds left a 29 MiB -wal file behind."""
     q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3, synchronous="normal")
-    limit = q._sqlite.wal_limit
+    limit = q._backend.wal_limit
     largest = 0
     for i in range(400):
         with q.engine.begin() as conn:
@@ -197,7 +197,7 @@ def test_writers_on_queue_engine_keep_sqlites_own_checkpoints(db_path: Path) -> 
         largest = max(largest, wal_size(db_path))
     with q.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 1000
-    assert q._sqlite._connection().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    assert q._backend._connection().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
     assert largest <= 2 * limit, f"the -wal file reached {largest / 2**20:.1f} MiB"
     assert q.counts()["AVAILABLE"] == 400
     q.close()
@@ -209,8 +209,8 @@ def test_a_short_lived_queue_checkpoints_when_it_closes(db_path: Path) -> None:
         q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3)
         q.add(f"t{i}", payload=PAYLOAD)
         q.close()
-        assert q._sqlite.last_checkpoint is not None  # a few commits, then close
-        assert q._sqlite.last_checkpoint.checkpointed == q._sqlite.last_checkpoint.wal_frames
+        assert q._backend.last_checkpoint is not None  # a few commits, then close
+        assert q._backend.last_checkpoint.checkpointed == q._backend.last_checkpoint.wal_frames
     keep.close()
 
 

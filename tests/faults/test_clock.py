@@ -32,6 +32,7 @@ import pytest
 import sqlq
 from sqlq import durable
 from sqlq.errors import ClockSkew, InvalidConfig
+from sqlq.sqlite import backend as sqlite_backend
 
 pytestmark = [pytest.mark.faults]
 
@@ -94,7 +95,7 @@ def test_a_system_clock_off_the_kernels_is_refused(
     q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3)
     q.add("a", time.time() - 7200)  # the queue's time is two hours behind the clock
     # The kernel says it is an hour earlier than this process's clock says.
-    monkeypatch.setattr(durable, "kernel_time", lambda _path=None: time.time() - 3600)
+    monkeypatch.setattr(sqlite_backend, "kernel_time", lambda _path=None: time.time() - 3600)
     with pytest.raises(ClockSkew, match=r"\+3600\.\d s off .*max_clock_step=60 s"):
         q.add("b")
     with pytest.raises(ClockSkew):
@@ -117,7 +118,7 @@ def test_a_clock_creeping_ahead_is_caught_within_the_step(db_path: Path) -> None
         for _ in range(10):
             q.add(f"t{accepted}")
             accepted += 1
-            mark = q._sqlite._connection().execute("SELECT now FROM sqlq_clock").fetchone()[0]
+            mark = q._backend._connection().execute("SELECT now FROM sqlq_clock").fetchone()[0]
             assert mark <= time.time() + STEP
             drift[0] += 50
     assert accepted == 2  # +0 s and +50 s; +100 s is refused
@@ -129,7 +130,7 @@ def test_an_idle_queue_catches_up_with_the_real_clock(db_path: Path) -> None:
     q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3)
     q.add("old", time.time() - 7200)  # the queue's time is two hours behind
     q.add("new")  # a reading far ahead of the queue's time, and right
-    mark = q._sqlite._connection().execute("SELECT now FROM sqlq_clock").fetchone()[0]
+    mark = q._backend._connection().execute("SELECT now FROM sqlq_clock").fetchone()[0]
     assert abs(mark - time.time()) < 5
     q.close()
 

@@ -151,7 +151,7 @@ def test_disk_full_max_page_count(tmp_path: Path, integrity: Integrity) -> None:
             assert queue.add(f"t{i}", payload={"n": i})
         first, second = queue.claim(), queue.claim()
         assert first is not None and second is not None
-        conn = queue._sqlite._connection()
+        conn = queue._backend._connection()
         (pages,) = conn.execute("PRAGMA page_count").fetchone()
         conn.execute(f"PRAGMA max_page_count = {pages + 8}")
 

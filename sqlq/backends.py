@@ -1,0 +1,78 @@
+"""Which backend stores a queue, chosen by the scheme of its database's URL.
+
+* A plain path (or ``os.PathLike``) or a ``sqlite:///path`` URL: SQLite.
+* ``postgresql://...``: PostgreSQL, once its backend exists (refused until then).
+
+The registry is the one module above the backends that names them; each backend
+is imported only when a database of its kind is opened.  Options a Queue does not
+take itself pass through to the backend, which validates their values; names
+a backend does not take are refused here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+
+from .backend import Backend
+from .errors import InvalidConfig
+
+
+def _open_sqlite(location: str | os.PathLike[str], **options: Any) -> Backend:
+    from .sqlite.backend import SqliteBackend
+
+    return SqliteBackend(location, **options)
+
+
+class Kind(NamedTuple):
+    """A kind of database: how to open it, and the options it takes."""
+
+    example: str
+    #: None: not available yet.
+    open: Callable[..., Backend] | None
+    options: frozenset[str] = frozenset()
+
+
+#: The backends by URL scheme (SQLAlchemy's backend name, before any ``+driver``).
+KINDS = {
+    "sqlite": Kind(
+        "sqlite:///path (or a plain path)",
+        _open_sqlite,
+        frozenset({"synchronous", "busy_timeout", "file_mode"}),
+    ),
+    "postgresql": Kind("postgresql://user@host/db", None),
+}
+
+
+def _scheme(path_or_url: object) -> str:
+    """The kind of database a path or URL names: ``sqlite`` for a plain path."""
+    if not isinstance(path_or_url, str) or "://" not in path_or_url:
+        return "sqlite"  # a path; SQLite refuses what is not one
+    try:
+        return sa.engine.make_url(path_or_url).get_backend_name()
+    except sa.exc.ArgumentError as exc:
+        raise InvalidConfig(f"not a database URL: {path_or_url!r}") from exc
+
+
+def open_backend(path_or_url: str | os.PathLike[str], **options: Any) -> Backend:
+    """Open the database a path or URL names, with its backend's ``options``."""
+    name = _scheme(path_or_url)
+    kind = KINDS.get(name)
+    if kind is None:
+        supported = "; ".join(k.example for k in KINDS.values())
+        raise InvalidConfig(f"{name!r} databases are not supported; sqlq knows {supported}")
+    if kind.open is None:
+        raise InvalidConfig(
+            f"{name} databases are not available yet in this version of sqlq; "
+            "use a SQLite file (a path or sqlite:///path)"
+        )
+    unknown = sorted(set(options) - kind.options)
+    if unknown:
+        raise InvalidConfig(
+            f"unknown option {', '.join(map(repr, unknown))} for a {name} database "
+            f"(its options: {', '.join(sorted(kind.options)) or 'none'})"
+        )
+    return kind.open(path_or_url, **options)
