@@ -262,7 +262,7 @@ class Sqlq(System):
     def fill_completed(cls, path: str, n: int) -> None:
         """n COMPLETED tasks written straight into sqlq's table, in one transaction.
 
-        The columns are those sqlq writes (migrations/sqlite/0002, queries.sql
+        The columns are those sqlq writes (sqlq/sqlite/migrations/0002, queries.sql
         insert_task and complete_task); the clock's counter is moved past the
         seqs and lease ids used, as sqlq would have.
         """

@@ -1,6 +1,6 @@
 """The schema the code expects, declared with SQLAlchemy Core.
 
-The migrations in ``migrations/sqlite/`` build the database; this declaration is
+The migrations in ``sqlq/sqlite/migrations/`` build the database; this declaration is
 what the queries in ``sqlq/sqlite/queries.sql`` are written against.
 ``tests/test_schema.py`` builds a database from all migrations, reflects it, and
 checks that it matches this declaration exactly (tables, columns, types,
@@ -41,7 +41,7 @@ metadata = MetaData()
 
 #: "state = 'WAITING' OR state = 'AVAILABLE' OR ...": a list of three or more
 #: constants with IN would make SQLite build a temporary b-tree for every row
-#: it checks (see migrations/sqlite/0003).
+#: it checks (see sqlq/sqlite/migrations/0003).
 STATES_SQL = " OR ".join(f"state = '{state.value}'" for state in State)
 
 migrations = Table(

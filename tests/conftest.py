@@ -47,9 +47,9 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def migration_files() -> list[Path]:
-    """The repository's migration files in order, listed by the test itself (not by
-    sqlq.sqlite.migrate): the newest schema version is their number."""
-    folder = Path(__file__).resolve().parent.parent / "migrations" / "sqlite"
+    """The SQLite backend's migration files in order, listed by the test itself (not
+    by sqlq.sqlite.migrate): the newest schema version is their number."""
+    folder = Path(__file__).resolve().parent.parent / "sqlq" / "sqlite" / "migrations"
     return sorted(folder.glob("[0-9][0-9][0-9][0-9]_*.sql"))
 
 

@@ -141,6 +141,23 @@ def test_migrations_are_numbered_from_one() -> None:
         assert m.statements(), f"migration {m.version} has no statements"
 
 
+#: The rows every existing sqlq database holds in sqlq_migrations (one made before
+#: the application id is recognised by exactly these): a released migration's
+#: text never changes, wherever the file lives.
+RELEASED = [
+    (1, "initial", "65c8f3b9423813563450d5c9de41d9cd73c10a465f8d29bc74f2097ef716cfec"),
+    (2, "worker_features", "f0324bec812d98ae149bba9e30dcdf3dab76bb56b8f3392d518605845fb455bb"),
+    (3, "checks_without_lists", "8139ceaa4756a41fb5837ad454233e9e72c093227313f2ea6691250917c5c75d"),
+    (4, "application_id", "2df9a5eb7583d79178f83b5cc5cb657e029398cd9dfccfae3079d3f69c84cb37"),
+    (5, "task_names", "54037912fe7bd068cfa6d060c3ae4b2724b498e29e531b2cdd7b795fc4c16ef3"),
+]
+
+
+def test_released_migrations_keep_their_checksums() -> None:
+    shipped = [(m.version, m.name, m.checksum) for m in migrate.migrations()]
+    assert shipped[: len(RELEASED)] == RELEASED
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

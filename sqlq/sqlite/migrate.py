@@ -1,10 +1,10 @@
 """Numbered schema migrations, applied in order when a queue is opened.
 
-Migrations are the files ``NNNN_name.sql`` in the repository's
-``migrations/sqlite/`` folder (the wheel carries them as
-``sqlq/migrations/sqlite/``).  Each is applied in its own transaction together
-with its row in ``sqlq_migrations``, so a database is always at exactly one
-version.  The usual case, a database that is already current, costs two
+Migrations are the files ``NNNN_name.sql`` in this package's ``migrations/``
+folder, next to ``queries.sql``, read as package resources (so from a wheel, a
+source tree or an editable install alike).  Each is applied in its own
+transaction together with its row in ``sqlq_migrations``, so a database is
+always at exactly one version.  The usual case, a database that is already current, costs two
 queries and takes no lock.
 
 A sqlq database says so in its header (``PRAGMA application_id``, set by
@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from ..errors import Busy, CannotOpen, NotASqlqDatabase, SchemaError, SchemaTooNew, StorageError
@@ -80,21 +80,14 @@ class Migration:
         return out
 
 
-def migrations_dir() -> Path:
-    here = Path(__file__).resolve().parent.parent  # the sqlq package
-    for candidate in (here / "migrations" / "sqlite", here.parent / "migrations" / "sqlite"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("sqlq's migrations folder is missing from this installation")
-
-
 @cache
 def migrations() -> tuple[Migration, ...]:
+    folder = resources.files(__package__).joinpath("migrations")
     found = []
-    for path in sorted(migrations_dir().iterdir()):
-        match = _FILE.match(path.name)
+    for entry in sorted(folder.iterdir(), key=lambda item: item.name):
+        match = _FILE.match(entry.name)
         if match:
-            found.append(Migration(int(match[1]), match[2], path.read_text("utf-8")))
+            found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))
     versions = [m.version for m in found]
     if versions != list(range(1, len(found) + 1)):
         raise ValueError(f"migrations must be numbered 1, 2, 3, ... without gaps: {versions}")
