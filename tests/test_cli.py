@@ -532,6 +532,46 @@ def test_stats_watch_shows_rates_and_a_progress_bar_while_a_backlog_drains(
     assert "[####################] 100% drained" in seen[2]
 
 
+@pytest.mark.processes
+def test_stats_watch_reads_a_file_that_replaced_the_one_it_watched(tmp_path: Path) -> None:
+    """A restore replaces the database under a running watch: the watch says so and shows
+    the new file's counts, and says when the path names no file (no timing: it reads
+    every 50 ms and this test waits for its lines)."""
+    db, other = tmp_path / "q.db", tmp_path / "restored.db"
+    with sqlq.Queue(db, lease_seconds=3600, max_attempts=1) as q:
+        q.add_many(["a", "b", "c"])
+    with sqlq.Queue(other, lease_seconds=3600, max_attempts=1) as q:
+        q.add_many([f"r{i}" for i in range(7)])
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "sqlq", "stats", str(db), "--watch", "--interval", "50ms"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(120, watch.kill)
+    watchdog.start()
+    assert watch.stdout is not None
+
+    def line_with(text: str) -> str:
+        for line in watch.stdout:  # type: ignore[union-attr]
+            if text in line:
+                return line
+        raise AssertionError(f"the watch ended before it printed {text!r}")
+
+    try:
+        line_with("AVAILABLE 3,")
+        db.unlink()
+        line_with("no such file (waiting for it)")
+        os.replace(other, db)
+        assert "was replaced: reading the new file" in line_with("was replaced")
+        assert "(" not in line_with("AVAILABLE 7").split(";")[0]  # no rate across two files
+        watch.send_signal(signal.SIGINT)
+        assert watch.wait(30) == 0
+    finally:
+        watchdog.cancel()
+        if watch.poll() is None:
+            watch.kill()
+
+
 def test_stats_of_a_database_without_tasks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

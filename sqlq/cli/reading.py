@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -429,32 +430,59 @@ class _Drain:
 
 def _watch(path: str, interval: float, count: int | None) -> int:
     """Read the figures every ``interval`` seconds and print a line per queue, until
-    Ctrl-C or ``count`` reads.  Clears the screen first on a terminal."""
+    Ctrl-C or ``count`` reads.  Clears the screen first on a terminal.  A file
+    replaced meanwhile (a restore) is read anew, and said; while the path names
+    no file, that is said instead."""
     clear = sys.stdout.isatty()
     before: tuple[float, dict[str, dict[str, int]]] | None = None
     drains: dict[str, _Drain] = {}
     reads = 0
+
+    def show(now: float, lines: list[str]) -> bool:
+        nonlocal reads
+        reads += 1
+        if clear:
+            print("\x1b[H\x1b[2J", end="")
+        stamp = datetime.fromtimestamp(now, UTC).strftime("%H:%M:%S")
+        for line in lines:
+            print(f"[{stamp}] {line}", flush=True)
+        time.sleep(max(0.0, now + interval - time.time()))
+        return count is not None and reads >= count
+
+    watched = None  # the file read last
     try:
-        with plain_connection(path) as conn:
-            while True:
-                now = time.time()
-                _, found, fronts, _ = _read(conn, path)
-                reads += 1
-                if clear:
-                    print("\x1b[H\x1b[2J", end="")
-                stamp = datetime.fromtimestamp(now, UTC).strftime("%H:%M:%S")
-                lines = [
-                    _watch_line(queue, found[queue], fronts[queue][0], now, before, drains)
-                    for queue in sorted(found)
-                ]
-                for line in lines or ["no tasks"]:
-                    print(f"[{stamp}] {line}", flush=True)
-                before = (now, found)
-                if count is not None and reads >= count:
+        while True:
+            opened = _identity(path)
+            if opened is None:
+                if show(time.time(), [f"{path}: no such file (waiting for it)"]):
                     return EXIT_OK
-                time.sleep(max(0.0, now + interval - time.time()))
+                continue
+            if watched is not None and opened != watched:
+                print(f"{path} was replaced: reading the new file", flush=True)
+                before, drains = None, {}  # another file: its own rates and progress
+            watched = opened
+            with plain_connection(path) as conn:
+                while _identity(path) == opened:
+                    now = time.time()
+                    _, found, fronts, _ = _read(conn, path)
+                    lines = [
+                        _watch_line(queue, found[queue], fronts[queue][0], now, before, drains)
+                        for queue in sorted(found)
+                    ]
+                    before = (now, found)
+                    if show(now, lines or ["no tasks"]):
+                        return EXIT_OK
     except KeyboardInterrupt:  # the way to stop watching
         return EXIT_OK
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """Which file ``path`` names now (device, inode), or None if none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _watch_line(
