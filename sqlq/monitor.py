@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 #: Seconds before a heartbeat that met Busy (or another error) is tried again.
 RETRY_BEAT = 0.2
+#: A handler still running this many times its time limit after it started (its task
+#: failed at the limit) is logged once: it holds a slot it cannot be made to give back.
+STUCK_AFTER = 2
 
 
 class Phase(enum.Enum):
@@ -50,6 +53,7 @@ class Running(Job):
     next_beat: float
     state: Phase = Phase.RUNNING
     lost: bool = False
+    stuck: bool = False  # said to run on long past its time limit
     ended: float | None = None  # when the handler returned (the worker's clock)
 
 
@@ -117,10 +121,22 @@ class Monitor:
             if self._exit:
                 return False
             now = w.clock.monotonic()
-            beats, limits = [], []
+            beats, limits, stuck = [], [], []
             soonest = math.inf if self._summary_at is None else self._summary_at
             summary = now >= soonest
             for entry in w._running.values():
+                if entry.state is Phase.TIMED_OUT and not entry.stuck:
+                    # Failed at its time limit, its handler still holds the slot (a thread
+                    # cannot be stopped; a coroutine may swallow its cancellation): say so
+                    # once, at twice the limit.
+                    assert w.time_limit is not None
+                    at = entry.started + STUCK_AFTER * w.time_limit
+                    if now >= at:
+                        entry.stuck = True
+                        stuck.append(entry)
+                    else:
+                        soonest = min(soonest, at)
+                    continue
                 if entry.state is not Phase.RUNNING or entry.lost:
                     continue
                 if w.time_limit is not None:
@@ -133,13 +149,24 @@ class Monitor:
                     beats.append(entry)
                 else:
                     soonest = min(soonest, entry.next_beat)
-            if not beats and not limits and not summary:
+            if not beats and not limits and not stuck and not summary:
                 self._wake_at = soonest
                 w.clock.wait(self._cond, None if soonest == math.inf else soonest)
                 self._wake_at = -math.inf  # awake: it looks at every task anyway
                 return True
         for entry in limits:
             w._time_out(entry)
+        for entry in stuck:
+            fields = task_fields(entry.lease)
+            event(
+                w.log,
+                logging.WARNING,
+                "task still running",
+                fields,
+                time_limit=w.time_limit,
+                why="its handler has not returned at twice its time limit; its slot stays "
+                "taken until it does",
+            )
         for entry in beats:
             self._beat(entry)
         if summary:

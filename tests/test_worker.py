@@ -261,6 +261,33 @@ def test_a_handler_that_raises_after_its_lease_was_lost_leaves_the_task_alone(
     )
 
 
+def test_a_handler_long_past_its_time_limit_is_said_once_to_hold_its_slot(
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its task was failed at the limit, but its thread (or a coroutine that swallows its
+    cancellation) keeps the slot: the worker says so once, at twice the limit."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=30.0, max_attempts=3, clock=clock.time)
+    queue.add("stuck")
+    started, finish = threading.Event(), threading.Event()
+
+    def handler(_payload: object) -> None:
+        started.set()
+        assert finish.wait(30)
+
+    worker = Worker(queue, handler, time_limit=2.0, clock=clock)
+    thread, out = _in_thread(worker, stop_when_idle=True)
+    assert started.wait(10)
+    assert clock.step(2) == 2.0  # the time limit: failed
+    assert clock.step(2) == 4.0  # twice the limit: said, once
+    clock.wait_for_sleepers(2)  # the monitor waits again, with nothing more due
+    finish.set()
+    thread.join(10)
+    said = [m for m in _messages(caplog, logging.WARNING) if m.startswith("task still running")]
+    assert len(said) == 1 and "task_id=stuck " in said[0] and "slot stays taken" in said[0]
+    assert out == [WorkerStats(claimed=2, completed=1, timed_out=1)]
+
+
 def test_time_limit_fails_the_task_and_the_late_result_is_refused(
     open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
 ) -> None:
