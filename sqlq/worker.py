@@ -312,7 +312,7 @@ class Worker:
         self._warned: dict[str, float] = {}  # transient error kind -> last warning
         self._started = False
         self._executor = Executor(
-            self._call,
+            self._run,  # the handler's call on a lease (an awaitable, if it is async)
             self._finished,
             threads=concurrency,
             name=f"sqlq-worker-{queue.queue}",
@@ -627,10 +627,6 @@ class Worker:
             self._monitor.end()
         self._monitor.join()
         self._executor.shutdown()
-
-    def _call(self, lease: Lease) -> object:
-        """The handler's call on ``lease`` (an awaitable, if it is async)."""
-        return self._run(lease)
 
     def _finished(self, entry: Running, error: BaseException | None) -> None:
         """The handler returned or raised: its outcome waits for the claim loop to
