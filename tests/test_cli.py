@@ -8,6 +8,7 @@ every command exactly as they went in.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -488,15 +490,10 @@ def test_stats_options_of_watch_are_refused_without_it(
     assert (code, out) == (2, "") and "--interval and --count go with --watch" in err
 
 
-@pytest.mark.processes
-def test_stats_watch_shows_rates_and_a_progress_bar_while_a_backlog_drains(
-    tmp_path: Path,
-) -> None:
-    """The watch runs as a process; this one drains the queue in steps and reads the
-    watch's lines until each step shows (no timing: the watch reads every 50 ms)."""
-    db = tmp_path / "q.db"
-    with sqlq.Queue(db, lease_seconds=3600, max_attempts=1) as q:
-        q.add_many([f"t{i}" for i in range(100)])
+@contextlib.contextmanager
+def _watching(db: Path) -> Iterator[tuple[subprocess.Popen[str], Callable[..., str]]]:
+    """``sqlq stats DB --watch`` as a process reading every 50 ms, and a function that
+    reads its lines until one holds any of the texts given (killed after 120 s)."""
     watch = subprocess.Popen(
         [sys.executable, "-m", "sqlq", "stats", str(db), "--watch", "--interval", "50ms"],
         stdout=subprocess.PIPE,
@@ -506,26 +503,43 @@ def test_stats_watch_shows_rates_and_a_progress_bar_while_a_backlog_drains(
     watchdog.start()
     assert watch.stdout is not None
 
-    def line_with(available: int) -> str:
+    def line_with(*texts: str) -> str:
         for line in watch.stdout:  # type: ignore[union-attr]
-            if f"AVAILABLE {available}," in line or f"AVAILABLE {available} (" in line:
+            if any(text in line for text in texts):
                 return line
-        raise AssertionError(f"the watch ended before AVAILABLE was {available}")
+        raise AssertionError(f"the watch ended before it printed any of {texts}")
 
     try:
-        first = line_with(100)
+        yield watch, line_with
+    finally:
+        watchdog.cancel()
+        if watch.poll() is None:
+            watch.kill()
+
+
+@pytest.mark.processes
+def test_stats_watch_shows_rates_and_a_progress_bar_while_a_backlog_drains(
+    tmp_path: Path,
+) -> None:
+    """The watch runs as a process; this one drains the queue in steps and reads the
+    watch's lines until each step shows (no timing: the watch reads every 50 ms)."""
+    db = tmp_path / "q.db"
+    with sqlq.Queue(db, lease_seconds=3600, max_attempts=1) as q:
+        q.add_many([f"t{i}" for i in range(100)])
+    with _watching(db) as (watch, line_with):
+
+        def available(count: int) -> str:
+            return line_with(f"AVAILABLE {count},", f"AVAILABLE {count} (")
+
+        first = available(100)
         assert "%" not in first and "oldest available" in first
         seen = []
         with sqlq.Queue(db, lease_seconds=3600, max_attempts=1) as q:
             for left in (60, 20, 0):
                 q.complete_many(q.claim_many(q.counts()["AVAILABLE"] - left))
-                seen.append(line_with(left))
+                seen.append(available(left))
         watch.send_signal(signal.SIGINT)  # Ctrl-C: the way to stop watching
         assert watch.wait(30) == 0
-    finally:
-        watchdog.cancel()
-        if watch.poll() is None:
-            watch.kill()
     assert re.search(r"AVAILABLE 60 \(-\d+\.\d/s\)", seen[0])
     assert "[########------------] 40% ETA " in seen[0]
     assert "[################----] 80% ETA " in seen[1]
@@ -542,22 +556,7 @@ def test_stats_watch_reads_a_file_that_replaced_the_one_it_watched(tmp_path: Pat
         q.add_many(["a", "b", "c"])
     with sqlq.Queue(other, lease_seconds=3600, max_attempts=1) as q:
         q.add_many([f"r{i}" for i in range(7)])
-    watch = subprocess.Popen(
-        [sys.executable, "-m", "sqlq", "stats", str(db), "--watch", "--interval", "50ms"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    watchdog = threading.Timer(120, watch.kill)
-    watchdog.start()
-    assert watch.stdout is not None
-
-    def line_with(text: str) -> str:
-        for line in watch.stdout:  # type: ignore[union-attr]
-            if text in line:
-                return line
-        raise AssertionError(f"the watch ended before it printed {text!r}")
-
-    try:
+    with _watching(db) as (watch, line_with):
         line_with("AVAILABLE 3,")
         db.unlink()
         line_with("no such file (waiting for it)")
@@ -566,10 +565,6 @@ def test_stats_watch_reads_a_file_that_replaced_the_one_it_watched(tmp_path: Pat
         assert "(" not in line_with("AVAILABLE 7").split(";")[0]  # no rate across two files
         watch.send_signal(signal.SIGINT)
         assert watch.wait(30) == 0
-    finally:
-        watchdog.cancel()
-        if watch.poll() is None:
-            watch.kill()
 
 
 def test_stats_of_a_database_without_tasks(
