@@ -21,6 +21,7 @@ import pytest
 import test_worker
 from test_worker import (
     _HOLD_WRITE_LOCK,
+    _check_timed_out_then_completed,
     _cli_worker,
     _count_beats,
     _final_stats,
@@ -121,12 +122,7 @@ def test_time_limit_cancels_an_async_handler_and_fails_its_task(
 
     assert cancelled.is_set()
     assert beats == [1.0, 2.0]  # the monitor thread kept the coroutine's lease
-    assert out == [WorkerStats(claimed=2, completed=1, timed_out=1)]
-    assert attempts == [(1, 0.0), (2, 2.5)]
-    info = queue.info("slow")
-    assert info is not None
-    assert (info.state, info.attempts) == ("COMPLETED", 2)
-    assert info.last_error == "time limit of 2.5s exceeded"
+    _check_timed_out_then_completed(queue, out, attempts)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert [m for m in warnings if "slow" in m] == [
         'task failed task_id=slow attempt=1 token=2 time_limit=2.500s error="time limit of '

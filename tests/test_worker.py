@@ -81,6 +81,19 @@ def _messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
 # --- in one process ------------------------------------------------------------------
 
 
+def _check_timed_out_then_completed(
+    queue: sqlq.Queue, out: list[WorkerStats], attempts: list[tuple[int, float]]
+) -> None:
+    """Task "slow" was failed at its 2.5 s time limit on attempt 1, and completed on
+    attempt 2 (claimed at 2.5 s)."""
+    assert out == [WorkerStats(claimed=2, completed=1, timed_out=1)]
+    assert attempts == [(1, 0.0), (2, 2.5)]
+    info = queue.info("slow")
+    assert info is not None
+    assert (info.state, info.attempts) == ("COMPLETED", 2)
+    assert info.last_error == "time limit of 2.5s exceeded"
+
+
 def _count_beats(queue: sqlq.Queue, clock: ManualClock) -> list[float]:
     """The worker's heartbeats on ``queue``, as they happen: the clock's time of each extend."""
     beats: list[float] = []
@@ -316,12 +329,7 @@ def test_time_limit_fails_the_task_and_the_late_result_is_refused(
     finish.set()
     thread.join(10)
 
-    assert out == [WorkerStats(claimed=2, completed=1, timed_out=1)]
-    assert attempts == [(1, 0.0), (2, 2.5)]
-    info = queue.info("slow")
-    assert info is not None
-    assert (info.state, info.attempts) == ("COMPLETED", 2)
-    assert info.last_error == "time limit of 2.5s exceeded"
+    _check_timed_out_then_completed(queue, out, attempts)
     warnings = _messages(caplog, logging.WARNING)
     assert any(
         m.startswith("task failed task_id=slow attempt=1 ")
