@@ -12,7 +12,15 @@ PostgreSQL later) implements them with its own SQL and promises:
   Given the caller's own connection in an open transaction, the call runs
   inside it instead (in a savepoint) and commits or rolls back with it.
 * The transaction's ``now`` is ``max(now, the database's high-water mark)``; the
-  mark is raised to it when the transaction commits.
+  mark is raised to it when the transaction commits.  A backend that keeps time
+  (``keeps_time``: a server's clock, one for every machine) takes ``now=None``
+  as "the database's clock", and then need not raise the mark.
+* A backend may run calls concurrently (PostgreSQL), provided each call sees
+  and changes tasks as some serial order of calls would, with two relaxations
+  that its documentation states: a claim may pass over tasks that other calls
+  hold, and due events may be applied by a later call.  Every change of a lease
+  is therefore guarded by the lease running at the call's ``now`` (``lease``,
+  ``complete``, ``extend``), not only by its token.
 * Updates are guarded by the state the caller saw (compare-and-set); a guard
   that unexpectedly matches nothing raises :class:`sqlq.errors.InvariantViolation`.
 * Line positions, wake-up orders and lease tokens come from one counter per
@@ -120,8 +128,15 @@ class Transaction(Protocol):
         """The task, or None."""
         ...
 
+    def lease(self, queue: str, task_id: str, token: int | None) -> TaskRow | None:
+        """The task if it is RESERVED (under ``token``, if given) with a lease that
+        runs past ``now``, held so that no other call ends that lease before this
+        transaction does; None otherwise."""
+        ...
+
     def complete(self, queue: str, task_id: str, token: int | None) -> bool:
-        """RESERVED (under ``token``, if given) -> COMPLETED; False and no change otherwise."""
+        """RESERVED (under ``token``, if given) with a lease running past ``now`` ->
+        COMPLETED; False and no change otherwise."""
         ...
 
     def end_lease(
@@ -141,7 +156,8 @@ class Transaction(Protocol):
         ...
 
     def extend(self, queue: str, task_id: str, token: int, deadline: Number) -> bool:
-        """Move the deadline of the lease ``token``; False if it is not the current lease."""
+        """Move the deadline of the lease ``token``; False if it is not the current
+        lease, or no longer runs at ``now``."""
         ...
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
@@ -189,13 +205,19 @@ class Backend(Protocol):
         ...
 
     @property
+    def keeps_time(self) -> bool:
+        """True: the database has a clock of its own (a server's), which calls given
+        ``now=None`` use; False: the caller always gives the time."""
+        ...
+
+    @property
     def engine(self) -> sa.Engine:
         """A SQLAlchemy engine on the database, whose connections (in an open
         transaction) ``transaction`` accepts as ``external``."""
         ...
 
     def transaction(
-        self, now: Number, queue: str, external: Any, opened: Opened
+        self, now: Number | None, queue: str, external: Any, opened: Opened
     ) -> AbstractContextManager[Transaction]:
         """One call on ``queue``: a write transaction at ``now`` (see the module docstring).
 
@@ -206,8 +228,9 @@ class Backend(Protocol):
         """
         ...
 
-    def ready(self, queue: str, now: Number) -> bool:
-        """Read only: would a claim at ``now`` find a task?  Takes no write lock."""
+    def ready(self, queue: str, now: Number | None) -> bool:
+        """Read only: would a claim at ``now`` (None: the database's clock) find a
+        task?  Takes no write lock."""
         ...
 
     def counts(self) -> dict[str, dict[str, int]]:

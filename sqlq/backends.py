@@ -1,7 +1,8 @@
 """Which backend stores a queue, chosen by the scheme of its database's URL.
 
 * A plain path (or ``os.PathLike``) or a ``sqlite:///path`` URL: SQLite.
-* ``postgresql://...``: PostgreSQL, once its backend exists (refused until then).
+* ``postgresql://...`` (or ``postgresql+psycopg://``): PostgreSQL, through psycopg 3
+  (``pip install 'sqlq[postgresql]'``).
 
 The registry is the one module above the backends that names them; each backend
 is imported only when a database of its kind is opened.  Options a Queue does not
@@ -27,6 +28,12 @@ def _open_sqlite(location: str | os.PathLike[str], **options: Any) -> Backend:
     return SqliteBackend(location, **options)
 
 
+def _open_postgresql(url: str, **options: Any) -> Backend:
+    from .postgresql.backend import PostgresBackend
+
+    return PostgresBackend(url, **options)
+
+
 class Kind(NamedTuple):
     """A kind of database: how to open it, and the options it takes."""
 
@@ -43,7 +50,11 @@ KINDS = {
         _open_sqlite,
         frozenset({"synchronous", "busy_timeout", "file_mode"}),
     ),
-    "postgresql": Kind("postgresql://user@host/db", None),
+    "postgresql": Kind(
+        "postgresql://user@host/db",
+        _open_postgresql,
+        frozenset({"strict", "synchronous", "busy_timeout"}),
+    ),
 }
 
 

@@ -132,6 +132,9 @@ class Queue:
         self._clock = clock
         self._rng = check_rng(rng)
         self._backend: Backend = open_backend(path_or_url, **options)
+        # Calls without a time take the database's clock, when it keeps one and the
+        # caller did not give a clock of their own.
+        self._server_time = clock is time.time and self._backend.keeps_time
 
     @property
     def engine(self) -> sa.Engine:
@@ -254,10 +257,8 @@ class Queue:
     def _fail(
         self, tx: Transaction, task_id: str, token: int | None, text: str | None, retry: bool
     ) -> str | None:
-        task = tx.get(self.queue, task_id)
-        if task is None or task.state is not State.RESERVED:
-            return None
-        if token is not None and task.token != token:
+        task = tx.lease(self.queue, task_id, token)
+        if task is None:
             return None
         if not retry:
             _kill(tx, task, text)
@@ -303,8 +304,8 @@ class Queue:
         task_id = check_task_id(task_id)
         token = check_token(token)
         with self._call(now) as tx:
-            task = tx.get(self.queue, task_id)
-            if task is None or task.state is not State.RESERVED or task.token != token:
+            task = tx.lease(self.queue, task_id, token)
+            if task is None:
                 return False
             tx.end_lease(task, State.AVAILABLE, tx.now, task.last_error, attempts_delta=-1)
             return True
@@ -502,7 +503,13 @@ class Queue:
     def ready(self, now: Number | None = None) -> bool:
         """Would ``claim`` find a task now?  Reads only and takes no write lock, so
         idle workers can poll cheaply; changes nothing (the next call does)."""
-        return self._backend.ready(self.queue, check_time(self._clock() if now is None else now))
+        return self._backend.ready(self.queue, self._reading(now))
+
+    def _reading(self, now: Number | None) -> Number | None:
+        """The time of a read: ``now``, or the clock's (None: the database's)."""
+        if now is not None:
+            return check_time(now)
+        return None if self._server_time else check_time(self._clock())
 
     def counts(self) -> dict[str, int]:
         """Tasks of this queue per state, as of the last call (reads only)."""
@@ -545,6 +552,8 @@ class Queue:
         """One call: a transaction at ``now`` in which everything due has happened."""
         if now is not None:
             now, opened = check_time(now), self._opened
+        elif self._server_time:  # the database's clock, one for every machine
+            opened = self._opened
         elif self._guard_clock:
             now, opened = check_time(self._clock()), self._opened_at_reading
             if now > self._kernel_seen + self._step:

@@ -85,6 +85,13 @@ class CannotOpen(StorageError):
     """The database file (or its folder, or its -wal/-shm files) cannot be opened."""
 
 
+class Unavailable(StorageError):
+    """The database server cannot be reached, or the connection to it was lost (a
+    restart, a network failure, a terminated session).  What the call did was not
+    committed, unless the connection was lost while the commit itself was under
+    way: then it may have been.  The next call connects again."""
+
+
 class ReadOnly(StorageError):
     """The database cannot be written (permissions, a read-only mount, ...)."""
 
@@ -121,7 +128,14 @@ class QueueClosed(SqlqError):
     """The queue was closed; open a new one."""
 
 
-#: Errors a long-running caller (a worker) outlives: each left the queue unchanged, and
-#: a taken lock, a full disk, a failing write or a wrong clock may pass (the lock freed,
-#: space freed, the device back, the clock fixed), so the call may be tried again later.
-TRANSIENT: tuple[type[SqlqError], ...] = (Busy, StorageFull, StorageIOError, ClockSkew)
+#: Errors a long-running caller (a worker) outlives: each left the queue unchanged (but
+#: see Unavailable), and a taken lock, a full disk, a failing write, a lost server or a
+#: wrong clock may pass (the lock freed, space freed, the device or the server back, the
+#: clock fixed), so the call may be tried again later.
+TRANSIENT: tuple[type[SqlqError], ...] = (
+    Busy,
+    StorageFull,
+    StorageIOError,
+    Unavailable,
+    ClockSkew,
+)

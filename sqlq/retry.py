@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final, Literal
 
 from .errors import InvalidConfig
@@ -75,3 +76,9 @@ def _seconds(value: object, what: str) -> float:
     if not 0 <= value <= MAX_DELAY:
         raise InvalidConfig(f"{what} must be between 0 and {MAX_DELAY} seconds, got {value!r}")
     return float(value)
+
+
+@lru_cache(maxsize=64)
+def stored_policy(kind: Kind, base: float, cap: float) -> Retry:
+    """The policy of a task as a backend reads it back (one object per policy)."""
+    return Retry(kind, base, cap)

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 import sqlq
 from sqlq import backends
 from sqlq.backend import Backend
-from sqlq.errors import ClockSkew, InvalidConfig
+from sqlq.errors import ClockSkew, InvalidConfig, Unavailable
 from sqlq.worker import Worker
 
 PACKAGE = Path(sqlq.__file__).resolve().parent
@@ -134,18 +134,26 @@ def test_a_path_or_sqlite_url_opens_sqlite(tmp_path: Path, spell: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["postgresql://user@localhost/db", "postgresql+psycopg://user:secret@localhost:5432/db"]
+    "url",
+    [
+        "postgresql://user@/db?host=/nonexistent-sqlq-socket-dir",
+        "postgresql+psycopg://user:secret@/db?host=/nonexistent-sqlq-socket-dir",
+    ],
 )
-def test_postgresql_is_refused_until_its_backend_exists(url: str) -> None:
-    with pytest.raises(InvalidConfig, match="postgresql databases are not available yet") as caught:
+def test_a_postgresql_server_that_cannot_be_reached_is_unavailable(url: str) -> None:
+    with pytest.raises(Unavailable) as caught:
         _queue(url)
     assert "secret" not in str(caught.value)
+    assert isinstance(caught.value.__cause__, Exception)
 
 
-def test_postgresql_is_refused_without_connecting(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("url", ["postgresql+psycopg2://u@h/db", "postgresql+asyncpg://u@h/db"])
+def test_postgresql_drivers_other_than_psycopg_are_refused_without_connecting(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(sa, "create_engine", _no_engine)
-    with pytest.raises(InvalidConfig, match="not available yet"):
-        _queue("postgresql://user@localhost/db")
+    with pytest.raises(InvalidConfig, match="psycopg 3"):
+        _queue(url)
 
 
 def _no_engine(*args: object, **kwargs: object) -> Any:

@@ -36,7 +36,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from functools import lru_cache
 from operator import itemgetter
 from types import TracebackType
 from typing import Any, Literal, NoReturn, TypeVar
@@ -58,7 +57,7 @@ from ..errors import (
 )
 from ..payload import Encoded
 from ..records import Checkpoint, StorageFacts
-from ..retry import Retry
+from ..retry import Retry, stored_policy
 from . import driver, files
 from .gate import Gate
 from .migrate import check_schema, ensure_schema
@@ -148,6 +147,8 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
 
 
 class SqliteBackend:
+    keeps_time = False  # every call is given its time
+
     def __init__(
         self,
         path_or_url: str | os.PathLike[str],
@@ -345,7 +346,7 @@ class SqliteBackend:
         return self._engine
 
     def transaction(
-        self, now: Number, queue: str, external: Any, opened: Opened
+        self, now: Number | None, queue: str, external: Any, opened: Opened
     ) -> SqliteTransaction:
         """One call on ``queue`` at ``now``, as a context manager (see
         sqlq.backend.Backend).  With ``external`` (a SQLAlchemy Connection in an open
@@ -382,7 +383,8 @@ class SqliteBackend:
         """Transactions on queue.engine take the write lock at once, as the queue's do."""
         connection.exec_driver_sql(Q.begin_write)
 
-    def ready(self, queue: str, now: Number) -> bool:
+    def ready(self, queue: str, now: Number | None) -> bool:
+        now = time.time() if now is None else now  # SQLite's clock is this process's
         with self._holding_lock() as deadline, self._guard():
             conn = self._connection()
             row = self._waiting(
@@ -576,10 +578,15 @@ class SqliteTransaction:
     )
 
     def __init__(
-        self, backend: SqliteBackend, now: Number, queue: str, external: Any, opened: Opened
+        self,
+        backend: SqliteBackend,
+        now: Number | None,
+        queue: str,
+        external: Any,
+        opened: Opened,
     ) -> None:
         self._backend = backend
-        self.now: Number = now
+        self.now: Number = time.time() if now is None else now  # (Queue gives it)
         self.queue = queue
         self._external = external
         self._opened = opened
@@ -800,6 +807,15 @@ class SqliteTransaction:
         row = self._cur.execute(Q.get_task, {"queue": queue, "task_id": task_id}).fetchone()
         return None if row is None else _task_row(row)
 
+    def lease(self, queue: str, task_id: str, token: int | None) -> TaskRow | None:
+        """get, checked: the write lock holds the row for the rest of the call."""
+        task = self.get(queue, task_id)
+        if task is None or task.state is not State.RESERVED:
+            return None
+        if token is not None and task.token != token:
+            return None
+        return task if task.deadline is not None and task.deadline > self.now else None
+
     def complete(self, queue: str, task_id: str, token: int | None) -> bool:
         params = (queue, task_id, token, self.now)
         return bool(self._cur.execute(Q.complete_task, params).rowcount == 1)
@@ -903,7 +919,7 @@ def _task_row(row: tuple[Any, ...]) -> TaskRow:
      deadline, run_at, payload, error, created, updated, finished, name) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
-        retry_policy(kind, base, cap), deadline, run_at, payload, error,
+        stored_policy(kind, base, cap), deadline, run_at, payload, error,
         created, updated, finished, name,
     )  # fmt: skip
 
@@ -912,10 +928,5 @@ def _event_row(row: tuple[Any, ...]) -> TaskRow:
     _at, _order, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap = row
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
-        retry_policy(kind, base, cap),
+        stored_policy(kind, base, cap),
     )  # fmt: skip
-
-
-@lru_cache(maxsize=64)
-def retry_policy(kind: Any, base: float, cap: float) -> Retry:
-    return Retry(kind, base, cap)

@@ -28,17 +28,14 @@ then looks again: no process fails because another is creating the file.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
+from .. import migration_files
 from ..errors import Busy, CannotOpen, NotASqlqDatabase, SchemaError, SchemaTooNew, StorageError
 from . import files
 from .driver import dbapi
@@ -52,19 +49,8 @@ BEFORE_APPLICATION_ID = 3
 #: Waiting for another process's migration lock: the longest pause, in seconds.
 LOCK_POLL = 0.05
 
-_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
-    @property
-    def checksum(self) -> str:
-        return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
-
+class Migration(migration_files.Migration):
     def statements(self) -> list[str]:
         """The file split into complete statements (SQLite's own notion of complete)."""
         out, pending = [], ""
@@ -82,16 +68,7 @@ class Migration:
 
 @cache
 def migrations() -> tuple[Migration, ...]:
-    folder = resources.files(__package__).joinpath("migrations")
-    found = []
-    for entry in sorted(folder.iterdir(), key=lambda item: item.name):
-        match = _FILE.match(entry.name)
-        if match:
-            found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))
-    versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise ValueError(f"migrations must be numbered 1, 2, 3, ... without gaps: {versions}")
-    return tuple(found)
+    return migration_files.read_migrations("sqlq.sqlite", Migration)
 
 
 def latest_version() -> int:

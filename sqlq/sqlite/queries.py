@@ -1,68 +1,9 @@
-"""Loads the named SQL blocks of queries.sql: the one home of sqlq's SQLite statements."""
+"""The one home of sqlq's SQLite statements: the named blocks of queries.sql."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from importlib import resources
+from ..sqlfile import Query, load, parse
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$")
+__all__ = ["Q", "Query", "parse"]
 
-
-@dataclass(frozen=True)
-class Query:
-    name: str
-    doc: str
-    sql: str
-
-
-def parse(text: str) -> dict[str, Query]:
-    """Split ``-- name: x`` blocks into queries; comment lines right after the name are its doc."""
-    queries: dict[str, Query] = {}
-    name: str | None = None
-    doc: list[str] = []
-    body: list[str] = []
-
-    def finish() -> None:
-        if name is None:
-            return
-        sql = "\n".join(body).strip()
-        if not sql or not doc:
-            raise ValueError(f"query {name!r} needs a description and a statement")
-        queries[name] = Query(name, " ".join(doc), sql)
-
-    for line in text.splitlines():
-        match = _NAME.match(line)
-        if match:
-            finish()
-            name, doc, body = match.group(1), [], []
-            if name in queries:
-                raise ValueError(f"query {name!r} is defined twice")
-        elif name is not None:
-            if line.startswith("--") and not body:
-                doc.append(line.lstrip("- ").strip())
-            elif line.strip() or body:
-                body.append(line)
-    finish()
-    return queries
-
-
-class _Queries:
-    """Attribute access to the SQL text of each named query: ``Q.claim_front``."""
-
-    def __init__(self, queries: dict[str, Query]) -> None:
-        self.all = queries
-        # Plain instance attributes: a query looked up on the hot path is a dict hit,
-        # never the AttributeError that a miss raises before __getattr__ runs.
-        for name, query in queries.items():
-            if name != "all":
-                setattr(self, name, query.sql)
-
-    def __getattr__(self, name: str) -> str:
-        try:
-            return self.all[name].sql
-        except KeyError:
-            raise AttributeError(f"no query named {name!r} in queries.sql") from None
-
-
-Q = _Queries(parse(resources.files(__package__).joinpath("queries.sql").read_text("utf-8")))
+Q = load("sqlq.sqlite")

@@ -1,0 +1,664 @@
+"""The PostgreSQL backend: many machines, one database server, calls that run
+concurrently.
+
+SQLAlchemy (its psycopg dialect and pool) makes the connections; the calls run
+the named statements of queries.sql through psycopg on a connection the backend
+holds, with no ORM or expression compilation on the hot path.
+
+Concurrency model:
+
+* Between processes: calls run at once.  Claims take the front of the line
+  ``FOR UPDATE SKIP LOCKED`` (a row another call is claiming is passed over);
+  every completion, failure and heartbeat is a compare-and-set on (state, token)
+  *and* ``deadline > now``, so a lease that ran out is refused whether or not a
+  call has applied its expiry yet.  Due events (expired leases, WAITING tasks
+  whose time came) are applied inside the calls, as on SQLite, by whichever call
+  wins the queue's transaction-scoped advisory lock (tried only when a probe of
+  the partial indexes finds something due); the others go on without waiting.
+* ``strict=True``: every call first takes that advisory lock and waits for it,
+  so a queue's calls run one at a time and answer exactly as SQLite's would.
+* Within a process: one connection per backend object, calls serialised by a
+  lock (a Queue can be shared by threads).
+* Time: the server's clock when the caller gives none (one clock for every
+  machine), else the caller's ``now`` and the high-water mark, as on SQLite.
+* A lost connection (server restart, ``pg_terminate_backend``, a pooler's
+  timeout) raises :class:`sqlq.errors.Unavailable` from the call that saw it; the
+  next call connects again.  A call that finds its idle connection dead before
+  anything was sent connects again at once and goes on.
+* Across ``fork``: the child never uses (nor closes: that would end the parent's
+  session) a connection it inherited; it opens its own on first use.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from operator import itemgetter
+from types import TracebackType
+from typing import Any, NoReturn, TypeVar
+
+import sqlalchemy as sa
+
+from ..backend import Claimed, Opened, TaskRow
+from ..contract import Number, State
+from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
+from ..payload import Encoded
+from ..records import Checkpoint, StorageFacts
+from ..retry import Retry, stored_policy
+from . import driver
+from .driver import psycopg
+from .migrate import check_schema, ensure_schema
+from .queries import Q
+from .text import read, read_or_none, stored, stored_or_none
+
+T = TypeVar("T")
+
+#: Connections a forked child inherited open: kept referenced, never closed there
+#: (closing one would end the parent's session on the server).
+_inherited: list[Any] = []
+_live_backends: weakref.WeakSet[PostgresBackend] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for backend in list(_live_backends):
+        backend._start_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def engine_url(url: str) -> sa.engine.URL:
+    """The SQLAlchemy URL for psycopg 3 of a ``postgresql://`` (or
+    ``postgresql+psycopg://``) URL; other drivers are refused."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise InvalidConfig(f"not a database URL: {url!r}") from exc
+    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in (
+        "psycopg",
+        "psycopg2",  # what SQLAlchemy calls a URL without a driver
+    ):
+        raise InvalidConfig(
+            f"{parsed.render_as_string(hide_password=True)}: sqlq talks to PostgreSQL "
+            "through psycopg 3; use a postgresql:// or postgresql+psycopg:// URL"
+        )
+    if "+" in parsed.drivername and parsed.get_driver_name() != "psycopg":
+        raise InvalidConfig(f"{parsed.drivername}: sqlq uses psycopg 3 (postgresql+psycopg://)")
+    return parsed.set(drivername="postgresql+psycopg")
+
+
+class PostgresBackend:
+    """A PostgreSQL database (the first schema of its search_path) holding queues."""
+
+    keeps_time = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        strict: bool = False,
+        synchronous: str = "full",
+        busy_timeout: float = 30.0,
+        migrate: bool = True,
+    ) -> None:
+        """Open (and by default create or migrate) sqlq's tables in the database.
+
+        ``synchronous``: "full" waits for the server's WAL flush at each commit
+        (``synchronous_commit = on``); "normal" does not (``off``: a server crash
+        may lose the last commits, never corrupt).  ``busy_timeout``: seconds a
+        call may wait for a lock (``lock_timeout``), then Busy.
+        """
+        if not isinstance(url, str):
+            raise InvalidConfig(f"expected a postgresql:// URL, not {type(url).__name__}")
+        if not isinstance(strict, bool):
+            raise InvalidConfig(f"strict must be True or False, not {strict!r}")
+        if synchronous not in ("full", "normal"):
+            raise InvalidConfig(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
+            raise InvalidConfig("busy_timeout must be a number of seconds")
+        if not 0 < busy_timeout <= 86400:
+            raise InvalidConfig(f"busy_timeout must be in (0, 86400], got {busy_timeout}")
+        parsed = engine_url(url)
+        self._name = parsed.render_as_string(hide_password=True)
+        self.strict = strict
+        self.synchronous = synchronous
+        self.busy_timeout = float(busy_timeout)
+        self._engine = sa.create_engine(parsed, pool_size=2, max_overflow=8)
+        sa.event.listen(self._engine, "connect", self._on_connect)
+        self._lock = threading.Lock()
+        self._fairy: Any = None  # SQLAlchemy's wrapper, owning the psycopg connection
+        self._conn: Any = None
+        self._cursor: Any = None
+        self._closed = False
+        self._cutoff = math.inf  # waits end by this time.monotonic() (interrupt_waits)
+        self._in_call = False
+        _live_backends.add(self)
+        try:
+            with self._lock, self._guard():
+                conn = self._connection()
+                if migrate:
+                    self.schema_version = ensure_schema(conn, self._name)
+                else:
+                    self.schema_version = check_schema(conn, self._name)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- connections --------------------------------------------------------------
+
+    def _on_connect(self, dbapi_conn: Any, _record: Any) -> None:
+        """Every connection of the engine (the queue's and queue.engine's): waits for
+        a lock end after busy_timeout; commits wait for the flush or not."""
+        dbapi_conn.autocommit = True
+        try:
+            dbapi_conn.execute(
+                "SELECT set_config('lock_timeout', %s, false), "
+                "set_config('synchronous_commit', %s, false)",
+                (
+                    f"{int(self.busy_timeout * 1000)}ms",
+                    "on" if self.synchronous == "full" else "off",
+                ),
+            )
+        finally:
+            dbapi_conn.autocommit = False
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            if self._closed:
+                raise QueueClosed(f"{self._name}: the queue is closed")
+            try:
+                self._fairy = self._engine.raw_connection()
+            except sa.exc.DBAPIError as exc:
+                cause = exc.orig if exc.orig is not None else exc
+                raise driver.translate(cause, self._name) from cause
+            self._conn = self._fairy.driver_connection
+            self._conn.autocommit = True  # sqlq sends BEGIN and COMMIT itself
+            self._cursor = self._conn.cursor()
+        return self._conn
+
+    def _disconnect(self) -> None:
+        """Drop the connection (after it broke): the next call makes a new one."""
+        self._cursor = None
+        if self._fairy is not None:
+            with suppress(Exception):
+                self._fairy.invalidate()
+        self._fairy = self._conn = None
+
+    def _start_in_child(self) -> None:
+        if self._fairy is not None:
+            _inherited.append((self._fairy, self._conn, self._cursor))
+            self._fairy = self._conn = self._cursor = None
+        self._engine.dispose(close=False)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._fairy is not None:
+                with suppress(Exception):
+                    self._fairy.close()
+            self._fairy = self._conn = self._cursor = None
+            self._engine.dispose()
+            _live_backends.discard(self)
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """psycopg errors raised inside as sqlq errors (the cause kept); a broken
+        connection is dropped."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise self._translated(exc) from exc
+
+    def _translated(self, exc: BaseException) -> Exception:
+        if self._conn is not None and self._conn.closed:
+            self._disconnect()
+        if self._cutoff <= time.monotonic() and getattr(exc, "sqlstate", None) == "57014":
+            return Busy(
+                f"{self._name}: the call was cut short by interrupt_waits (a stopping "
+                "worker's grace period is over)"
+            )
+        return driver.translate(exc, self._name)
+
+    # --- calls ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def engine(self) -> sa.Engine:
+        return self._engine
+
+    def transaction(
+        self, now: Number | None, queue: str, external: Any, opened: Opened
+    ) -> PostgresTransaction:
+        return PostgresTransaction(self, now, queue, external, opened)
+
+    def _external_connection(self, external: Any) -> Any:
+        if self._closed:
+            raise QueueClosed(f"{self._name}: the queue is closed")
+        if not isinstance(external, sa.Connection):
+            raise InvalidArgument(
+                f"conn must be a SQLAlchemy Connection, not {type(external).__name__}"
+            )
+        if external.engine.url.render_as_string(hide_password=True) != self._name:
+            raise InvalidArgument(f"conn is not connected to the queue's database {self._name}")
+        if not external.in_transaction():
+            raise InvalidArgument("conn must be in an open transaction (with engine.begin())")
+        conn: Any = external.connection.driver_connection
+        if not isinstance(conn, psycopg.Connection):
+            raise InvalidArgument("conn must use psycopg 3 (queue.engine does)")
+        return conn
+
+    def begin(self, deadline: float) -> Any:
+        """Take the thread lock and BEGIN on the queue's connection (a new one if the
+        held one turns out dead before anything was sent); returns the cursor."""
+        if not self._lock.acquire(True, max(0.0, deadline - time.monotonic())):
+            raise Busy(f"{self._name}: other calls on this queue object held it")
+        try:
+            with self._guard():
+                self._connection()
+                self._in_call = True
+                try:
+                    self._cursor.execute(Q.begin)
+                except psycopg.OperationalError:
+                    if not self._conn.closed:
+                        raise
+                    self._disconnect()  # died while idle: nothing of this call was sent
+                    self._connection()
+                    self._cursor.execute(Q.begin)
+        except BaseException:
+            self.end_call()
+            raise
+        return self._cursor
+
+    def end_call(self) -> None:
+        self._in_call = False
+        self._lock.release()
+
+    def _read(self, attempt: Callable[[Any], T]) -> T:
+        """A read outside any transaction (one statement: one snapshot), holding the
+        thread lock; tried again once on a new connection if the held one had died."""
+        self.begin_read()
+        try:
+            with self._guard():
+                try:
+                    return attempt(self._cursor)
+                except psycopg.OperationalError:
+                    if not self._conn.closed:
+                        raise
+                    self._disconnect()
+                    self._connection()
+                    return attempt(self._cursor)
+        finally:
+            self.end_call()
+
+    def begin_read(self) -> None:
+        if not self._lock.acquire(True, self.busy_timeout):
+            raise Busy(f"{self._name}: other calls on this queue object held it")
+        try:
+            with self._guard():
+                self._connection()
+            self._in_call = True
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def ready(self, queue: str, now: Number | None) -> bool:
+        params = {"queue": queue, "now": now}
+        return bool(self._read(lambda cur: cur.execute(Q.ready, params).fetchone()[0]))
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for queue, state, count in self._read(lambda cur: cur.execute(Q.count_states).fetchall()):
+            out.setdefault(queue, {})[state] = count
+        return out
+
+    def snapshot(self, queue: str) -> Figures:
+        return self._read(lambda cur: _figures(cur, queue))
+
+    def storage_facts(self) -> StorageFacts:
+        return StorageFacts()  # no write-ahead log of its own: the server's is shared
+
+    def checkpoint(self) -> Checkpoint:
+        """Nothing to do: what committed is in the server's WAL, which the server
+        checkpoints itself; there is no log of this database alone to copy."""
+        return Checkpoint(busy=False, wal_frames=0, checkpointed=0, wal_bytes=None)
+
+    def interrupt_waits(self, after: float | None) -> None:
+        """End every wait of this object's calls ``after`` seconds from now at the
+        latest: a call still running then is cancelled on the server (it raises
+        Busy and changes nothing).  None: waits last busy_timeout again."""
+        if after is None:
+            self._cutoff = math.inf
+            return
+        self._cutoff = time.monotonic() + after
+        timer = threading.Timer(after, self._cancel_if_waiting)
+        timer.daemon = True
+        timer.start()
+
+    def _cancel_if_waiting(self) -> None:
+        conn = self._conn
+        if self._in_call and conn is not None and time.monotonic() >= self._cutoff:
+            with suppress(Exception):
+                conn.cancel_safe(timeout=1.0)
+
+    def clock_reference(self) -> float | None:
+        return None  # calls without a time take the server's clock: nothing to check
+
+
+class PostgresTransaction:
+    """One call's transaction and statements; see sqlq.backend.Transaction."""
+
+    __slots__ = (
+        "_asked",
+        "_backend",
+        "_cur",
+        "_external",
+        "_locked",
+        "_opened",
+        "events",
+        "mark",
+        "now",
+        "queue",
+    )
+
+    def __init__(
+        self,
+        backend: PostgresBackend,
+        now: Number | None,
+        queue: str,
+        external: Any,
+        opened: Opened,
+    ) -> None:
+        self._backend = backend
+        self._asked = now
+        self.queue = queue
+        self._external = external
+        self._opened = opened
+        self._cur: Any = None
+        self._locked = False
+        self.events: list[tuple[Number, int, TaskRow]] = []
+
+    def __enter__(self) -> PostgresTransaction:
+        backend = self._backend
+        try:
+            if self._external is None:
+                self._cur = backend.begin(time.monotonic() + backend.busy_timeout)
+                self._locked = True
+            else:
+                self._cur = backend._external_connection(self._external).cursor()
+                self._cur.execute(Q.savepoint)
+            cur, queue, asked = self._cur, self.queue, self._asked
+            if backend.strict:
+                cur.execute(Q.lock_queue, {"queue": queue})
+            mark, now, due = cur.execute(Q.open_call, {"queue": queue, "asked": asked}).fetchone()
+            self.mark: Number = mark
+            self.now: Number = now
+            behind = asked is not None and asked < mark
+            if due and not backend.strict:
+                due = cur.execute(Q.try_lock_queue, {"queue": queue}).fetchone()[0]
+            if due:
+                rows = cur.execute(Q.due_events, {"queue": queue, "now": now}).fetchall()
+                self.events = [(row[0], row[1], _event_row(row)) for row in rows]
+            if due or behind:
+                self._opened(self, now if asked is None else asked)
+        except BaseException as exc:
+            self._fail(exc)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            self._fail(exc)
+        cur = self._cur
+        try:
+            if self._asked is not None and self.now > self.mark:
+                cur.execute(Q.raise_mark, {"now": self.now})
+            cur.execute(Q.commit if self._external is None else Q.release_savepoint)
+        except BaseException as error:
+            self._fail(error)
+        self._unlock()
+
+    def _fail(self, exc: BaseException) -> NoReturn:
+        """Undo the call and raise: a psycopg error as its sqlq error, the cause kept."""
+        try:
+            self._abort()
+            if isinstance(exc, psycopg.Error):
+                if self._external is None:
+                    raise self._backend._translated(exc) from exc
+                raise driver.translate(exc, self._backend.name) from exc
+            raise exc
+        finally:
+            self._unlock()
+
+    def _abort(self) -> None:
+        cur = self._cur
+        if cur is None or cur.closed or cur.connection.closed:
+            return
+        with suppress(psycopg.Error):
+            if self._external is None:
+                cur.execute(Q.rollback)
+            else:
+                cur.execute(Q.rollback_to_savepoint)
+                cur.execute(Q.release_savepoint)
+
+    def _unlock(self) -> None:
+        if self._locked:
+            self._locked = False
+            self._backend.end_call()
+
+    def insert(
+        self,
+        queue: str,
+        task_id: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+        name: str | None,
+    ) -> bool:
+        params = {
+            "queue": queue,
+            "task_id": stored(task_id),
+            "state": "AVAILABLE" if run_at is None else "WAITING",
+            "max_attempts": max_attempts,
+            "run_at": run_at,
+            "payload": payload if isinstance(payload, str) else None,
+            "payload_bytes": payload if isinstance(payload, bytes) else None,
+            "kind": retry.kind,
+            "base": retry.base,
+            "cap": retry.cap,
+            "now": self.now,
+            "name": name,
+        }
+        return bool(self._cur.execute(Q.insert_task, params).rowcount == 1)
+
+    def insert_many(
+        self,
+        queue: str,
+        batch: list[tuple[str, Encoded, str | None]],
+        max_attempts: int,
+        retry: Retry,
+        run_at: Number | None,
+    ) -> list[bool]:
+        """The ids the queue has are found first, so that only new ones take counter
+        values; an id that another call adds meanwhile is skipped, and answered
+        False."""
+        ids = [stored(task_id) for task_id, _, _ in batch]
+        params: dict[str, Any] = {"queue": queue, "ids": ids}
+        seen = {row[0] for row in self._cur.execute(Q.existing_ids, params)}
+        fresh: dict[str, tuple[Encoded, str | None]] = {}
+        for key, (_, payload, name) in zip(ids, batch, strict=True):
+            if key not in seen and key not in fresh:
+                fresh[key] = (payload, name)
+        if fresh:
+            items = list(fresh.values())
+            params = {
+                "queue": queue,
+                "ids": list(fresh),
+                "payloads": [p if isinstance(p, str) else None for p, _ in items],
+                "blobs": [p if isinstance(p, bytes) else None for p, _ in items],
+                "names": [name for _, name in items],
+                "state": "AVAILABLE" if run_at is None else "WAITING",
+                "max_attempts": max_attempts,
+                "run_at": run_at,
+                "kind": retry.kind,
+                "base": retry.base,
+                "cap": retry.cap,
+                "now": self.now,
+            }
+            added = {row[0] for row in self._cur.execute(Q.insert_many, params)}
+        else:
+            added = set()
+        answers = []
+        for key in ids:
+            answers.append(key in added)
+            added.discard(key)  # a repeat in the batch existed by then
+        return answers
+
+    def claim_many(self, queue: str, n: int, deadline: Number) -> list[Claimed]:
+        params = {"queue": queue, "n": n, "deadline": deadline, "now": self.now}
+        rows = [_claimed(row) for row in self._cur.execute(Q.claim_front_many, params)]
+        rows.sort(key=itemgetter(1))
+        return rows
+
+    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> int:
+        params = {
+            "queue": queue,
+            "ids": [stored(task_id) for task_id, _ in items],
+            "tokens": [token for _, token in items],
+            "now": self.now,
+        }
+        return int(self._cur.execute(Q.complete_many, params).rowcount)
+
+    def claim(self, queue: str, deadline: Number) -> Claimed | None:
+        params = {"queue": queue, "deadline": deadline, "now": self.now}
+        row = self._cur.execute(Q.claim_front, params).fetchone()
+        return None if row is None else _claimed(row)
+
+    def get(self, queue: str, task_id: str) -> TaskRow | None:
+        params = {"queue": queue, "task_id": stored(task_id)}
+        row = self._cur.execute(Q.get_task, params).fetchone()
+        return None if row is None else _task_row(row)
+
+    def lease(self, queue: str, task_id: str, token: int | None) -> TaskRow | None:
+        params = {"queue": queue, "task_id": stored(task_id), "token": token, "now": self.now}
+        row = self._cur.execute(Q.get_current_lease, params).fetchone()
+        return None if row is None else _task_row(row)
+
+    def complete(self, queue: str, task_id: str, token: int | None) -> bool:
+        params = {"queue": queue, "task_id": stored(task_id), "token": token, "now": self.now}
+        return bool(self._cur.execute(Q.complete_task, params).rowcount == 1)
+
+    def end_lease(
+        self,
+        task: TaskRow,
+        state: State,
+        at: Number,
+        error: str | None,
+        run_at: Number | None = None,
+        attempts_delta: int = 0,
+    ) -> int:
+        params = {
+            "id": task.row_id,
+            "token": task.token,
+            "state": state.value,
+            "run_at": run_at,
+            "attempts_delta": attempts_delta,
+            "error": stored_or_none(error),
+            "finished_at": at if state is State.DEAD else None,
+            "at": at,
+        }
+        row = self._cur.execute(Q.end_lease, params).fetchone()
+        if row is None:
+            raise InvariantViolation(
+                f"task {task.task_id!r} was no longer RESERVED under its lease"
+            )
+        return int(row[0])
+
+    def extend(self, queue: str, task_id: str, token: int, deadline: Number) -> bool:
+        params = {
+            "queue": queue,
+            "task_id": stored(task_id),
+            "token": token,
+            "deadline": deadline,
+            "now": self.now,
+        }
+        return bool(self._cur.execute(Q.extend_lease, params).rowcount == 1)
+
+    def wake(self, task: TaskRow, order: int, at: Number) -> None:
+        params = {"id": task.row_id, "order": order, "at": at}
+        if self._cur.execute(Q.wake_task, params).rowcount != 1:
+            raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
+
+    def redrive(self, row_id: int) -> bool:
+        params = {"id": row_id, "now": self.now}
+        return bool(self._cur.execute(Q.redrive_task, params).rowcount == 1)
+
+    def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
+        params = {"queue": queue, "limit": None if limit < 0 else limit}
+        return [
+            (row_id, read(task_id)) for row_id, task_id in self._cur.execute(Q.dead_ids, params)
+        ]
+
+    def tasks(self, queue: str, state: State | None, limit: int) -> list[TaskRow]:
+        if state is None:
+            cur = self._cur.execute(Q.list_tasks, {"queue": queue, "limit": limit})
+        else:
+            params = {"queue": queue, "state": state.value, "limit": limit}
+            cur = self._cur.execute(Q.list_tasks_in_state, params)
+        return [_task_row(row) for row in cur.fetchall()]
+
+    def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
+        params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
+        return int(self._cur.execute(Q.purge_batch, params).rowcount)
+
+    def stats(self, queue: str) -> Figures:
+        return _figures(self._cur, queue)
+
+
+#: (counts per state, front of line available since, next deadline, next run_at).
+Figures = tuple[dict[str, int], Number | None, Number | None, Number | None]
+
+
+def _figures(cur: Any, queue: str) -> Figures:
+    """The figures of Queue.stats, in one statement (one snapshot)."""
+    per_state, front, deadline, run_at = cur.execute(Q.queue_figures, {"queue": queue}).fetchone()
+    counts = dict.fromkeys((s.value for s in State), 0)
+    counts.update(per_state)
+    return counts, front, deadline, run_at
+
+
+def _claimed(row: tuple[Any, ...]) -> Claimed:
+    task_id, token, attempts, payload, payload_bytes, name = row
+    return read(task_id), token, attempts, payload if payload_bytes is None else payload_bytes, name
+
+
+def _task_row(row: tuple[Any, ...]) -> TaskRow:
+    (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
+     run_at, payload, payload_bytes, error, created, updated, finished, name) = row  # fmt: skip
+    return TaskRow(
+        row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
+        stored_policy(kind, base, cap), deadline, run_at,
+        payload if payload_bytes is None else payload_bytes, read_or_none(error),
+        created, updated, finished, name,
+    )  # fmt: skip
+
+
+def _event_row(row: tuple[Any, ...]) -> TaskRow:
+    _at, _order, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap = row
+    return TaskRow(
+        row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
+        stored_policy(kind, base, cap),
+    )  # fmt: skip

@@ -1,0 +1,102 @@
+"""Numbered schema migrations for PostgreSQL, applied when a queue is opened.
+
+Migrations are the files ``NNNN_name.sql`` in this package's ``migrations/``
+folder, beside ``queries.sql``.  A database (more exactly: the schema that the
+connection's ``search_path`` names first) that is behind is brought up to date
+in one transaction that first takes an advisory lock, so processes opening a
+new database at once wait for each other and only the first migrates; each
+migration is recorded in ``sqlq_migrations`` with its checksum, as on SQLite.
+PostgreSQL's DDL is transactional: a migration that fails leaves nothing.
+
+The database may hold the user's own tables (transactional enqueue shares it);
+only sqlq's are looked at.  ``sqlq_tasks`` without the record of migrations is
+someone else's table: refused (NotASqlqDatabase), as is a schema newer than this
+library (SchemaTooNew) or records that are not sqlq's own.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from ..errors import NotASqlqDatabase, SchemaError, SchemaTooNew
+from ..migration_files import Migration, read_migrations
+from .queries import Q
+
+
+@cache
+def migrations() -> tuple[Migration, ...]:
+    return read_migrations("sqlq.postgresql", Migration)
+
+
+def latest_version() -> int:
+    return migrations()[-1].version
+
+
+def applied_version(cur: Any, name: str) -> int:
+    """The schema version of the database (0: sqlq's tables are not there yet).
+    Reads only; refuses a foreign sqlq_tasks and records that are not sqlq's."""
+    has_migrations, has_tasks = cur.execute(Q.identify).fetchone()
+    if not has_migrations:
+        if has_tasks:
+            raise NotASqlqDatabase(
+                f"{name}: has a sqlq_tasks table that sqlq did not create (no "
+                "sqlq_migrations); refusing to touch it"
+            )
+        return 0
+    records = cur.execute(Q.migration_records).fetchall()
+    own = [(m.version, m.name, m.checksum) for m in migrations()]
+    version = len(records)
+    if version > latest_version():
+        raise SchemaTooNew(
+            f"{name}: the database is at schema version {records[-1][0]}, but this sqlq "
+            f"knows versions up to {latest_version()}; upgrade sqlq"
+        )
+    if [tuple(r) for r in records] != own[:version]:
+        raise SchemaError(
+            f"{name}: the records in sqlq_migrations are not sqlq's own migrations "
+            "(edited, or made by a different sqlq); refusing to touch the database"
+        )
+    return version
+
+
+def ensure_schema(conn: Any, name: str) -> int:
+    """Bring the database up to the latest version (creating sqlq's tables if they
+    are missing); return it.  ``conn`` is a psycopg connection outside any
+    transaction.  The usual case, a current database, costs one transaction of
+    two reads and takes no lock."""
+    latest = latest_version()
+    with conn.transaction():
+        if applied_version(conn.cursor(), name) == latest:
+            return latest
+    with conn.transaction():
+        cur = conn.cursor()
+        cur.execute(Q.lock_migrations)
+        version = applied_version(cur, name)  # another process may have migrated meanwhile
+        cur.execute(Q.create_migrations_table)
+        for migration in migrations()[version:]:
+            cur.execute(migration.sql)
+            cur.execute(
+                Q.record_migration,
+                {"version": migration.version, "name": migration.name,
+                 "checksum": migration.checksum},
+            )  # fmt: skip
+    return latest
+
+
+def check_schema(conn: Any, name: str) -> int:
+    """The version of a current sqlq database; refuses (without writing) one that
+    is missing, older or newer."""
+    with conn.transaction():
+        version = applied_version(conn.cursor(), name)
+    if version == 0:
+        raise NotASqlqDatabase(
+            f"{name}: has no sqlq tables yet (opening a sqlq.Queue on it, `sqlq add` or "
+            "`sqlq migrate` creates them)"
+        )
+    if version < latest_version():
+        raise SchemaError(
+            f"{name}: the database is at schema version {version}, older than this "
+            f"sqlq's {latest_version()}; opening it with sqlq.Queue migrates it"
+        )
+    return version

@@ -1,0 +1,328 @@
+-- Every SQL statement sqlq runs against PostgreSQL, one named block each.
+--
+-- A block starts with `-- name: <name>`, continues with comment lines that say
+-- what it does, and ends where the next block starts.  Parameters are psycopg's
+-- %(name)s; times are bound as double precision (seconds since the epoch).
+-- psycopg prepares a statement on the server once it has run a few times, so
+-- the calls' statements are planned once per connection.
+--
+-- Transactions run at READ COMMITTED: each statement sees what was committed
+-- when it began, and a row it updates is rechecked against its WHERE after any
+-- wait for the row (so every compare-and-set below holds under concurrency).
+
+-- name: begin
+-- Start a call's transaction.
+BEGIN
+
+-- name: commit
+-- Make the call's transaction durable (as synchronous_commit says).
+COMMIT
+
+-- name: rollback
+-- Undo the call's transaction after an error.
+ROLLBACK
+
+-- name: savepoint
+-- Start a call inside the caller's own open transaction (transactional enqueue
+-- and completion): its statements can be undone without touching the caller's.
+SAVEPOINT sqlq_call
+
+-- name: release_savepoint
+-- Keep the call's statements; they commit or roll back with the caller's transaction.
+RELEASE SAVEPOINT sqlq_call
+
+-- name: rollback_to_savepoint
+-- Undo the call's statements after an error, leaving the caller's transaction open.
+ROLLBACK TO SAVEPOINT sqlq_call
+
+-- name: lock_queue
+-- Strict mode, first statement of every call: one call at a time per queue (of
+-- this schema), until the transaction ends.  Calls then see exactly what they
+-- would see on SQLite, whatever runs concurrently.
+SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(queue)s, 0))
+
+-- name: try_lock_queue
+-- Default mode, only when something fell due: the turn to apply the queue's due
+-- events, if no other transaction has it (then that one applies them, and this
+-- call goes on without waiting).
+SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(queue)s, 0))
+
+-- name: open_call
+-- The first statement of every call: the high-water mark of passed-in times,
+-- the call's time (the later of the mark and the time asked, or the server's
+-- clock when none was asked), and whether anything in the queue is due then: a
+-- lease whose deadline has passed (inclusive) or a WAITING task whose run_at has
+-- come.  Two probes of partial indexes.
+WITH t AS (
+    SELECT now AS mark,
+           greatest(now, coalesce(%(asked)s::float8,
+                                  extract(epoch FROM clock_timestamp())::float8)) AS now
+    FROM sqlq_clock WHERE id = 1
+)
+SELECT t.mark, t.now,
+       EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND deadline <= t.now)
+       OR EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND run_at <= t.now)
+FROM t
+
+-- name: due_events
+-- After open_call found something due (and this call has the queue's turn):
+-- everything due in the queue at :now, in the order it fell due (time, then
+-- counter: the lease token or the wake-up order), each row locked for this
+-- transaction; a row another transaction holds is skipped (it is about to
+-- change, and the next call looks again).
+SELECT coalesce(deadline, run_at), CASE WHEN state = 'RESERVED' THEN lease_id ELSE seq END,
+       id, task_id, state, attempts, max_attempts, lease_id, seq,
+       retry_kind, retry_base, retry_cap
+FROM sqlq_tasks
+WHERE queue = %(queue)s AND (deadline <= %(now)s::float8 OR run_at <= %(now)s::float8)
+ORDER BY 1, 2
+FOR UPDATE SKIP LOCKED
+
+-- name: raise_mark
+-- At the end of a call whose passed-in time was past the mark: the new mark.
+UPDATE sqlq_clock SET now = %(now)s::float8 WHERE id = 1 AND now < %(now)s::float8
+
+-- name: ready
+-- Read only: would a claim on the queue find a task now?  Something AVAILABLE,
+-- a lease run out, or a WAITING task due (at the later of :now, or the server's
+-- clock, and the mark).
+WITH t AS (
+    SELECT greatest(now, coalesce(%(now)s::float8,
+                                  extract(epoch FROM clock_timestamp())::float8)) AS now
+    FROM sqlq_clock WHERE id = 1
+)
+SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND state = 'AVAILABLE')
+    OR EXISTS (SELECT 1 FROM sqlq_tasks, t WHERE queue = %(queue)s AND deadline <= t.now)
+    OR EXISTS (SELECT 1 FROM sqlq_tasks, t WHERE queue = %(queue)s AND run_at <= t.now)
+
+-- name: insert_task
+-- Add a task, AVAILABLE at the back of the line or WAITING until run_at, taking
+-- the next counter value as its seq; nothing (and no counter value) if the id
+-- exists in any state.
+INSERT INTO sqlq_tasks
+    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name)
+SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
+       %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
+       %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s
+WHERE NOT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = %(task_id)s)
+ON CONFLICT (queue, task_id) DO NOTHING
+
+-- name: insert_many
+-- add_many in one statement: insert_task for each element of the arrays, in
+-- their order (seq increasing along them); the ids must be distinct and new
+-- (add_many finds the existing ones first).  Returns the ids added (one that
+-- another transaction added meanwhile is not).
+WITH items AS (
+    SELECT ids.task_id, ids.payload, ids.payload_bytes, ids.name, ids.k
+    FROM unnest(%(ids)s::text[], %(payloads)s::text[], %(blobs)s::bytea[], %(names)s::text[])
+         WITH ORDINALITY AS ids(task_id, payload, payload_bytes, name, k)
+), numbered AS (
+    SELECT items.*, nextval('sqlq_counter') AS seq FROM (SELECT * FROM items ORDER BY k) AS items
+)
+INSERT INTO sqlq_tasks
+    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name)
+SELECT %(queue)s, task_id, %(state)s, seq, 0, %(max_attempts)s, %(run_at)s::float8, payload,
+       payload_bytes, %(kind)s, %(base)s::float8, %(cap)s::float8, %(now)s::float8,
+       %(now)s::float8, name
+FROM numbered ORDER BY k
+ON CONFLICT (queue, task_id) DO NOTHING
+RETURNING task_id
+
+-- name: existing_ids
+-- Which of the ids in :ids a queue already has.
+SELECT task_id FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = ANY (%(ids)s::text[])
+
+-- name: claim_front
+-- Reserve the front of the queue's line: count an attempt, take the next
+-- counter value as the lease's token, set its deadline.  A front row that
+-- another transaction is claiming is skipped (the next one is taken).
+UPDATE sqlq_tasks
+SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
+    deadline = %(deadline)s::float8, updated_at = %(now)s::float8
+WHERE id = (SELECT id FROM sqlq_tasks
+            WHERE queue = %(queue)s AND state = 'AVAILABLE'
+            ORDER BY seq LIMIT 1
+            FOR UPDATE SKIP LOCKED)
+RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
+
+-- name: claim_front_many
+-- Reserve up to :n tasks from the front of the line in one statement; tokens
+-- increase along the line.  Returns them in no particular order.
+WITH line AS (
+    SELECT id, seq FROM sqlq_tasks
+    WHERE queue = %(queue)s AND state = 'AVAILABLE'
+    ORDER BY seq LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), ranked AS (
+    SELECT id, row_number() OVER (ORDER BY seq) AS rank FROM line
+), tokens AS (
+    SELECT g AS rank, nextval('sqlq_counter') AS token
+    FROM generate_series(1, (SELECT count(*) FROM line)) AS g
+)
+UPDATE sqlq_tasks
+SET state = 'RESERVED', attempts = attempts + 1, lease_id = tokens.token,
+    deadline = %(deadline)s::float8, updated_at = %(now)s::float8
+FROM ranked JOIN tokens USING (rank)
+WHERE sqlq_tasks.id = ranked.id
+RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
+
+-- name: get_task
+-- One task by queue and id, every column the queue logic and inspection need.
+SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+       retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
+       created_at, updated_at, finished_at, name
+FROM sqlq_tasks
+WHERE queue = %(queue)s AND task_id = %(task_id)s
+
+-- name: get_current_lease
+-- The task, held for this transaction, if its lease :token (any, if NULL) is
+-- current and still runs at :now; no row otherwise.  fail and release act on
+-- what it returns, so no other call can end the lease in between.
+SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+       retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
+       created_at, updated_at, finished_at, name
+FROM sqlq_tasks
+WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
+  AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
+  AND deadline > %(now)s::float8
+FOR UPDATE
+
+-- name: complete_task
+-- RESERVED -> COMPLETED at :now, under the lease :token if it is not NULL, and
+-- only while the lease runs (deadline after :now): a lease that ran out is
+-- refused even before a call has applied its expiry.
+UPDATE sqlq_tasks
+SET state = 'COMPLETED', deadline = NULL, finished_at = %(now)s::float8,
+    updated_at = %(now)s::float8
+WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
+  AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
+  AND deadline > %(now)s::float8
+
+-- name: complete_many
+-- complete_task for each (id, token) pair of the arrays, in one statement.
+-- Returns how many completed.
+UPDATE sqlq_tasks
+SET state = 'COMPLETED', deadline = NULL, finished_at = %(now)s::float8,
+    updated_at = %(now)s::float8
+FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS done(task_id, token)
+WHERE sqlq_tasks.queue = %(queue)s AND sqlq_tasks.task_id = done.task_id
+  AND sqlq_tasks.state = 'RESERVED' AND sqlq_tasks.lease_id = done.token
+  AND sqlq_tasks.deadline > %(now)s::float8
+
+-- name: end_lease
+-- End a lease that failed, ran out or was given back: AVAILABLE (the next
+-- counter value as seq), WAITING (the next value as wake-up order, until
+-- :run_at) or DEAD (:finished_at).  Compare-and-set on the lease the caller
+-- saw; no row means the task moved.  Returns the new seq.
+UPDATE sqlq_tasks
+SET state = %(state)s,
+    seq = CASE WHEN %(state)s IN ('AVAILABLE', 'WAITING') THEN nextval('sqlq_counter')
+               ELSE seq END,
+    run_at = %(run_at)s::float8, deadline = NULL,
+    attempts = attempts + %(attempts_delta)s, last_error = %(error)s,
+    finished_at = %(finished_at)s::float8, updated_at = %(at)s::float8
+WHERE id = %(id)s AND state = 'RESERVED' AND lease_id = %(token)s
+RETURNING seq
+
+-- name: extend_lease
+-- Heartbeat: move the deadline of the task's current lease, if it is :token and
+-- still runs at :now.
+UPDATE sqlq_tasks
+SET deadline = %(deadline)s::float8, updated_at = %(now)s::float8
+WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
+  AND lease_id = %(token)s AND deadline > %(now)s::float8
+
+-- name: wake_task
+-- WAITING -> AVAILABLE at the back of the line when run_at has come.
+-- Compare-and-set on the wake-up the caller saw.
+UPDATE sqlq_tasks
+SET state = 'AVAILABLE', seq = nextval('sqlq_counter'), run_at = NULL,
+    updated_at = %(at)s::float8
+WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
+
+-- name: redrive_task
+-- DEAD -> AVAILABLE at the back of the line, attempts reset; the last error is kept.
+UPDATE sqlq_tasks
+SET state = 'AVAILABLE', attempts = 0, seq = nextval('sqlq_counter'), finished_at = NULL,
+    updated_at = %(now)s::float8
+WHERE id = %(id)s AND state = 'DEAD'
+
+-- name: dead_ids
+-- DEAD tasks of a queue, the longest dead first (then in the order added).
+SELECT id, task_id FROM sqlq_tasks
+WHERE queue = %(queue)s AND state = 'DEAD'
+ORDER BY finished_at, id
+LIMIT %(limit)s
+
+-- name: list_tasks
+-- Tasks of a queue in the order they were added (all states).
+SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+       retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
+       created_at, updated_at, finished_at, name
+FROM sqlq_tasks
+WHERE queue = %(queue)s
+ORDER BY id
+LIMIT %(limit)s
+
+-- name: list_tasks_in_state
+-- Tasks of a queue in one state, in the order they were added.
+SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+       retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
+       created_at, updated_at, finished_at, name
+FROM sqlq_tasks
+WHERE queue = %(queue)s AND state = %(state)s
+ORDER BY id
+LIMIT %(limit)s
+
+-- name: purge_batch
+-- Delete up to :batch tasks of a queue in :state finished at or before :cutoff.
+DELETE FROM sqlq_tasks
+WHERE id IN (SELECT id FROM sqlq_tasks
+             WHERE queue = %(queue)s AND state = %(state)s
+               AND finished_at <= %(cutoff)s::float8
+             ORDER BY finished_at
+             LIMIT %(batch)s)
+
+-- name: queue_figures
+-- What Queue.stats shows, in one statement (one snapshot): tasks per state as
+-- JSON, when the front of the line became AVAILABLE, the next deadline, the
+-- next wake-up.
+SELECT (SELECT coalesce(json_object_agg(state, n), '{}'::json)
+        FROM (SELECT state, count(*) AS n FROM sqlq_tasks
+              WHERE queue = %(queue)s GROUP BY state) AS per_state),
+       (SELECT updated_at FROM sqlq_tasks
+        WHERE queue = %(queue)s AND state = 'AVAILABLE' ORDER BY seq LIMIT 1),
+       (SELECT min(deadline) FROM sqlq_tasks WHERE queue = %(queue)s AND deadline IS NOT NULL),
+       (SELECT min(run_at) FROM sqlq_tasks WHERE queue = %(queue)s AND run_at IS NOT NULL)
+
+-- name: count_states
+-- Tasks per queue and state, for the whole database (this schema).
+SELECT queue, state, count(*) FROM sqlq_tasks GROUP BY queue, state ORDER BY queue, state
+
+-- name: lock_migrations
+-- Migrations: one process at a time per schema, until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':sqlq-migrations', 0))
+
+-- name: identify
+-- Whether the schema has sqlq's tables: sqlq_migrations, and sqlq_tasks.
+SELECT to_regclass('sqlq_migrations') IS NOT NULL, to_regclass('sqlq_tasks') IS NOT NULL
+
+-- name: create_migrations_table
+-- The record of applied migrations; created in the first migration's transaction.
+CREATE TABLE IF NOT EXISTS sqlq_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    checksum   text NOT NULL,
+    applied_at double precision NOT NULL
+)
+
+-- name: migration_records
+-- The applied migrations as recorded, checked against sqlq's own files.
+SELECT version, name, checksum FROM sqlq_migrations ORDER BY version
+
+-- name: record_migration
+-- Record a migration, in the same transaction as its statements.
+INSERT INTO sqlq_migrations (version, name, checksum, applied_at)
+VALUES (%(version)s, %(name)s, %(checksum)s, extract(epoch FROM clock_timestamp()))
