@@ -260,6 +260,12 @@ class Backend(Protocol):
         handler."""
         ...
 
+    def subscribe(self, queue: str, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``callback()`` (in a thread of the backend's) when a task becomes
+        AVAILABLE in ``queue`` by a commit anywhere; returns the function that
+        cancels this, or None if the backend announces nothing (callers poll)."""
+        ...
+
     def clock_reference(self) -> float | None:
         """The time (Unix seconds) by a clock that a process's faked or broken clock
         does not affect, to check readings of the system clock against; None if

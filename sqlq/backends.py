@@ -53,7 +53,7 @@ KINDS = {
     "postgresql": Kind(
         "postgresql://user@host/db",
         _open_postgresql,
-        frozenset({"strict", "synchronous", "busy_timeout"}),
+        frozenset({"strict", "synchronous", "busy_timeout", "listen"}),
     ),
 }
 

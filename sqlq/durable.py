@@ -516,6 +516,17 @@ class Queue:
         found = self._backend.counts().get(self.queue, {})
         return {state.value: found.get(state.value, 0) for state in State}
 
+    def on_new_tasks(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Have ``callback()`` called (in a thread of the queue's) soon after another
+        process or thread commits a task that becomes AVAILABLE in this queue, where
+        the database announces it (PostgreSQL's LISTEN/NOTIFY, unless opened with
+        ``listen=False``).  Returns the function that stops the calls, or None where
+        nothing is announced (SQLite): poll ``ready()`` then.  A Worker uses it to
+        claim at once instead of polling fast.  Never waits."""
+        if not callable(callback):
+            raise InvalidArgument(f"callback must be callable, not {type(callback).__name__}")
+        return self._backend.subscribe(self.queue, callback)
+
     def interrupt_waits(self, after: float | None) -> None:
         """End every wait of this object's calls for a lock, those already waiting
         included, ``after`` seconds from now at the latest: the call then raises

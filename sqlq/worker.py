@@ -33,6 +33,10 @@
   (a read that takes no write lock) after waits that double from ``poll_min``
   to ``poll_max``, and claims again only when it says yes.  A new task is thus
   picked up within about ``poll_max`` and an idle worker costs almost no CPU.
+  Where the database announces new tasks (PostgreSQL's LISTEN/NOTIFY, see
+  ``Queue.on_new_tasks``) an idle worker claims as soon as one is announced,
+  and polls only for what nobody announces (a retry delay or a lease running
+  out), by default every ``PUSHED_POLL_MAX`` seconds at most.
 * **Time limits.**  A handler that runs longer than ``time_limit`` seconds is
   no longer heartbeated and its task is failed at once with the error "time
   limit of Xs exceeded", so it is retried (or goes DEAD) by the queue's policy:
@@ -139,6 +143,11 @@ BUSY_PAUSE = 0.2
 #: Errors a worker outlives (sqlq.errors.TRANSIENT): logged, and the call tried again
 #: after BUSY_PAUSE; the tasks are safe meanwhile (leases that run out are retried).
 
+#: The longest idle pause between two ``ready()`` polls: where nothing announces new
+#: tasks, and where the queue announces them (then only retry delays and leases
+#: that run out are found by polling).
+POLL_MAX = 0.04
+PUSHED_POLL_MAX = 1.0
 #: Seconds between two warnings about the same transient error.
 REPEAT_WARNING = 10.0
 #: Longest wait of the thread that calls ``run`` before it looks for a stop request.
@@ -240,7 +249,7 @@ class Worker:
         time_limit: float | None = None,
         grace: float = 30.0,
         poll_min: float = 0.005,
-        poll_max: float = 0.04,
+        poll_max: float | None = None,
         with_lease: bool = False,
         logger: logging.Logger | None = None,
         clock: Clock | None = None,
@@ -267,7 +276,10 @@ class Worker:
         self.time_limit = None if time_limit is None else _positive(time_limit, "time_limit")
         self.grace = _positive(grace, "grace", zero=True)
         self.poll_min = _positive(poll_min, "poll_min")
-        self.poll_max = _positive(poll_max, "poll_max")
+        self._poll_max_given = poll_max is not None
+        self.poll_max = _positive(POLL_MAX if poll_max is None else poll_max, "poll_max")
+        self._cancel_announcements: Callable[[], None] | None = None
+        self._announced = False
         if self.poll_max < self.poll_min:
             raise InvalidConfig(f"poll_max ({poll_max}) must not be below poll_min ({poll_min})")
         if not isinstance(with_lease, bool):
@@ -373,6 +385,7 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
         try:
+            self._listen_for_announcements()
             self._start_threads()
             self.log.info(
                 "worker started: queue %r, concurrency %d, lease %gs, heartbeat %gs, "
@@ -399,6 +412,8 @@ class Worker:
                 raise
             self._drain()
         finally:
+            if self._cancel_announcements is not None:
+                self._cancel_announcements()
             self._stop_threads()
             self.queue.interrupt_waits(None)
             stats = self.stats
@@ -433,10 +448,12 @@ class Worker:
                     return False  # _drain reports what is left
                 reporting = bool(self._outcomes)
             if idle is not None and not reporting:
-                if self._pause(idle, lambda: self._stopping or bool(self._outcomes)):
-                    continue
-                idle = min(idle * 2, self.poll_max)
-                if not self._ready():
+                woken = self._pause(idle, self._woken)
+                if woken and not self._take_announcement():
+                    continue  # stopping, or outcomes to report
+                if not woken:
+                    idle = min(idle * 2, self.poll_max)
+                if not woken and not self._ready():
                     if self._in_flight() == 0 and self._idle_end():
                         return True
                     continue
@@ -557,6 +574,32 @@ class Worker:
         event(self.log, logging.DEBUG, "task claimed", task_fields(lease))
         self._executor.submit(entry)
         return True
+
+    def _listen_for_announcements(self) -> None:
+        """Where the queue announces new tasks, be told (and, unless poll_max was
+        given, poll only every PUSHED_POLL_MAX seconds for what nobody announces)."""
+        cancel = self.queue.on_new_tasks(self._on_announcement)
+        if cancel is not None:
+            self._cancel_announcements = cancel
+            if not self._poll_max_given:
+                self.poll_max = max(PUSHED_POLL_MAX, self.poll_min)
+
+    def _on_announcement(self) -> None:
+        """New tasks were announced (called in the queue's listener thread)."""
+        with self._cond:
+            self._announced = True
+            self._cond.notify_all()
+
+    def _woken(self) -> bool:
+        """Why an idle pause ends early (asked holding _cond)."""
+        return self._stopping or bool(self._outcomes) or self._announced
+
+    def _take_announcement(self) -> bool:
+        """After an idle pause ended early: True (and forgotten) if tasks were
+        announced and the worker is not stopping: claim at once."""
+        with self._cond:
+            announced, self._announced = self._announced, False
+            return announced and not self._stopping
 
     def _free_slot(self) -> None:
         with self._cond:

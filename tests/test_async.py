@@ -343,6 +343,7 @@ def test_an_async_worker_process_drains_and_releases_on_sigterm(
 NOT_CALLS = {
     "engine": "a property: SQLAlchemy's engine, for the caller's own transactions",
     "interrupt_waits": "never waits (safe in a signal handler): aq.sync.interrupt_waits",
+    "on_new_tasks": "never waits, and calls back in a thread: aq.sync.on_new_tasks",
 }
 
 

@@ -20,7 +20,8 @@ Concurrency model:
 * Within a process: one connection per backend object, calls serialised by a
   lock (a Queue can be shared by threads).
 * Time: the server's clock when the caller gives none (one clock for every
-  machine), else the caller's ``now`` and the high-water mark, as on SQLite.
+  machine), else the caller's ``now``, never below the high-water mark, as on
+  SQLite.  Calls at the server's time keep the mark at most MARK_LAG behind it.
 * A lost connection (server restart, ``pg_terminate_backend``, a pooler's
   timeout) raises :class:`sqlq.errors.Unavailable` from the call that saw it; the
   next call connects again.  A call that finds its idle connection dead before
@@ -52,11 +53,18 @@ from ..records import Checkpoint, StorageFacts
 from ..retry import Retry, stored_policy
 from . import driver
 from .driver import psycopg
+from .listen import Listener, channel
 from .migrate import check_schema, ensure_schema
 from .queries import Q
 from .text import read, read_or_none, stored, stored_or_none
 
 T = TypeVar("T")
+
+#: How far (seconds) the high-water mark may lag behind the server's clock: calls
+#: that take the server's time raise it only when it is further behind, so that
+#: a caller's own clock (``Queue(clock=...)``) or ``now`` is never more than this
+#: behind the server's time of earlier calls.
+MARK_LAG = 1.0
 
 #: Connections a forked child inherited open: kept referenced, never closed there
 #: (closing one would end the parent's session on the server).
@@ -105,18 +113,22 @@ class PostgresBackend:
         synchronous: str = "full",
         busy_timeout: float = 30.0,
         migrate: bool = True,
+        listen: bool = True,
     ) -> None:
         """Open (and by default create or migrate) sqlq's tables in the database.
 
         ``synchronous``: "full" waits for the server's WAL flush at each commit
         (``synchronous_commit = on``); "normal" does not (``off``: a server crash
         may lose the last commits, never corrupt).  ``busy_timeout``: seconds a
-        call may wait for a lock (``lock_timeout``), then Busy.
+        call may wait for a lock (``lock_timeout``), then Busy.  ``listen``: hear
+        announcements of new tasks (LISTEN, which needs a session of its own: False
+        behind a pooler in transaction mode; workers then poll).
         """
         if not isinstance(url, str):
             raise InvalidConfig(f"expected a postgresql:// URL, not {type(url).__name__}")
-        if not isinstance(strict, bool):
-            raise InvalidConfig(f"strict must be True or False, not {strict!r}")
+        for flag, value in (("strict", strict), ("listen", listen)):
+            if not isinstance(value, bool):
+                raise InvalidConfig(f"{flag} must be True or False, not {value!r}")
         if synchronous not in ("full", "normal"):
             raise InvalidConfig(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
@@ -137,6 +149,9 @@ class PostgresBackend:
         self._closed = False
         self._cutoff = math.inf  # waits end by this time.monotonic() (interrupt_waits)
         self._in_call = False
+        self.listen = listen
+        self._listener: Listener | None = None
+        self._channels: dict[str, str] = {}
         _live_backends.add(self)
         try:
             with self._lock, self._guard():
@@ -145,6 +160,7 @@ class PostgresBackend:
                     self.schema_version = ensure_schema(conn, self._name)
                 else:
                     self.schema_version = check_schema(conn, self._name)
+                (self._schema,) = conn.execute(Q.current_schema).fetchone()
         except BaseException:
             self.close()
             raise
@@ -190,6 +206,7 @@ class PostgresBackend:
         self._fairy = self._conn = None
 
     def _start_in_child(self) -> None:
+        self._listener = None  # its thread is the parent's; its connection stays unused
         if self._fairy is not None:
             _inherited.append((self._fairy, self._conn, self._cursor))
             self._fairy = self._conn = self._cursor = None
@@ -197,6 +214,8 @@ class PostgresBackend:
         self._lock = threading.Lock()
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         with self._lock:
             self._closed = True
             if self._fairy is not None:
@@ -349,6 +368,30 @@ class PostgresBackend:
             with suppress(Exception):
                 conn.cancel_safe(timeout=1.0)
 
+    def channel(self, queue: str) -> str:
+        found = self._channels.get(queue)
+        if found is None:
+            found = self._channels[queue] = channel(self._schema, queue)
+        return found
+
+    def subscribe(self, queue: str, callback: Callable[[], None]) -> Callable[[], None] | None:
+        if not self.listen:
+            return None
+        with self._lock:
+            if self._closed:
+                raise QueueClosed(f"{self._name}: the queue is closed")
+            if self._listener is None:
+                self._listener = Listener(self._listening_connection, self._name)
+        return self._listener.subscribe(self.channel(queue), callback)
+
+    def _listening_connection(self) -> Any:
+        """A connection of the listener's own, outside the pool (it stays in LISTEN)."""
+        fairy = self._engine.raw_connection()
+        conn: Any = fairy.driver_connection
+        fairy.detach()
+        conn.autocommit = True
+        return conn
+
     def clock_reference(self) -> float | None:
         return None  # calls without a time take the server's clock: nothing to check
 
@@ -357,6 +400,7 @@ class PostgresTransaction:
     """One call's transaction and statements; see sqlq.backend.Transaction."""
 
     __slots__ = (
+        "_announce",
         "_asked",
         "_backend",
         "_cur",
@@ -384,6 +428,7 @@ class PostgresTransaction:
         self._opened = opened
         self._cur: Any = None
         self._locked = False
+        self._announce = False  # a task became AVAILABLE: NOTIFY before commit
         self.events: list[tuple[Number, int, TaskRow]] = []
 
     def __enter__(self) -> PostgresTransaction:
@@ -423,8 +468,11 @@ class PostgresTransaction:
             self._fail(exc)
         cur = self._cur
         try:
-            if self._asked is not None and self.now > self.mark:
-                cur.execute(Q.raise_mark, {"now": self.now})
+            lag = 0.0 if self._asked is not None else MARK_LAG
+            if self.now > self.mark + lag:
+                cur.execute(Q.raise_mark, {"now": self.now, "lag": lag})
+            if self._announce:
+                cur.execute(Q.announce, {"channel": self._backend.channel(self.queue)})
             cur.execute(Q.commit if self._external is None else Q.release_savepoint)
         except BaseException as error:
             self._fail(error)
@@ -482,7 +530,9 @@ class PostgresTransaction:
             "now": self.now,
             "name": name,
         }
-        return bool(self._cur.execute(Q.insert_task, params).rowcount == 1)
+        added = self._cur.execute(Q.insert_task, params).rowcount == 1
+        self._announce |= added and run_at is None
+        return bool(added)
 
     def insert_many(
         self,
@@ -519,6 +569,7 @@ class PostgresTransaction:
                 "now": self.now,
             }
             added = {row[0] for row in self._cur.execute(Q.insert_many, params)}
+            self._announce |= bool(added) and run_at is None
         else:
             added = set()
         answers = []
@@ -581,6 +632,7 @@ class PostgresTransaction:
             "at": at,
         }
         row = self._cur.execute(Q.end_lease, params).fetchone()
+        self._announce |= state is State.AVAILABLE
         if row is None:
             raise InvariantViolation(
                 f"task {task.task_id!r} was no longer RESERVED under its lease"
@@ -601,10 +653,13 @@ class PostgresTransaction:
         params = {"id": task.row_id, "order": order, "at": at}
         if self._cur.execute(Q.wake_task, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
+        self._announce = True
 
     def redrive(self, row_id: int) -> bool:
         params = {"id": row_id, "now": self.now}
-        return bool(self._cur.execute(Q.redrive_task, params).rowcount == 1)
+        redriven = self._cur.execute(Q.redrive_task, params).rowcount == 1
+        self._announce |= redriven
+        return bool(redriven)
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
         params = {"queue": queue, "limit": None if limit < 0 else limit}

@@ -79,8 +79,13 @@ ORDER BY 1, 2
 FOR UPDATE SKIP LOCKED
 
 -- name: raise_mark
--- At the end of a call whose passed-in time was past the mark: the new mark.
-UPDATE sqlq_clock SET now = %(now)s::float8 WHERE id = 1 AND now < %(now)s::float8
+-- At the end of a call whose time is past the mark by more than :lag seconds:
+-- the new mark.  A passed-in time raises it with :lag 0; the server's clock
+-- with a lag of a second, so that the calls of many workers take the row's
+-- lock about once a second, not at every commit (and once one has raised it,
+-- the others that waited for the row find nothing to do).
+UPDATE sqlq_clock SET now = %(now)s::float8
+WHERE id = 1 AND now < %(now)s::float8 - %(lag)s::float8
 
 -- name: ready
 -- Read only: would a claim on the queue find a task now?  Something AVAILABLE,
@@ -300,6 +305,17 @@ SELECT (SELECT coalesce(json_object_agg(state, n), '{}'::json)
 -- name: count_states
 -- Tasks per queue and state, for the whole database (this schema).
 SELECT queue, state, count(*) FROM sqlq_tasks GROUP BY queue, state ORDER BY queue, state
+
+-- name: announce
+-- Before the commit of a call that made a task AVAILABLE: tell the listeners of
+-- the queue's channel (delivered only if the transaction commits; several
+-- announcements of one transaction are delivered as one).
+SELECT pg_notify(%(channel)s, '')
+
+-- name: current_schema
+-- The schema sqlq's tables are in (the first of the search_path): part of the
+-- name of each queue's notification channel.
+SELECT current_schema()
 
 -- name: lock_migrations
 -- Migrations: one process at a time per schema, until the transaction ends.

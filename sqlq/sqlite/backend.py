@@ -519,6 +519,11 @@ class SqliteBackend:
     def storage_facts(self) -> StorageFacts:
         return StorageFacts(wal_bytes=self.wal_bytes())
 
+    def subscribe(self, queue: str, callback: Callable[[], None]) -> None:
+        """Nothing is announced: SQLite has no way to tell other processes (they
+        poll ``ready()``, a read that takes no lock)."""
+        return None
+
     def clock_reference(self) -> float | None:
         """The kernel's time (see sqlq.clock); where it cannot be read directly, the
         time the kernel stamps on the gate file, which every process of the

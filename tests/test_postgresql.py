@@ -1,0 +1,299 @@
+"""What is particular to the PostgreSQL backend: its migrations, its concurrency
+(claims that pass over held rows, leases refused once they ran out even before
+their expiry is applied, strict mode), the server's clock, text PostgreSQL cannot
+hold, the views in the real ``psql`` shell, announcements of new tasks, fork.
+
+The queue's contract itself runs on PostgreSQL in the conformance suite
+(test_contract.py and the others parametrised by backend); these tests run
+against the same real server (conftest's ``postgres_url``), each in a schema of
+its own.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+import sqlq
+from sqlq.errors import Busy, NotASqlqDatabase, SchemaTooNew
+from sqlq.postgresql import migrate
+from sqlq.postgresql.backend import MARK_LAG
+from sqlq.schema import metadata
+from sqlq.testing import ManualClock
+from sqlq.worker import Worker, WorkerStats
+
+LEASE = 10
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[str]:
+    """The URL of a new, empty schema on the test server (dropped afterwards)."""
+    schema = f"sqlq_t{uuid.uuid4().hex[:12]}"
+    with _admin(postgres_url) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    url = sa.make_url(postgres_url).update_query_dict({"options": f"-csearch_path={schema}"})
+    yield url.render_as_string(hide_password=False)
+    with _admin(postgres_url) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _admin(url: str) -> psycopg.Connection[Any]:
+    """A psycopg connection (autocommit) on the database of ``url``, its options kept."""
+    plain = sa.make_url(url).set(drivername="postgresql")
+    return psycopg.connect(plain.render_as_string(hide_password=False), autocommit=True)
+
+
+def _queue(url: str, **options: Any) -> sqlq.Queue:
+    return sqlq.Queue(url, lease_seconds=LEASE, max_attempts=3, **options)
+
+
+def _lock_key(queue: str = "default") -> str:
+    """What another session runs to hold a queue's turn (the key of queries.sql)."""
+    return f"hashtextextended(current_schema() || ':' || '{queue}', 0)"
+
+
+# --- migrations -----------------------------------------------------------------------
+
+
+def test_the_migrations_build_the_columns_and_indexes_of_the_sqlite_schema(pg: str) -> None:
+    """The same table on both backends: the same columns (PostgreSQL adds
+    payload_bytes, as it has no column of any type), nullability and indexes."""
+    with _queue(pg) as q:
+        inspector = sa.inspect(q.engine)
+        columns = {c["name"]: c["nullable"] for c in inspector.get_columns("sqlq_tasks")}
+        indexes = {
+            i["name"]
+            for i in inspector.get_indexes("sqlq_tasks")
+            if not i.get("duplicates_constraint")  # UNIQUE (queue, task_id) is one
+        }
+    declared = metadata.tables["sqlq_tasks"]
+    expected = {c.name: c.nullable for c in declared.columns} | {"payload_bytes": True}
+    assert columns == expected
+    assert indexes == {i.name for i in declared.indexes}
+
+
+def test_migrations_are_recorded_with_their_checksums_and_run_once(pg: str) -> None:
+    _queue(pg).close()
+    _queue(pg).close()
+    with _admin(pg) as conn:
+        rows = conn.execute("SELECT version, name, checksum FROM sqlq_migrations").fetchall()
+    assert rows == [(m.version, m.name, m.checksum) for m in migrate.migrations()]
+
+
+def _open_and_add(url: str, task_id: str) -> bool:
+    with _queue(url) as q:
+        return q.add(task_id)
+
+
+def test_processes_opening_a_new_database_at_once_all_succeed(pg: str) -> None:
+    """The migration runs under an advisory lock: the others wait, then find it done."""
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        added = pool.starmap(_open_and_add, [(pg, f"t{i}") for i in range(4)])
+    assert added == [True] * 4
+    with _admin(pg) as conn:
+        (records,) = conn.execute("SELECT count(*) FROM sqlq_migrations").fetchone()
+    assert records == migrate.latest_version()
+
+
+def test_a_foreign_sqlq_tasks_table_is_refused_and_left_alone(pg: str) -> None:
+    with _admin(pg) as conn:
+        conn.execute("CREATE TABLE sqlq_tasks (mine integer)")
+    with pytest.raises(NotASqlqDatabase, match="did not create"):
+        _queue(pg)
+    with _admin(pg) as conn:
+        assert conn.execute("SELECT to_regclass('sqlq_migrations')").fetchone() == (None,)
+
+
+def test_a_schema_newer_than_this_sqlq_is_refused(pg: str) -> None:
+    _queue(pg).close()
+    with _admin(pg) as conn:
+        conn.execute("INSERT INTO sqlq_migrations VALUES (999, 'future', 'x', 0)")
+    with pytest.raises(SchemaTooNew, match="upgrade sqlq"):
+        _queue(pg)
+
+
+# --- concurrency ----------------------------------------------------------------------
+
+
+def test_a_lease_that_ran_out_is_refused_before_any_call_applied_its_expiry(pg: str) -> None:
+    """Another session holds the queue's turn to apply due events, so the expiry is
+    not applied; complete, fail, extend and release must still refuse the lease
+    (deadline > now in each compare-and-set).  Once the turn is free, the next
+    call applies the expiry: the attempt counts, the task is in line again."""
+    q = _queue(pg)
+    q.add("t", 0)
+    lease = q.claim(1)
+    assert lease is not None and lease.deadline == 1 + LEASE
+    late = lease.deadline + 1
+    with _admin(pg) as other:
+        other.execute("BEGIN")
+        other.execute(f"SELECT pg_advisory_xact_lock({_lock_key()})")
+        assert q.complete("t", late, token=lease.token) is False
+        assert q.fail("t", late, token=lease.token, error="late") is None
+        assert q.extend("t", lease.token, late) is None
+        assert q.release("t", lease.token, late) is False
+        assert q.info("t", late).state == "RESERVED"  # nobody applied the expiry yet
+        other.execute("COMMIT")
+    info = q.info("t", late)
+    assert (info.state, info.attempts, info.last_error) == ("AVAILABLE", 1, "lease expired")
+    q.close()
+
+
+def test_a_claim_passes_over_a_row_another_session_holds(pg: str) -> None:
+    q = _queue(pg)
+    q.add_many(["first", "second"], 0)
+    with _admin(pg) as other:
+        other.execute("BEGIN")
+        other.execute("SELECT 1 FROM sqlq_tasks WHERE task_id = 'first' FOR UPDATE")
+        lease = q.claim(1)
+        assert lease is not None and lease.task_id == "second"
+        other.execute("COMMIT")
+    lease = q.claim(1)
+    assert lease is not None and lease.task_id == "first"
+    q.close()
+
+
+def test_strict_mode_runs_a_queues_calls_one_at_a_time(pg: str) -> None:
+    """strict=True: every call waits for the queue's turn (here held by another
+    session past busy_timeout: Busy, with the driver's error as the cause); the
+    default mode goes on without it."""
+    strict = _queue(pg, strict=True, busy_timeout=0.2)
+    relaxed = _queue(pg)
+    with _admin(pg) as other:
+        other.execute("BEGIN")
+        other.execute(f"SELECT pg_advisory_xact_lock({_lock_key()})")
+        with pytest.raises(Busy) as caught:
+            strict.add("t", 0)
+        assert isinstance(caught.value.__cause__, psycopg.errors.LockNotAvailable)
+        assert relaxed.add("t", 0) is True
+        other.execute("COMMIT")
+    assert strict.reserve(1) == "t"
+    strict.close()
+    relaxed.close()
+
+
+# --- time, text, views ----------------------------------------------------------------
+
+
+def test_calls_without_a_time_take_the_servers_clock(pg: str) -> None:
+    clock = ManualClock(start=1_000.0)
+    with _queue(pg) as server, _queue(pg, clock=clock.time) as own:
+        server.add("server")
+        own.add("own")
+        with _admin(pg) as conn:
+            (now,) = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        created = server.info("server").created_at
+        assert now - 5 < created <= now
+        # A clock of the caller's behind the server's: the call runs at the mark,
+        # which the server's time of earlier calls keeps at most MARK_LAG behind.
+        assert created - MARK_LAG <= own.info("own").created_at <= created
+
+
+def test_a_time_passed_in_ahead_of_the_server_raises_the_mark_for_every_call(pg: str) -> None:
+    with _queue(pg) as q:
+        ahead = 4e9  # far ahead of the server's clock (the year 2096)
+        assert q.add("early", ahead) is True
+        q.add("next")  # the server's clock is behind the mark: the call runs at the mark
+        assert q.info("next").created_at == ahead
+
+
+def test_ids_with_nul_and_backslashes_are_distinct_and_readable_in_psql(pg: str) -> None:
+    ids = ["nul\x00inside", "nul\\0inside", "back\\slash", "plain"]
+    with _queue(pg) as q:
+        assert q.add_many(ids, 0) == [True] * 4
+        assert q.add("nul\x00inside", 0) is False
+        assert [lease.task_id for lease in q.claim_many(4, 1)] == ids
+    lines = _psql(pg, "SELECT task_id FROM sqlq_tasks ORDER BY id")
+    assert lines == ["nul\\0inside", "nul\\\\0inside", "back\\\\slash", "plain"]
+
+
+def test_the_views_answer_in_the_psql_shell(pg: str) -> None:
+    with _queue(pg) as q:
+        q.add_many(["a", "b", "c"], 0, max_attempts=1)
+        q.claim(1)
+        lease = q.claim(1)
+        assert lease is not None
+        q.fail(lease.task_id, 2, token=lease.token, error="boom")
+    assert _psql(pg, "SELECT queue, available, reserved, dead FROM sqlq_queue_stats") == [
+        "default|1|1|1"
+    ]
+    assert _psql(pg, "SELECT task_id, last_error FROM sqlq_dead_letters") == ["b|boom"]
+    assert _psql(pg, "SELECT task_id, token FROM sqlq_leases") == ["a|4"]  # seqs 1-3 first
+
+
+def _psql(url: str, sql: str) -> list[str]:
+    psql = shutil.which("psql") or next(Path("/usr/lib/postgresql").glob("*/bin/psql"), None)
+    assert psql is not None, "psql is part of the PostgreSQL install the tests use"
+    plain = sa.make_url(url).set(drivername="postgresql")
+    out = subprocess.run(
+        [str(psql), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql,
+         plain.render_as_string(hide_password=False)],
+        check=True, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    return out.stdout.splitlines()
+
+
+# --- announcements ----------------------------------------------------------------------
+
+
+def test_new_tasks_are_announced_to_other_processes_queues(pg: str) -> None:
+    heard = threading.Event()
+    with _queue(pg) as q:
+        cancel = q.on_new_tasks(heard.set)
+        assert cancel is not None
+        subprocess.run(
+            [sys.executable, "-m", "sqlq", "add", pg, "from-another-process"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        assert heard.wait(30)
+        cancel()
+    with _queue(pg, listen=False) as q:
+        assert q.on_new_tasks(heard.set) is None
+
+
+def test_an_idle_worker_claims_an_announced_task_without_polling(pg: str) -> None:
+    """The worker's clock never moves, so its idle pause never ends by time: only
+    the announcement of the new task can wake it."""
+    clock = ManualClock()
+    handled = threading.Event()
+    with _queue(pg) as q, _queue(pg) as other:
+        worker = Worker(q, lambda payload: handled.set(), clock=clock)
+        out: list[WorkerStats] = []
+        thread = threading.Thread(target=lambda: out.append(worker.run()))
+        thread.start()
+        clock.wait_for_sleepers(2)  # idle: the claim loop and the monitor wait
+        other.add("new")
+        assert handled.wait(30)
+        worker.stop()
+        thread.join(30)
+    assert out == [WorkerStats(claimed=1, completed=1)]
+
+
+# --- fork -------------------------------------------------------------------------------
+
+
+def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents(pg: str) -> None:
+    """The child uses the Queue it inherited (on a new connection) and exits; the
+    parent's session is untouched and its next calls work."""
+    q = _queue(pg)
+    q.add("before", 0)
+    pid = os.fork()
+    if pid == 0:  # the child: add, then leave at once
+        code = 0 if q.add("from-child", 1) else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [q.reserve(2), q.reserve(2)] == ["before", "from-child"]
+    q.close()
