@@ -42,6 +42,7 @@ CORE = (
 )
 WORKER = ("tests/test_worker.py",)
 ASYNC = ("tests/test_async.py",)
+POSTGRESQL = ("tests/test_postgresql.py", *CORE)
 
 
 @dataclass(frozen=True)
@@ -132,16 +133,25 @@ MUTANTS = [
     Mutant(
         "durable-fail-ignores-the-token",
         "sqlq/durable.py",
-        "        if token is not None and task.token != token:\n"
-        "            return None\n"
-        "        if not retry:",
-        "        if not retry:",
+        "        task = tx.lease(self.queue, task_id, token)\n        if task is None:\n"
+        "            return None",
+        "        task = tx.lease(self.queue, task_id, None)\n        if task is None:\n"
+        "            return None",
+    ),
+    Mutant(
+        "sqlite-lease-ignores-the-token",
+        "sqlq/sqlite/backend.py",
+        "        if token is not None and task.token != token:\n            return None\n"
+        "        return task if",
+        "        return task if",
     ),
     Mutant(
         "durable-release-ignores-the-token",
         "sqlq/durable.py",
-        "if task is None or task.state is not State.RESERVED or task.token != token:",
-        "if task is None or task.state is not State.RESERVED:",
+        "            task = tx.lease(self.queue, task_id, token)\n            if task is None:\n"
+        "                return False",
+        "            task = tx.lease(self.queue, task_id, None)\n            if task is None:\n"
+        "                return False",
     ),
     Mutant(
         "durable-retried-complete-answers-false",
@@ -333,6 +343,42 @@ MUTANTS = [
         "self._executor.cancel(entry)  # once failed",
         "None  # once failed",
         ASYNC,
+    ),
+    # --- the PostgreSQL backend: the guards that concurrency relies on
+    Mutant(
+        "pg-complete-of-a-lease-that-ran-out",
+        "sqlq/postgresql/queries.sql",
+        "  AND deadline > %(now)s::float8\n\n-- name: complete_many",
+        "\n\n-- name: complete_many",
+        POSTGRESQL,
+    ),
+    Mutant(
+        "pg-fail-of-a-lease-that-ran-out",
+        "sqlq/postgresql/queries.sql",
+        "  AND deadline > %(now)s::float8\nFOR UPDATE\n",
+        "FOR UPDATE\n",
+        POSTGRESQL,
+    ),
+    Mutant(
+        "pg-claim-waits-for-a-held-row",
+        "sqlq/postgresql/queries.sql",
+        "ORDER BY seq LIMIT 1\n            FOR UPDATE SKIP LOCKED)",
+        "ORDER BY seq LIMIT 1\n            FOR UPDATE)",
+        POSTGRESQL,
+    ),
+    Mutant(
+        "pg-strict-mode-takes-no-turn",
+        "sqlq/postgresql/backend.py",
+        "            if backend.strict:\n                cur.execute(Q.lock_queue",
+        "            if False:\n                cur.execute(Q.lock_queue",
+        POSTGRESQL,
+    ),
+    Mutant(
+        "pg-nothing-announced",
+        "sqlq/postgresql/backend.py",
+        "            if self._announce:",
+        "            if False:",
+        POSTGRESQL,
     ),
 ]
 
