@@ -71,11 +71,13 @@ log = logging.getLogger("sqlq")
 
 
 class Queue:
-    """A named queue in a SQLite file, safe for many processes and threads.
+    """A named queue in a SQLite file or a PostgreSQL database, safe for many
+    processes and threads.
 
-    ``now`` is optional in every call and defaults to ``clock()`` (Unix time).
-    Processes' clocks disagree a little, so the database keeps a high-water
-    mark of time: a call whose ``now`` is below it is handled at the mark.
+    ``now`` is optional in every call and defaults to ``clock()`` (Unix time;
+    on PostgreSQL, with the default clock, the server's time).  Processes'
+    clocks disagree a little, so the database keeps a high-water mark of time:
+    a call whose ``now`` is below it is handled at the mark.
 
     Readings of the system clock (``now`` not given) are checked against the
     kernel's clock about once per ``max_clock_step`` seconds of clock advance:
@@ -91,7 +93,9 @@ class Queue:
     ``path_or_url`` chooses the backend (see sqlq.backends); the other keyword
     options are the backend's: for SQLite ``synchronous`` ("full" or "normal"),
     ``busy_timeout`` (seconds a call may wait for the write lock, 30 by default)
-    and ``file_mode`` (of a new database file, 0o600 by default).
+    and ``file_mode`` (of a new database file, 0o600 by default); for
+    PostgreSQL ``synchronous``, ``busy_timeout`` (for any lock), ``strict`` and
+    ``listen`` (see sqlq.postgresql.backend).
     """
 
     def __init__(
@@ -491,7 +495,9 @@ class Queue:
 
     def checkpoint(self) -> Checkpoint:
         """Copy the write-ahead log into the database file now, as far as no reader
-        needs it (SQLite's PASSIVE checkpoint), and say how far it got.
+        needs it (SQLite's PASSIVE checkpoint), and say how far it got.  On
+        PostgreSQL there is no log of the queue's own (the server checkpoints its
+        WAL itself): nothing to do, and the answer says so (0 frames).
 
         sqlq also checkpoints by itself every so often after a commit (SQLite's
         automatic checkpoints are off, since their errors go unseen); an error
