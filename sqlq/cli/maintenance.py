@@ -268,9 +268,10 @@ def _backup(args: argparse.Namespace) -> int:
 def _backup_target(arg: str) -> str:
     """The absolute path of the file DEST names (a path or a sqlite:/// URL, as DB);
     what the backup must not replace is the backend's to refuse."""
-    dest = database(arg).file
+    target = database(arg)
+    dest = target.file
     if dest is None:
-        raise CliError(f"{arg}: a backup goes to a file; give a path", EXIT_USAGE)
+        raise CliError(f"{target.name}: a backup goes to a file; give a path", EXIT_USAGE)
     if os.path.isdir(dest):
         raise CliError(f"{arg}: is a directory; give the backup's file name", EXIT_USAGE)
     if not os.path.isdir(os.path.dirname(dest)):

@@ -275,9 +275,10 @@ def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 def _demo(args: argparse.Namespace) -> int:
     from .. import demo  # multiprocessing and friends only when needed
 
-    path = database(args.db if args.db is not None else DEMO_DB).file
-    if path is None:
-        raise CliError(f"{args.db}: the demo runs on a file; give a path", EXIT_USAGE)
+    db = database(args.db if args.db is not None else DEMO_DB)
+    if db.file is None:
+        raise CliError(f"{db.name}: the demo runs on a file; give a path", EXIT_USAGE)
+    path = db.file
     try:
         demo.remove_old_demo(path)
     except demo.DemoError as exc:
