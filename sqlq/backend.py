@@ -249,10 +249,11 @@ class Backend(Protocol):
 
     # --- inspection and maintenance (sqlq's commands) -----------------------------------
     #
-    # sqlq.backends opens a backend with ``migrate=False`` for these: nothing is created,
-    # migrated or changed, the database must exist and be a sqlq database of a schema
-    # version this sqlq knows (an older one included: ``schema_versions`` says so, and
-    # the caller decides; the queue calls above need the current version).
+    # sqlq's commands open a backend for these with open_backend(url, migrate=False), an
+    # option every backend takes: nothing is created, migrated or changed, and the
+    # database must exist and be a sqlq database of a schema version this sqlq knows (an
+    # older one included: schema_versions says so, and the caller decides; the queue
+    # calls above need the current version).
 
     def describe(self) -> str:
         """The database software in use and its version, for people (stats, the demo):

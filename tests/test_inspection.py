@@ -96,7 +96,7 @@ def test_the_migrate_option_is_a_bool(database: str) -> None:
         open_backend(database, migrate="no")
 
 
-# SQLite's own: a database of an older schema, an empty file.
+# SQLite's own: a database of an older schema.
 
 
 def test_an_older_schema_opens_as_it_is_and_then_migrates(
@@ -119,14 +119,6 @@ def test_an_older_schema_opens_as_it_is_and_then_migrates(
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
     with _opened(str(db)) as backend:
         assert backend.schema_versions() == SchemaVersions(1, latest, latest)
-
-
-def test_an_empty_file_is_refused_as_it_is(tmp_path: Path) -> None:
-    empty = tmp_path / "empty.db"
-    empty.touch()
-    with pytest.raises(NotASqlqDatabase, match="empty"):
-        open_backend(str(empty), migrate=False)
-    assert empty.read_bytes() == b"" and sorted(os.listdir(tmp_path)) == ["empty.db"]
 
 
 # --- the overview --------------------------------------------------------------------------
