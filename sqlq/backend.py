@@ -38,7 +38,7 @@ import sqlalchemy as sa
 
 from .contract import Number, State
 from .payload import Encoded
-from .records import Checkpoint, StorageFacts
+from .records import Checkpoint, Compaction, QueueOverview, SchemaVersions, StorageFacts
 from .retry import Retry
 
 
@@ -274,4 +274,40 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release the connection(s).  Calls after close raise QueueClosed."""
+        ...
+
+    # --- inspection and maintenance (sqlq's commands) -----------------------------------
+    #
+    # sqlq's commands open a backend for these with open_backend(url, migrate=False), an
+    # option every backend takes: nothing is created, migrated or changed, and the
+    # database must exist and be a sqlq database of a schema version this sqlq knows (an
+    # older one included: schema_versions says so, and the caller decides; the queue
+    # calls above need the current version).
+
+    def describe(self) -> str:
+        """The database software in use and its version, for people (stats, the demo):
+        'SQLite 3.53.4 (pysqlite3)'."""
+        ...
+
+    def schema_versions(self) -> SchemaVersions:
+        """The schema version found on opening, the one now, and the latest known."""
+        ...
+
+    def overview(self, with_names: bool) -> dict[str, QueueOverview]:
+        """Every queue that has tasks, by name: read only, in one snapshot and without
+        the write lock, as last written (nothing due is applied).  ``with_names``: the
+        named tasks per name and state too (may read every task)."""
+        ...
+
+    def compact(self) -> Compaction:
+        """Maintenance: give the space of deleted tasks back to the operating system.
+        May hold the write lock while it runs (other calls wait)."""
+        ...
+
+    def backup(self, dest: str) -> int:
+        """Copy the database as it is at one moment, while others go on using it, to
+        the file ``dest`` (a path), replaced only once the copy is whole and only if it
+        is a sqlq database that no queue has open; returns the copy's size in bytes.
+        InvalidConfig, naming the alternative, from a backend that keeps no database
+        in a file."""
         ...

@@ -7,7 +7,8 @@
 The registry is the one module above the backends that names them; each backend
 is imported only when a database of its kind is opened.  Options a Queue does not
 take itself pass through to the backend, which validates their values; names
-a backend does not take are refused here.
+a backend does not take are refused here.  ``migrate=False`` opens a database as
+it is, for inspection and maintenance (see sqlq.backend).
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def _open_postgresql(url: str, **options: Any) -> Backend:
     return PostgresBackend(url, **options)
 
 
+def _sqlite_file(location: str | os.PathLike[str]) -> str:
+    from .sqlite.backend import database_path
+
+    return database_path(location)
+
+
 class Kind(NamedTuple):
     """A kind of database: how to open it, and the options it takes."""
 
@@ -41,6 +48,8 @@ class Kind(NamedTuple):
     #: None: not available yet.
     open: Callable[..., Backend] | None
     options: frozenset[str] = frozenset()
+    #: The file a location names, for a kind that keeps a database in one (else None).
+    file: Callable[[str | os.PathLike[str]], str] | None = None
 
 
 #: The backends by URL scheme (SQLAlchemy's backend name, before any ``+driver``).
@@ -48,12 +57,13 @@ KINDS = {
     "sqlite": Kind(
         "sqlite:///path (or a plain path)",
         _open_sqlite,
-        frozenset({"synchronous", "busy_timeout", "file_mode"}),
+        frozenset({"synchronous", "busy_timeout", "file_mode", "migrate"}),
+        _sqlite_file,
     ),
     "postgresql": Kind(
         "postgresql://user@host/db",
         _open_postgresql,
-        frozenset({"strict", "synchronous", "busy_timeout", "listen"}),
+        frozenset({"strict", "synchronous", "busy_timeout", "listen", "migrate"}),
     ),
 }
 
@@ -87,3 +97,10 @@ def open_backend(path_or_url: str | os.PathLike[str], **options: Any) -> Backend
             f"(its options: {', '.join(sorted(kind.options)) or 'none'})"
         )
     return kind.open(path_or_url, **options)
+
+
+def database_file(path_or_url: str | os.PathLike[str]) -> str | None:
+    """The file a path or URL names, as its backend opens it (for SQLite the real path),
+    or None for a database on a server (and for a URL open_backend refuses)."""
+    kind = KINDS.get(_scheme(path_or_url))
+    return None if kind is None or kind.file is None else kind.file(path_or_url)

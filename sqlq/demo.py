@@ -45,7 +45,6 @@ from .durable import Queue
 from .errors import SchemaError
 from .records import Lease, TaskInfo
 from .retry import Retry
-from .sqlite import driver
 from .worker import Worker
 
 #: The queue the demo uses inside its database file.
@@ -305,7 +304,11 @@ def run(
         f"sqlq demo: {tasks} tasks, {workers} worker processes, leases of {lease_seconds:g} s, "
         f"up to {MAX_ATTEMPTS} attempts per task"
     )
-    write(f"database {path} ({driver.describe()})")
+    backend = open_backend(path)  # creates the database
+    try:
+        write(f"database {path} ({backend.describe()})")
+    finally:
+        backend.close()
 
     names = task_names(tasks)
     todo = payloads(names, random.Random())

@@ -111,3 +111,44 @@ class Checkpoint:
     checkpointed: int
     #: The size of the -wal file afterwards (None if it could not be looked at).
     wal_bytes: int | None
+
+
+# --- inspection and maintenance (what sqlq's commands ask of a backend) ------------------
+
+
+@dataclass(frozen=True)
+class SchemaVersions:
+    """The schema versions of a database, as its backend opened it."""
+
+    #: The version the database was at when it was opened (0: empty, or created then).
+    found: int
+    #: The version it is at now: ``latest`` once opened to migrate; opened as it is
+    #: (``migrate=False``), the version found, which may be older than ``latest``.
+    current: int
+    #: The newest version this sqlq knows.
+    latest: int
+
+
+@dataclass(frozen=True)
+class QueueOverview:
+    """One queue of a database as last written (nothing due applied): see
+    Backend.overview."""
+
+    #: Tasks per state, the states that have tasks only.
+    counts: dict[str, int]
+    #: When the front of the line became AVAILABLE, or None if nothing is.
+    available_since: Number | None
+    #: The soonest lease deadline, or None.
+    next_deadline: Number | None
+    #: The soonest time a WAITING task becomes AVAILABLE, or None.
+    next_run_at: Number | None
+    #: Named tasks per name and state (empty unless asked for).
+    names: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """The outcome of Backend.compact: the database's size in bytes before and after."""
+
+    before: int
+    after: int

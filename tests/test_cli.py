@@ -30,7 +30,7 @@ import pytest
 from needs import need
 
 import sqlq
-from sqlq import cli, demo
+from sqlq import backends, cli, demo
 from sqlq.cli import common
 from sqlq.sqlite import driver, migrate
 from sqlq.sqlite.driver import dbapi
@@ -1604,3 +1604,83 @@ def test_worker_with_a_handler_module_that_raises_at_import(
     assert proc.returncode == 1
     _one_error_line(proc.stderr, "worker")
     assert f"cannot import module 'broken_handlers' {said}" in proc.stderr
+
+
+# --- a database on a server (the commands use their backend through the port alone) ------
+
+
+class _OnAServer:
+    """A backend whose database is on a server as far as the commands can tell: a URL
+    that names no file, no -wal file of its own, no backup into a file (SQLite's
+    backend underneath keeps the tasks)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def describe(self) -> str:
+        return "ServerDB 9.1"
+
+    def storage_facts(self) -> sqlq.records.StorageFacts:
+        return sqlq.records.StorageFacts()
+
+    def backup(self, dest: str) -> int:
+        raise sqlq.errors.InvalidConfig("a server database is backed up with the server's tools")
+
+
+@pytest.fixture
+def server_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The URL, with a password, of a database of the kind "serverdb" (see _OnAServer)."""
+    sqlite = backends.KINDS["sqlite"]
+    assert sqlite.open is not None
+    open_sqlite = sqlite.open
+
+    def open_on_a_server(url: str, **options: Any) -> Any:
+        return _OnAServer(open_sqlite(tmp_path / "server.db", **options))
+
+    kind = backends.Kind("serverdb://user@host/db", open_on_a_server, frozenset({"migrate"}))
+    monkeypatch.setitem(backends.KINDS, "serverdb", kind)
+    return "serverdb://ann:secret@host/db"
+
+
+def test_the_commands_work_on_a_database_on_a_server(
+    server_url: str, capsys: pytest.CaptureFixture[str], migration_files: list[Path]
+) -> None:
+    shown = "serverdb://ann:***@host/db"  # never the password
+    latest = len(migration_files)
+    assert _json(capsys, "migrate", server_url) == {
+        "database": shown,
+        "created": False,
+        "before": 0,
+        "after": latest,
+        "latest": latest,
+    }
+    assert _json(capsys, "add", server_url, "a", "b") == {
+        "database": shown,
+        "queue": "default",
+        "created": False,
+        "added": 2,
+        "existed": 0,
+    }
+    document = _json(capsys, "stats", server_url)
+    assert (document["database"], document["sqlite"]) == (shown, "ServerDB 9.1")
+    assert document["wal_bytes"] is None and document["queues"]["default"]["AVAILABLE"] == 2
+    assert [t["task_id"] for t in _json(capsys, "list", server_url)["tasks"]] == ["a", "b"]
+    said = []  # what the commands print, none of it with the password
+    code, out, _ = _cli(capsys, "stats", server_url)
+    assert code == 0 and f"database: {shown}" in out and "ServerDB 9.1" in out
+    assert "wal:" not in out  # no -wal file of its own to show
+    said.append(out)
+    code, out, _ = _cli(capsys, "stats", server_url, "--watch", "--count", "1", "--interval", "1ms")
+    assert code == 0 and "default: WAITING 0, AVAILABLE 2," in out
+    code, _, err = _cli(capsys, "backup", server_url, "copy.db")
+    assert code == 1 and "backed up with the server's tools" in err
+    code, _, err = _cli(capsys, "backup", server_url, server_url)
+    assert code == 2 and f"{shown}: a backup goes to a file" in err
+    said.append(err)
+    code, _, err = _cli(capsys, "demo", "--db", server_url)
+    assert code == 2 and f"{shown}: the demo runs on a file" in err
+    said.append(err)
+    assert not [text for text in said if "secret" in text]

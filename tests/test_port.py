@@ -1,7 +1,7 @@
 """The storage port is real: Queue reaches its database only through sqlq.backend.
 
 * Nothing above the port imports a backend or a driver (read from the source with
-  ``ast``), except the modules listed below.
+  ``ast``): the command line and the demo included.
 * The backend is chosen by the URL's scheme (sqlq.backends); a kind sqlq does not
   have yet, or does not know, is refused with InvalidConfig before anything opens.
 * A Queue (and a Worker over it) works when its backend offers nothing but the
@@ -33,15 +33,6 @@ FORBIDDEN = ("sqlite3", "pysqlite3", "sqlq.sqlite")
 
 #: Modules allowed for good: the SQLite backend itself, and the registry that names it.
 BACKEND_SIDE = ("sqlite/", "backends.py")
-
-#: Modules above the port that still import SQLite, until the CLI's step moves what
-#: they do behind the port (then remove them from here: a stale entry fails).
-NOT_YET_BEHIND_THE_PORT = {
-    "cli/common.py",  # the driver's errors, database_path, check_schema
-    "cli/maintenance.py",  # migrate and vacuum on raw connections
-    "cli/reading.py",  # stats and views in raw SQL, the -wal size
-    "demo.py",  # prints the SQLite library's version beside the demo's file
-}
 
 
 def imported_modules(source: str, module: str) -> set[str]:
@@ -109,9 +100,7 @@ def test_nothing_above_the_port_imports_sqlite() -> None:
         found = forbidden_imports(path.read_text(encoding="utf-8"), module_name(path))
         if found:
             offenders[relative] = found
-    assert set(offenders) - NOT_YET_BEHIND_THE_PORT == set(), offenders
-    # The exceptions are exact: one that no longer imports SQLite leaves the list.
-    assert NOT_YET_BEHIND_THE_PORT - set(offenders) == set()
+    assert offenders == {}
 
 
 # --- choosing the backend by URL ------------------------------------------------------
@@ -174,7 +163,7 @@ def test_a_url_that_does_not_parse_is_refused() -> None:
 
 def test_an_option_the_backend_does_not_take_is_refused(tmp_path: Path) -> None:
     with pytest.raises(
-        InvalidConfig, match=r"'synchronus'.*sqlite.*busy_timeout, file_mode, synchronous"
+        InvalidConfig, match=r"'synchronus'.*sqlite.*busy_timeout, file_mode, migrate, synchronous"
     ):
         _queue(tmp_path / "q.db", synchronus="normal")
     assert not (tmp_path / "q.db").exists()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from .common import (
     add_database,
     add_json,
     add_queue,
-    file_path,
+    creatable,
     open_queue,
     plural,
     positive_int,
@@ -144,13 +143,7 @@ def _add(args: argparse.Namespace) -> int:
             check_task_id(task_id)
     except InvalidArgument as exc:
         raise CliError(f"TASK_ID: {exc}; nothing was added") from exc
-    path = file_path(args.db)
-    created = not os.path.exists(path)
-    folder = os.path.dirname(path)
-    if created and not os.path.isdir(folder):
-        raise CliError(f"{args.db}: no such folder {folder}", EXIT_USAGE)
-    if os.path.isdir(path):
-        raise CliError(f"{args.db}: is a directory, not a database file", EXIT_USAGE)
+    db, created = creatable(args.db)
     counts = {"added": 0, "existed": 0}
     progress = Progress("add")
 
@@ -172,7 +165,7 @@ def _add(args: argparse.Namespace) -> int:
     # The input file is opened first: if it cannot be read, no database is created.
     with (
         _open_input(args.from_file) as source,
-        open_queue(path, args.queue, args.max_attempts, args.retry) as q,
+        open_queue(db, args.queue, args.max_attempts, args.retry) as q,
     ):
         items = [t if default is None else (t, default) for t in args.task_ids]
         for start in range(0, len(items), ADD_BATCH):
@@ -201,10 +194,10 @@ def _add(args: argparse.Namespace) -> int:
                 add_batch(q, batch, f"{args.from_file}, lines {first}-{number}")
 
     if args.json:
-        print_json({"database": path, "queue": args.queue, "created": created, **counts})
+        print_json({"database": db.name, "queue": args.queue, "created": created, **counts})
         return EXIT_OK
     if created:
-        print(f"created {path}")
+        print(f"created {db.name}")
     print(
         f"added {plural(counts['added'], 'task')} to queue {args.queue!r}; "
         f"{counts['existed']} already existed"

@@ -14,17 +14,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
+import sqlalchemy as sa
+
+from ..backend import Backend
+from ..backends import database_file, open_backend
 from ..contract import MAX_BATCH, MAX_LEASE_SECONDS, MAX_TIME, State, check_queue_name
 from ..durable import Queue
-from ..errors import InvalidConfig
+from ..errors import InvalidConfig, SchemaError
 from ..payload import Undecodable
 from ..records import TaskInfo
 from ..retry import Retry
-from ..sqlite import driver
-from ..sqlite.backend import database_path
-from ..sqlite.migrate import check_schema
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -201,85 +202,125 @@ def add_limit(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-# --- the database file ------------------------------------------------------------------
+# --- the database -------------------------------------------------------------------------
 
 MIGRATE_HINT = "run `sqlq migrate {path}` to migrate it"
 
 
-def file_path(arg: str) -> str:
-    """The file a DB argument names: a path or a ``sqlite:///path`` URL, whatever
-    sqlq.Queue takes (sqlq.sqlite.backend.database_path); else a CliError, exit 2."""
+class Database(NamedTuple):
+    """A DB argument as the commands use it."""
+
+    #: What to open: a file's real path, or the URL of a database on a server.
+    target: str
+    #: What output calls it: the file's path, or the URL without its password.
+    name: str
+    #: The file it names, or None for a database on a server.
+    file: str | None
+
+
+@contextmanager
+def _usage_error_if_refused() -> Iterator[None]:
+    """InvalidConfig from naming or opening a database: the DB argument names none
+    that sqlq can open (a CliError, exit 2)."""
     try:
-        return database_path(arg)
+        yield
     except InvalidConfig as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
-def existing_file(arg: str, creates: str = "") -> str:
-    """The path of the existing regular file ``arg`` names, else a CliError with exit 2."""
-    path = file_path(arg)
-    if not os.path.exists(path):
+def database(arg: str) -> Database:
+    """The database a DB argument names: a path or a URL, whatever sqlq.Queue takes
+    (the registry, sqlq.backends, tells which name a file)."""
+    with _usage_error_if_refused():
+        file = database_file(arg)
+    if file is not None:
+        return Database(file, file, file)
+    return Database(arg, sa.engine.make_url(arg).render_as_string(hide_password=True), None)
+
+
+def existing(arg: str, creates: str = "") -> Database:
+    """The database of a command that does not create one: a file must exist and be a
+    regular file, else a CliError with exit 2."""
+    db = database(arg)
+    if db.file is not None and not os.path.exists(db.file):
         hint = f" ({creates})" if creates else ""
         raise CliError(f"{arg}: no such file{hint}", EXIT_USAGE)
-    if os.path.isdir(path):
+    if db.file is not None and os.path.isdir(db.file):
         raise CliError(f"{arg}: is a directory, not a database file", EXIT_USAGE)
-    return path
+    return db
 
 
-#: Seconds a command waits for a lock another process holds (a Queue's default busy_timeout).
-LOCK_TIMEOUT = 30.0
+def creatable(arg: str) -> tuple[Database, bool]:
+    """The database of a command that creates a missing one (add, migrate), and whether
+    it will be created (its file does not exist); a file in a missing folder, or a
+    directory, is a CliError with exit 2."""
+    db = database(arg)
+    if db.file is None:
+        return db, False
+    created = not os.path.exists(db.file)
+    folder = os.path.dirname(db.file)
+    if created and not os.path.isdir(folder):
+        raise CliError(f"{arg}: no such folder {folder}", EXIT_USAGE)
+    if os.path.isdir(db.file):
+        raise CliError(f"{arg}: is a directory, not a database file", EXIT_USAGE)
+    return db, created
 
 
 @contextmanager
-def plain_connection(path: str) -> Iterator[Any]:
-    """A DB-API connection of sqlq's SQLite library, autocommit, errors as sqlq errors.
-
-    Connecting creates a missing file: callers check that it exists first.
-    """
+def opened(db: Database, **options: Any) -> Iterator[Backend]:
+    """The backend of ``db`` (sqlq.backends.open_backend with ``options``), closed after."""
+    with _usage_error_if_refused():
+        backend = open_backend(db.target, **options)
     try:
-        conn = driver.dbapi.connect(path, isolation_level=None, timeout=LOCK_TIMEOUT)
-    except driver.dbapi.Error as exc:
-        raise driver.translate(exc, path) from exc
-    conn.text_factory = driver.stored_text
-    try:
-        yield conn
-    except driver.dbapi.Error as exc:
-        raise driver.translate(exc, path) from exc
+        yield backend
     finally:
-        conn.close()
+        backend.close()
 
 
-def check_sqlq_file(conn: Any, path: str, *, allow_older: bool) -> int:
-    """The schema version of an existing sqlq database; refuses anything else unchanged.
+@contextmanager
+def inspected(
+    arg: str, *, allow_older: bool, creates: str = ""
+) -> Iterator[tuple[Database, Backend]]:
+    """An existing sqlq database opened as it is (nothing created, migrated or changed).
 
-    An empty file is a database not created yet (see sqlq.sqlite.migrate): the
-    commands that create databases (add, migrate) create it, the others refuse
-    it, like a SQLite file without sqlq's tables and a newer schema.  An older
-    schema is refused unless ``allow_older`` (the command then opens a
-    sqlq.Queue, which migrates it as the library always does).  A database that
-    another process is creating or migrating is waited for.
+    Anything else is refused unchanged (see sqlq.backend): a missing file (exit 2),
+    an empty one (a database not created yet: the commands that create databases,
+    add and migrate, create it; the others refuse it), a file that is not a sqlq
+    database, a newer schema, and an older one unless ``allow_older`` (the command
+    then opens a sqlq.Queue, which migrates it as the library always does).  A
+    database that another process is creating or migrating is waited for.
     """
-    return check_schema(
-        conn,
-        path,
-        timeout=LOCK_TIMEOUT,
-        allow_older=allow_older,
-        older_hint=MIGRATE_HINT.format(path=path),
-    )
+    db = existing(arg, creates)
+    with opened(db, migrate=False) as backend:
+        if not allow_older:
+            current_version(backend, db)
+        yield db, backend
 
 
-def sqlq_file(arg: str, *, allow_older: bool, creates: str = "") -> str:
-    """The absolute path of an existing sqlq database (see check_sqlq_file)."""
-    path = existing_file(arg, creates)
-    driver.warn_if_affected()
-    with plain_connection(path) as conn:
-        check_sqlq_file(conn, path, allow_older=allow_older)
-    return path
+def current_version(backend: Backend, db: Database) -> int:
+    """The schema version of a database opened as it is; an older one than this sqlq's
+    is refused (SchemaError) with the hint to migrate it."""
+    versions = backend.schema_versions()
+    if versions.current < versions.latest:
+        raise SchemaError(
+            f"{db.name}: the database is at schema version {versions.current}, older than "
+            f"this sqlq's {versions.latest}; {MIGRATE_HINT.format(path=db.name)}"
+        )
+    return versions.current
 
 
-def open_queue(path: str, name: str, max_attempts: int = 1, retry: Retry | None = None) -> Queue:
+def sqlq_database(arg: str, *, allow_older: bool, creates: str = "") -> Database:
+    """An existing sqlq database, checked as ``inspected`` does."""
+    with inspected(arg, allow_older=allow_older, creates=creates) as (db, _):
+        return db
+
+
+def open_queue(db: Database, name: str, max_attempts: int = 1, retry: Retry | None = None) -> Queue:
     """A sqlq.Queue for the commands (lease_seconds only matters to claim, never called)."""
-    return Queue(path, lease_seconds=30, max_attempts=max_attempts, queue=name, retry=retry)
+    with _usage_error_if_refused():
+        return Queue(
+            db.target, lease_seconds=30, max_attempts=max_attempts, queue=name, retry=retry
+        )
 
 
 # --- output -------------------------------------------------------------------------------

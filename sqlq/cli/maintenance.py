@@ -17,10 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..contract import State
-from ..sqlite.backend import SqliteBackend
-from ..sqlite.files import create_database_file, file_mode
-from ..sqlite.migrate import applied_version, latest_version
-from ..sqlite.queries import Q
+from ..durable import Queue
 from .common import (
     DURATION_SYNTAX,
     EXIT_OK,
@@ -32,15 +29,16 @@ from .common import (
     add_json,
     add_queue,
     byte_size,
-    check_sqlq_file,
+    creatable,
+    database,
     duration,
-    file_path,
+    inspected,
     open_queue,
-    plain_connection,
+    opened,
     plural,
     print_json,
     span,
-    sqlq_file,
+    sqlq_database,
 )
 
 WRITE_NOTE = "it must exist (it is not created) and be a sqlq database; an older schema is migrated"
@@ -79,9 +77,9 @@ def _register_redrive(commands: argparse._SubParsersAction[argparse.ArgumentPars
 def _redrive(args: argparse.Namespace) -> int:
     if bool(args.task_ids) == args.all:
         raise UsageError("give the TASK_IDs to redrive, or --all (not both)")
-    path = sqlq_file(args.db, allow_older=True, creates="redrive does not create databases")
+    db = sqlq_database(args.db, allow_older=True, creates="redrive does not create databases")
     ids = None if args.all else list(dict.fromkeys(args.task_ids))
-    with open_queue(path, args.queue) as queue:
+    with open_queue(db, args.queue) as queue:
         unknown = [task_id for task_id in ids or () if queue.status(task_id) is None]
         if unknown:
             raise CliError(
@@ -92,7 +90,7 @@ def _redrive(args: argparse.Namespace) -> int:
     skipped = None if ids is None else len(ids) - redriven
     if args.json:
         print_json(
-            {"database": path, "queue": args.queue, "redriven": redriven, "skipped": skipped}
+            {"database": db.name, "queue": args.queue, "redriven": redriven, "skipped": skipped}
         )
         return EXIT_OK
     note = f" ({plural(skipped, 'given id')} not DEAD, skipped)" if skipped else ""
@@ -144,33 +142,34 @@ def _register_purge(commands: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _purge(args: argparse.Namespace) -> int:
-    path = sqlq_file(args.db, allow_older=True, creates="purge does not create databases")
+    db = sqlq_database(args.db, allow_older=True, creates="purge does not create databases")
     states = [
         s for s, wanted in ((State.COMPLETED, args.completed), (State.DEAD, args.dead)) if wanted
     ] or [State.COMPLETED]
     removed: dict[str, int] = {}
     start = time.time()  # one cutoff for every state: start - older_than
     progress = Progress("purge")
-    with open_queue(path, args.queue) as queue:
+    with open_queue(db, args.queue) as queue:
         for state in states:
 
             def purge_state(state: State = state) -> int:
                 return queue.purge(start, states=(state,), older_than=args.older_than)
 
-            removed[state.value] = _with_progress(
-                purge_state, progress, path, args.queue, state, removed
-            )
+            removed[state.value] = _with_progress(purge_state, progress, queue, state, removed)
     total = sum(removed.values())
-    sizes = _vacuum(path) if args.vacuum else None
+    sizes = None
+    if args.vacuum:
+        with opened(db, migrate=False) as backend:
+            sizes = backend.compact()
     if args.json:
         print_json(
             {
-                "database": path,
+                "database": db.name,
                 "queue": args.queue,
                 "older_than": args.older_than,
                 "removed": removed,
                 "total": total,
-                "vacuum": None if sizes is None else {"before": sizes[0], "after": sizes[1]},
+                "vacuum": None if sizes is None else {"before": sizes.before, "after": sizes.after},
             }
         )
         return EXIT_OK
@@ -178,23 +177,22 @@ def _purge(args: argparse.Namespace) -> int:
     parts = " and ".join(f"{n} {state}" for state, n in removed.items())
     print(f"removed {parts} tasks{age} from queue {args.queue!r}")
     if sizes is not None:
-        print(f"vacuum: the file went from {byte_size(sizes[0])} to {byte_size(sizes[1])}")
+        print(f"vacuum: the file went from {byte_size(sizes.before)} to {byte_size(sizes.after)}")
     return EXIT_OK
 
 
 def _with_progress(
     purge: Callable[[], int],
     progress: Progress,
-    path: str,
-    queue: str,
+    queue: Queue,
     state: State,
     removed: dict[str, int],
 ) -> int:
     """Run ``purge`` in a thread; meanwhile report on stderr about how far it got.
 
     Queue.purge reports nothing until it is done, so the progress is estimated from
-    the queue's count of ``state`` (workers finishing tasks meanwhile make it an
-    underestimate).
+    the queue's count of ``state``, read between its batches (workers finishing tasks
+    meanwhile make it an underestimate).
     """
     outcome: list[Any] = []
 
@@ -204,37 +202,21 @@ def _with_progress(
         except BaseException as exc:  # handed to the main thread
             outcome.append(("error", exc))
 
-    with plain_connection(path) as conn:
+    def count() -> int:
+        return queue.snapshot().counts[state.value]
 
-        def count() -> int:
-            rows = dict(conn.execute(Q.count_queue_states, {"queue": queue}).fetchall())
-            return int(rows.get(state.value, 0))
-
-        before = count()
-        thread = threading.Thread(target=run, name="sqlq-purge", daemon=True)
-        thread.start()
-        while thread.is_alive():
-            thread.join(timeout=0.2)
-            if thread.is_alive() and progress.due():
-                done = sum(removed.values()) + max(0, before - count())
-                progress.update(f"removed about {done} tasks so far")
+    before = count()
+    thread = threading.Thread(target=run, name="sqlq-purge", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(timeout=0.2)
+        if thread.is_alive() and progress.due():
+            done = sum(removed.values()) + max(0, before - count())
+            progress.update(f"removed about {done} tasks so far")
     kind, value = outcome[0]
     if kind == "error":
         raise value
     return int(value)
-
-
-def _files(path: str) -> int:
-    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
-
-
-def _vacuum(path: str) -> tuple[int, int]:
-    """VACUUM, then a checkpoint that moves the result into the file and truncates the WAL."""
-    before = _files(path)
-    with plain_connection(path) as conn:
-        conn.execute(Q.vacuum)
-        conn.execute(Q.checkpoint_truncate).fetchall()
-    return before, _files(path)
 
 
 # --- sqlq backup ---------------------------------------------------------------------------
@@ -270,56 +252,31 @@ def _register_backup(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _backup(args: argparse.Namespace) -> int:
-    path = sqlq_file(args.db, allow_older=True, creates="backup does not create databases")
-    dest = _backup_target(args.dest, path)
-    partial = f"{dest}.sqlq-backup-{os.getpid()}"
-    create_database_file(partial, file_mode(path))  # VACUUM INTO fills an empty file
-    try:
-        with plain_connection(path) as conn:
-            conn.execute(Q.vacuum_into, {"dest": partial})
-        _fsync(partial)
-        os.replace(partial, dest)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
-    _fsync(os.path.dirname(dest))  # the rename itself
-    size = os.path.getsize(dest)
+    with inspected(args.db, allow_older=True, creates="backup does not create databases") as (
+        db,
+        backend,
+    ):
+        dest = _backup_target(args.dest)
+        size = backend.backup(dest)
     if args.json:
-        print_json({"database": path, "backup": dest, "bytes": size})
+        print_json({"database": db.name, "backup": dest, "bytes": size})
     else:
-        print(f"backed up {path} to {dest} ({byte_size(size)})")
+        print(f"backed up {db.name} to {dest} ({byte_size(size)})")
     return EXIT_OK
 
 
-def _backup_target(arg: str, source: str) -> str:
-    """The absolute path of DEST (a path or a sqlite:/// URL, as DB), refusing what
-    must not be replaced (unchanged)."""
-    dest = os.path.abspath(file_path(arg))
+def _backup_target(arg: str) -> str:
+    """The absolute path of the file DEST names (a path or a sqlite:/// URL, as DB);
+    what the backup must not replace is the backend's to refuse."""
+    target = database(arg)
+    dest = target.file
+    if dest is None:
+        raise CliError(f"{target.name}: a backup goes to a file; give a path", EXIT_USAGE)
     if os.path.isdir(dest):
         raise CliError(f"{arg}: is a directory; give the backup's file name", EXIT_USAGE)
     if not os.path.isdir(os.path.dirname(dest)):
         raise CliError(f"{arg}: no such folder {os.path.dirname(dest)}", EXIT_USAGE)
-    if not os.path.exists(dest):
-        return dest
-    if os.path.samefile(dest, source):
-        raise CliError(f"{arg}: is the database itself", EXIT_USAGE)
-    if os.path.exists(dest + "-wal"):
-        raise CliError(
-            f"{arg}-wal exists: {arg} is open as a queue, or was not closed cleanly; "
-            "not replacing it"
-        )
-    if os.path.getsize(dest) > 0:
-        with plain_connection(dest) as conn:
-            check_sqlq_file(conn, dest, allow_older=True)  # anything else is left alone
     return dest
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- sqlq migrate --------------------------------------------------------------------------
@@ -346,27 +303,18 @@ def register_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    path = file_path(args.db)
-    if os.path.isdir(path):
-        raise CliError(f"{args.db}: is a directory, not a database file", EXIT_USAGE)
-    if not os.path.isdir(os.path.dirname(path)):
-        raise CliError(f"{args.db}: no such folder {os.path.dirname(path)}", EXIT_USAGE)
-    created = not os.path.exists(path)
-    before = 0
-    if not created:
-        with plain_connection(path) as conn:
-            before = applied_version(conn, path)  # refuses foreign files, writes nothing
-    backend = SqliteBackend(path)  # creates or migrates (refusing a newer schema)
-    after = backend.schema_version
-    backend.close()
+    db, created = creatable(args.db)
+    with opened(db) as backend:  # creates or migrates (refusing what is not sqlq's, unchanged)
+        versions = backend.schema_versions()
+    before, after = versions.found, versions.current
     if args.json:
         print_json(
             {
-                "database": path,
+                "database": db.name,
                 "created": created,
                 "before": before,
                 "after": after,
-                "latest": latest_version(),
+                "latest": versions.latest,
             }
         )
         return EXIT_OK
@@ -378,5 +326,5 @@ def _migrate(args: argparse.Namespace) -> int:
         what = "set up the empty file"
     else:
         what = "migrated"
-    print(f"schema version {before} -> {after} ({what}): {path}")
+    print(f"schema version {before} -> {after} ({what}): {db.name}")
     return EXIT_OK

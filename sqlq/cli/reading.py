@@ -19,24 +19,22 @@ from typing import Any
 
 from ..contract import State
 from ..payload import Undecodable
-from ..records import TaskInfo
-from ..sqlite import driver
-from ..sqlite.files import wal_bytes
-from ..sqlite.queries import Q
+from ..records import QueueOverview, TaskInfo
 from .common import (
     EXIT_OK,
     CliError,
+    Database,
     UsageError,
     add_database,
     add_json,
     add_limit,
     add_queue,
     byte_size,
-    check_sqlq_file,
-    existing_file,
+    current_version,
+    existing,
     moment,
     open_queue,
-    plain_connection,
+    opened,
     positive_int,
     print_json,
     printable,
@@ -44,7 +42,7 @@ from .common import (
     seconds,
     shorten,
     span,
-    sqlq_file,
+    sqlq_database,
     state_name,
     table,
     task_json,
@@ -153,72 +151,44 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 # --- sqlq stats --------------------------------------------------------------------------
 
 
-Fronts = dict[str, tuple[Any, Any, Any]]  # queue -> (front available since, deadline, run_at)
-
-
-def _read(
-    conn: Any, path: str, *, with_names: bool = False
-) -> tuple[int, dict[str, dict[str, int]], Fronts, dict[str, dict[str, dict[str, int]]]]:
-    """The schema version, the tasks per queue and state, and each queue's front of
-    line, next deadline and next run_at (and, ``with_names``, the tasks per queue,
-    name and state: a scan of the table): one snapshot, never the write lock."""
-    version = check_sqlq_file(conn, path, allow_older=False)  # may wait: no snapshot yet
-    conn.execute(Q.begin_read)
-    try:
-        found: dict[str, dict[str, int]] = {}
-        for queue, state, count in conn.execute(Q.count_states):
-            found.setdefault(queue, {})[state] = count
-        names: dict[str, dict[str, dict[str, int]]] = {}
-        for queue, name, state, count in conn.execute(Q.count_names) if with_names else ():
-            names.setdefault(queue, {}).setdefault(name, {})[state] = count
-        fronts: Fronts = {}
-        for queue in found:
-            params = {"queue": queue}
-            front = conn.execute(Q.front_of_line, params).fetchone()
-            (deadline,) = conn.execute(Q.next_deadline, params).fetchone()
-            (run_at,) = conn.execute(Q.next_run_at, params).fetchone()
-            fronts[queue] = (None if front is None else front[0], deadline, run_at)
-    finally:
-        if conn.in_transaction:
-            conn.execute(Q.rollback)
-    return version, found, fronts, names
-
-
 def _stats(args: argparse.Namespace) -> int:
-    path = existing_file(args.db, "stats does not create databases")
-    driver.warn_if_affected()
+    db = existing(args.db, "stats does not create databases")
     if args.watch:
         if args.json:
             raise UsageError("--watch prints lines for people; --json goes without it")
-        return _watch(path, 2.0 if args.interval is None else args.interval, args.count)
+        return _watch(db, 2.0 if args.interval is None else args.interval, args.count)
     if args.interval is not None or args.count is not None:
         raise UsageError("--interval and --count go with --watch")
     now = time.time()  # of the ages; Queue.stats takes max(this, the database clock)
-    with plain_connection(path) as conn:
-        version, found, fronts, names = _read(conn, path, with_names=True)
+    with opened(db, migrate=False) as backend:
+        version = current_version(backend, db)
+        found = backend.overview(with_names=True)
+        wal = backend.storage_facts().wal_bytes
+        software = backend.describe()
 
-    wal = wal_bytes(path)
     queues: dict[str, dict[str, int]] = {}
     details: dict[str, dict[str, Any]] = {}
     for queue in sorted(found):
-        counts = {state.value: found[queue].get(state.value, 0) for state in State}
+        figures = found[queue]
+        counts = {state.value: figures.counts.get(state.value, 0) for state in State}
         # A state this version does not know (a newer schema) is shown, not dropped.
-        counts.update({s: n for s, n in sorted(found[queue].items()) if s not in counts})
+        counts.update({s: n for s, n in sorted(figures.counts.items()) if s not in counts})
         queues[queue] = counts
-        front, deadline, run_at = fronts[queue]
+        front = figures.available_since
         details[queue] = {
             "total": sum(counts.values()),
             "oldest_available_age": None if front is None else max(0.0, now - front),
             "leases": counts[State.RESERVED.value],
-            "next_deadline": deadline,
-            "next_run_at": run_at,
+            "next_deadline": figures.next_deadline,
+            "next_run_at": figures.next_run_at,
         }
+    names = {queue: found[queue].names for queue in sorted(found) if found[queue].names}
 
     if args.json:
         print_json(
             {
-                "database": path,
-                "sqlite": driver.describe(),
+                "database": db.name,
+                "sqlite": software,
                 "schema_version": version,
                 "wal_bytes": wal,
                 "now": now,
@@ -229,11 +199,12 @@ def _stats(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
 
-    print(f"database: {path}")
-    print(f"sqlite:   {driver.describe()}")
+    print(f"database: {db.name}")
+    print(f"sqlite:   {software}")
     print(f"schema:   version {version}")
-    shown = "unknown (cannot look at the -wal file)" if wal is None else byte_size(wal)
-    print(f"wal:      {shown} (the -wal file; back within 4 MiB after checkpoints)")
+    if db.file is not None:  # a database on a server keeps no -wal file of its own
+        shown = "unknown (cannot look at the -wal file)" if wal is None else byte_size(wal)
+        print(f"wal:      {shown} (the -wal file; back within 4 MiB after checkpoints)")
     if not queues:
         print("no tasks")
         return EXIT_OK
@@ -286,13 +257,13 @@ def _name_counts(names: dict[str, dict[str, dict[str, int]]], columns: list[str]
 
 
 def _list(args: argparse.Namespace) -> int:
-    path = sqlq_file(args.db, allow_older=False, creates="list does not create databases")
-    with open_queue(path, args.queue) as queue:
+    db = sqlq_database(args.db, allow_older=False, creates="list does not create databases")
+    with open_queue(db, args.queue) as queue:
         tasks = queue.tasks(state=args.state, limit=args.limit)
     if args.json:
         print_json(
             {
-                "database": path,
+                "database": db.name,
                 "queue": args.queue,
                 "state": args.state,
                 "limit": args.limit,
@@ -321,13 +292,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    path = sqlq_file(args.db, allow_older=False, creates="show does not create databases")
-    with open_queue(path, args.queue) as queue:
+    db = sqlq_database(args.db, allow_older=False, creates="show does not create databases")
+    with open_queue(db, args.queue) as queue:
         info = queue.info(args.task_id)
     if info is None:
         raise CliError(f"no task {args.task_id!r} in queue {args.queue!r}")
     if args.json:
-        print_json({"database": path, **task_json(info, args.queue)})
+        print_json({"database": db.name, **task_json(info, args.queue)})
         return EXIT_OK
     for name, value in _fields(info, args.queue, time.time()):
         lines = value.splitlines() or [""]
@@ -379,13 +350,13 @@ def _encodable(text: str) -> bool:
 
 
 def _dead(args: argparse.Namespace) -> int:
-    path = sqlq_file(args.db, allow_older=False, creates="dead does not create databases")
-    with open_queue(path, args.queue) as queue:
+    db = sqlq_database(args.db, allow_older=False, creates="dead does not create databases")
+    with open_queue(db, args.queue) as queue:
         tasks = queue.dead(limit=args.limit)
     if args.json:
         print_json(
             {
-                "database": path,
+                "database": db.name,
                 "queue": args.queue,
                 "limit": args.limit,
                 "tasks": [task_json(t, args.queue) for t in tasks],
@@ -428,7 +399,7 @@ class _Drain:
     since: float  # when the peak was read
 
 
-def _watch(path: str, interval: float, count: int | None) -> int:
+def _watch(db: Database, interval: float, count: int | None) -> int:
     """Read the figures every ``interval`` seconds and print a line per queue, until
     Ctrl-C or ``count`` reads.  Clears the screen first on a terminal.  A file
     replaced meanwhile (a restore) is read anew, and said; while the path names
@@ -452,34 +423,38 @@ def _watch(path: str, interval: float, count: int | None) -> int:
     watched = None  # the file read last
     try:
         while True:
-            opened = _identity(path)
-            if opened is None:
-                if show(time.time(), [f"{path}: no such file (waiting for it)"]):
+            identity = _identity(db.file)
+            if identity is None:
+                if show(time.time(), [f"{db.name}: no such file (waiting for it)"]):
                     return EXIT_OK
                 continue
-            if watched is not None and opened != watched:
-                print(f"{path} was replaced: reading the new file", flush=True)
+            if watched is not None and identity != watched:
+                print(f"{db.name} was replaced: reading the new file", flush=True)
                 before, drains = None, {}  # another file: its own rates and progress
-            watched = opened
-            with plain_connection(path) as conn:
-                while _identity(path) == opened:
+            watched = identity
+            with opened(db, migrate=False) as backend:
+                current_version(backend, db)
+                while _identity(db.file) == identity:
                     now = time.time()
-                    _, found, fronts, _ = _read(conn, path)
+                    found = backend.overview(with_names=False)
                     lines = [
-                        _watch_line(queue, found[queue], fronts[queue][0], now, before, drains)
+                        _watch_line(queue, found[queue], now, before, drains)
                         for queue in sorted(found)
                     ]
-                    before = (now, found)
+                    before = (now, {queue: found[queue].counts for queue in found})
                     if show(now, lines or ["no tasks"]):
                         return EXIT_OK
     except KeyboardInterrupt:  # the way to stop watching
         return EXIT_OK
 
 
-def _identity(path: str) -> tuple[int, int] | None:
-    """Which file ``path`` names now (device, inode), or None if none."""
+def _identity(file: str | None) -> tuple[int, ...] | None:
+    """Which file ``file`` names now (device, inode), or None if none; always () for
+    a database on a server (``file`` None), which no file can replace."""
+    if file is None:
+        return ()
     try:
-        st = os.stat(path)
+        st = os.stat(file)
     except FileNotFoundError:
         return None
     return st.st_dev, st.st_ino
@@ -487,12 +462,12 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 def _watch_line(
     queue: str,
-    counts: dict[str, int],
-    front: float | None,
+    figures: QueueOverview,
     now: float,
     before: tuple[float, dict[str, dict[str, int]]] | None,
     drains: dict[str, _Drain],
 ) -> str:
+    counts, front = figures.counts, figures.available_since
     parts = []
     for state in [s.value for s in State] + sorted(set(counts) - {s.value for s in State}):
         part = f"{state} {counts.get(state, 0)}"

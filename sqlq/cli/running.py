@@ -11,11 +11,11 @@ from .common import (
     EXIT_USAGE,
     CliError,
     add_queue,
+    database,
     error,
-    file_path,
     positive_int,
     seconds,
-    sqlq_file,
+    sqlq_database,
 )
 
 DEMO_DB = "sqlq-demo.db"
@@ -202,11 +202,11 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _worker(args: argparse.Namespace) -> int:
-    path = sqlq_file(args.db, allow_older=True, creates="worker does not create databases")
+    db = sqlq_database(args.db, allow_older=True, creates="worker does not create databases")
     from ..worker import serve  # threads, signals and logging only when needed
 
     return serve(
-        path,
+        db.target,
         args.target,
         queue=args.queue,
         concurrency=args.concurrency,
@@ -275,7 +275,10 @@ def register_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 def _demo(args: argparse.Namespace) -> int:
     from .. import demo  # multiprocessing and friends only when needed
 
-    path = file_path(args.db if args.db is not None else DEMO_DB)
+    db = database(args.db if args.db is not None else DEMO_DB)
+    if db.file is None:
+        raise CliError(f"{db.name}: the demo runs on a file; give a path", EXIT_USAGE)
+    path = db.file
     try:
         demo.remove_old_demo(path)
     except demo.DemoError as exc:

@@ -49,12 +49,12 @@ from ..backend import Claimed, Opened, TaskRow
 from ..contract import Number, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
-from ..records import Checkpoint, StorageFacts
+from ..records import Checkpoint, Compaction, QueueOverview, SchemaVersions, StorageFacts
 from ..retry import Retry, stored_policy
 from . import driver
 from .driver import psycopg
 from .listen import Listener, channel
-from .migrate import check_schema, ensure_schema
+from .migrate import check_schema, ensure_schema, latest_version
 from .queries import Q
 from .text import read, read_or_none, stored, stored_or_none
 
@@ -126,7 +126,7 @@ class PostgresBackend:
         """
         if not isinstance(url, str):
             raise InvalidConfig(f"expected a postgresql:// URL, not {type(url).__name__}")
-        for flag, value in (("strict", strict), ("listen", listen)):
+        for flag, value in (("strict", strict), ("listen", listen), ("migrate", migrate)):
             if not isinstance(value, bool):
                 raise InvalidConfig(f"{flag} must be True or False, not {value!r}")
         if synchronous not in ("full", "normal"):
@@ -157,9 +157,10 @@ class PostgresBackend:
             with self._lock, self._guard():
                 conn = self._connection()
                 if migrate:
-                    self.schema_version = ensure_schema(conn, self._name)
+                    self.schema_found = ensure_schema(conn, self._name)
+                    self.schema_version = latest_version()
                 else:
-                    self.schema_version = check_schema(conn, self._name)
+                    self.schema_found = self.schema_version = check_schema(conn, self._name)
                 (self._schema,) = conn.execute(Q.current_schema).fetchone()
         except BaseException:
             self.close()
@@ -394,6 +395,37 @@ class PostgresBackend:
 
     def clock_reference(self) -> float | None:
         return None  # calls without a time take the server's clock: nothing to check
+
+    # --- inspection and maintenance ----------------------------------------------------
+
+    def describe(self) -> str:
+        """'PostgreSQL 15.18 (psycopg 3.3.9)': the server's version and the driver's."""
+        version = self._read(lambda cur: cur.connection.info.parameter_status("server_version"))
+        return f"PostgreSQL {version or '?'} (psycopg {psycopg.__version__})"
+
+    def schema_versions(self) -> SchemaVersions:
+        return SchemaVersions(self.schema_found, self.schema_version, latest_version())
+
+    def overview(self, with_names: bool) -> dict[str, QueueOverview]:
+        return self._read(lambda cur: _in_snapshot(cur, _overview, with_names))
+
+    def compact(self) -> Compaction:
+        """VACUUM FULL of sqlq_tasks; the sizes are the table's with its indexes."""
+
+        def vacuum(cur: Any) -> Compaction:
+            (before,) = cur.execute(Q.table_size).fetchone()
+            cur.execute(Q.vacuum_full)
+            (after,) = cur.execute(Q.table_size).fetchone()
+            return Compaction(before, after)
+
+        return self._read(vacuum)
+
+    def backup(self, dest: str) -> int:
+        raise InvalidConfig(
+            f"{self._name}: a database on a server is not copied to a file by sqlq; back it "
+            "up with the server's tools (pg_dump --table 'sqlq_*', or your backups of the "
+            "whole database)"
+        )
 
 
 class PostgresTransaction:
@@ -693,6 +725,33 @@ def _figures(cur: Any, queue: str) -> Figures:
     counts = dict.fromkeys((s.value for s in State), 0)
     counts.update(per_state)
     return counts, front, deadline, run_at
+
+
+def _in_snapshot(cur: Any, read: Callable[..., T], *args: Any) -> T:
+    """``read(cur, *args)`` in a read-only transaction: one snapshot, no lock."""
+    cur.execute(Q.begin_snapshot)
+    try:
+        return read(cur, *args)
+    finally:
+        cur.execute(Q.rollback)
+
+
+def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
+    counts: dict[str, dict[str, int]] = {}
+    for queue, state, count in cur.execute(Q.count_states).fetchall():
+        counts.setdefault(queue, {})[state] = count
+    names: dict[str, dict[str, dict[str, int]]] = {}
+    for queue, name, state, count in cur.execute(Q.count_names) if with_names else ():
+        names.setdefault(queue, {}).setdefault(name, {})[state] = count
+    fronts = {
+        queue: (since, deadline, run_at)
+        for queue, since, deadline, run_at in cur.execute(Q.queue_fronts)
+    }
+    overview = {}
+    for queue, found in counts.items():
+        since, deadline, run_at = fronts[queue]
+        overview[queue] = QueueOverview(found, since, deadline, run_at, names.get(queue, {}))
+    return overview
 
 
 def _claimed(row: tuple[Any, ...]) -> Claimed:

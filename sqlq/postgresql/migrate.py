@@ -62,13 +62,14 @@ def applied_version(cur: Any, name: str) -> int:
 
 def ensure_schema(conn: Any, name: str) -> int:
     """Bring the database up to the latest version (creating sqlq's tables if they
-    are missing); return it.  ``conn`` is a psycopg connection outside any
-    transaction.  The usual case, a current database, costs one transaction of
-    two reads and takes no lock."""
+    are missing); return the version it was at before.  ``conn`` is a psycopg
+    connection outside any transaction.  The usual case, a current database, costs
+    one transaction of two reads and takes no lock."""
     latest = latest_version()
     with conn.transaction():
-        if applied_version(conn.cursor(), name) == latest:
-            return latest
+        found = applied_version(conn.cursor(), name)
+    if found == latest:
+        return found
     with conn.transaction():
         cur = conn.cursor()
         cur.execute(Q.lock_migrations)
@@ -81,22 +82,17 @@ def ensure_schema(conn: Any, name: str) -> int:
                 {"version": migration.version, "name": migration.name,
                  "checksum": migration.checksum},
             )  # fmt: skip
-    return latest
+    return found
 
 
 def check_schema(conn: Any, name: str) -> int:
-    """The version of a current sqlq database; refuses (without writing) one that
-    is missing, older or newer."""
+    """The version of a sqlq database, opened as it is; refuses (without writing)
+    one that has no sqlq tables, or a newer or foreign schema."""
     with conn.transaction():
         version = applied_version(conn.cursor(), name)
     if version == 0:
         raise NotASqlqDatabase(
             f"{name}: has no sqlq tables yet (opening a sqlq.Queue on it, `sqlq add` or "
             "`sqlq migrate` creates them)"
-        )
-    if version < latest_version():
-        raise SchemaError(
-            f"{name}: the database is at schema version {version}, older than this "
-            f"sqlq's {latest_version()}; opening it with sqlq.Queue migrates it"
         )
     return version

@@ -306,6 +306,36 @@ SELECT (SELECT coalesce(json_object_agg(state, n), '{}'::json)
 -- Tasks per queue and state, for the whole database (this schema).
 SELECT queue, state, count(*) FROM sqlq_tasks GROUP BY queue, state ORDER BY queue, state
 
+-- name: begin_snapshot
+-- Several reads that see one snapshot (sqlq stats), holding no lock.
+BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY
+
+-- name: queue_fronts
+-- Per queue: when the front of its line became AVAILABLE, its next deadline and
+-- its next wake-up (sqlq stats).  Each a probe of a partial index per queue.
+SELECT queues.queue,
+       (SELECT updated_at FROM sqlq_tasks
+        WHERE queue = queues.queue AND state = 'AVAILABLE' ORDER BY seq LIMIT 1),
+       (SELECT min(deadline) FROM sqlq_tasks WHERE queue = queues.queue AND deadline IS NOT NULL),
+       (SELECT min(run_at) FROM sqlq_tasks WHERE queue = queues.queue AND run_at IS NOT NULL)
+FROM (SELECT DISTINCT queue FROM sqlq_tasks) AS queues
+
+-- name: count_names
+-- Named tasks per queue, name and state (sqlq stats): one pass over the table,
+-- which suits an inspection command better than an index every write keeps up.
+SELECT queue, name, state, count(*) FROM sqlq_tasks WHERE name IS NOT NULL
+GROUP BY queue, name, state ORDER BY queue, name, state
+
+-- name: table_size
+-- The bytes sqlq_tasks takes, its indexes and TOAST included.
+SELECT pg_total_relation_size('sqlq_tasks')
+
+-- name: vacuum_full
+-- sqlq purge --vacuum: rewrite sqlq_tasks and its indexes without the space of
+-- deleted rows, giving it back to the operating system; holds the table's
+-- ACCESS EXCLUSIVE lock while it runs (every call waits).
+VACUUM (FULL, ANALYZE) sqlq_tasks
+
 -- name: announce
 -- Before the commit of a call that made a task AVAILABLE: tell the listeners of
 -- the queue's channel (delivered only if the transaction commits; several

@@ -56,11 +56,11 @@ from ..errors import (
     QueueClosed,
 )
 from ..payload import Encoded
-from ..records import Checkpoint, StorageFacts
+from ..records import Checkpoint, Compaction, QueueOverview, SchemaVersions, StorageFacts
 from ..retry import Retry, stored_policy
 from . import driver, files
 from .gate import Gate
-from .migrate import check_schema, ensure_schema
+from .migrate import check_schema, ensure_schema, latest_version
 from .queries import Q
 
 Synchronous = Literal["full", "normal"]
@@ -161,11 +161,15 @@ class SqliteBackend:
         """Open (and by default create or migrate) the database.
 
         With ``migrate=False`` nothing is created or changed: the file must exist
-        and be a sqlq database at the current schema version (for inspection).
+        and be a sqlq database of a schema version this sqlq knows, an older one
+        included (for inspection and maintenance: see schema_versions; the queue
+        calls need the current version).
         A new database file gets ``file_mode`` (see files.py); the files beside
         it get the database file's mode.
         """
         self.path = database_path(path_or_url)
+        if not isinstance(migrate, bool):
+            raise InvalidConfig(f"migrate must be True or False, not {migrate!r}")
         if not migrate and not os.path.isfile(self.path):
             raise CannotOpen(f"{self.path}: no such database file")
         mode = files.check_mode(file_mode)
@@ -212,11 +216,12 @@ class SqliteBackend:
         try:
             with self._lock, self._guard():
                 if migrate:
-                    self.schema_version = ensure_schema(
+                    self.schema_found = ensure_schema(
                         self.path, self._connection, mode=mode, timeout=self.busy_timeout
                     )
+                    self.schema_version = latest_version()
                 else:
-                    self.schema_version = check_schema(
+                    self.schema_found = self.schema_version = check_schema(
                         self._connection(), self.path, timeout=self.busy_timeout
                     )
             self.file_mode = files.file_mode(self.path)
@@ -405,7 +410,7 @@ class SqliteBackend:
     def snapshot(self, queue: str) -> Figures:
         with self._holding_lock() as deadline, self._guard():
             conn = self._connection()
-            return self._waiting(lambda: _read_figures(conn, queue), deadline)
+            return self._waiting(lambda: _in_snapshot(conn, _figures, queue), deadline)
 
     # --- waiting, within one budget ---------------------------------------------------
 
@@ -553,6 +558,70 @@ class SqliteBackend:
                 if not driver.is_busy(exc):
                     raise
                 error = exc
+
+    # --- inspection and maintenance ---------------------------------------------------
+
+    def describe(self) -> str:
+        return driver.describe()
+
+    def schema_versions(self) -> SchemaVersions:
+        return SchemaVersions(self.schema_found, self.schema_version, latest_version())
+
+    def overview(self, with_names: bool) -> dict[str, QueueOverview]:
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            return self._waiting(lambda: _in_snapshot(conn, _overview, with_names), deadline)
+
+    def compact(self) -> Compaction:
+        """VACUUM (it rewrites the whole file, holding the write lock), then a checkpoint
+        that moves the result into the file and truncates the -wal file to nothing, so
+        the space comes back to the file system.  The sizes count both files."""
+        before = self._size()
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            self._waiting(lambda: conn.execute(Q.vacuum), deadline)
+            self._waiting(lambda: conn.execute(Q.checkpoint_truncate).fetchall(), deadline)
+        return Compaction(before, self._size())
+
+    def _size(self) -> int:
+        names = (self.path, self.path + "-wal")
+        return sum(os.path.getsize(name) for name in names if os.path.exists(name))
+
+    def backup(self, dest: str) -> int:
+        """VACUUM INTO a new file beside ``dest`` (one read transaction: writers go on;
+        the copy is compact, a single file in rollback-journal mode, with the
+        database's permissions), flushed to disk and renamed over ``dest``."""
+        dest = os.path.abspath(dest)
+        self._check_replaceable(dest)
+        partial = f"{dest}.sqlq-backup-{os.getpid()}"
+        files.create_database_file(partial, self.file_mode)  # VACUUM INTO fills an empty file
+        try:
+            with self._holding_lock() as deadline, self._guard():
+                conn = self._connection()
+                self._waiting(lambda: conn.execute(Q.vacuum_into, {"dest": partial}), deadline)
+            _fsync(partial)
+            os.replace(partial, dest)
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+        _fsync(os.path.dirname(dest))  # the rename itself
+        return os.path.getsize(dest)
+
+    def _check_replaceable(self, dest: str) -> None:
+        """Refuse (unchanged) a ``dest`` that a backup must not replace: the database
+        itself, a database with a -wal file beside it (open as a queue, or not closed
+        cleanly), and anything but an empty file or a sqlq database."""
+        if not os.path.exists(dest):
+            return
+        if os.path.samefile(dest, self.path):
+            raise InvalidArgument(f"{dest}: is the database itself")
+        if os.path.exists(dest + "-wal"):
+            raise InvalidArgument(
+                f"{dest}-wal exists: {dest} is open as a queue, or was not closed cleanly; "
+                "not replacing it"
+            )
+        if os.path.getsize(dest) > 0:  # refuses anything but a sqlq database, unchanged
+            SqliteBackend(dest, migrate=False, busy_timeout=self.busy_timeout).close()
 
 
 class SqliteTransaction:
@@ -901,22 +970,50 @@ Figures = tuple[dict[str, int], Number | None, Number | None, Number | None]
 
 def _figures(cur: Any, queue: str) -> Figures:
     """The figures of Queue.stats, read with ``cur`` (in a transaction: one snapshot)."""
-    params = {"queue": queue}
     counts = dict.fromkeys((s.value for s in State), 0)
-    counts.update(dict(cur.execute(Q.count_queue_states, params).fetchall()))
+    counts.update(dict(cur.execute(Q.count_queue_states, {"queue": queue}).fetchall()))
+    return counts, *_fronts(cur, queue)
+
+
+def _fronts(cur: Any, queue: str) -> tuple[Number | None, Number | None, Number | None]:
+    """When the front of the queue's line became AVAILABLE, its next deadline and its
+    next run_at (each None if there is none)."""
+    params = {"queue": queue}
     front = cur.execute(Q.front_of_line, params).fetchone()
     (deadline,) = cur.execute(Q.next_deadline, params).fetchone()
     (run_at,) = cur.execute(Q.next_run_at, params).fetchone()
-    return counts, None if front is None else front[0], deadline, run_at
+    return None if front is None else front[0], deadline, run_at
 
 
-def _read_figures(conn: Any, queue: str) -> Figures:
-    """_figures in a read transaction of its own: one snapshot, no write lock."""
+def _in_snapshot(conn: Any, read: Callable[..., T], *args: Any) -> T:
+    """``read(conn, *args)`` in a read transaction of its own: one snapshot, no write lock."""
     conn.execute(Q.begin_read)
     try:
-        return _figures(conn, queue)
+        return read(conn, *args)
     finally:
         conn.execute(Q.rollback)
+
+
+def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
+    """SqliteBackend.overview, read with ``cur`` (in a transaction: one snapshot)."""
+    counts: dict[str, dict[str, int]] = {}
+    for queue, state, count in cur.execute(Q.count_states).fetchall():
+        counts.setdefault(queue, {})[state] = count
+    names: dict[str, dict[str, dict[str, int]]] = {}
+    for queue, name, state, count in cur.execute(Q.count_names) if with_names else ():
+        names.setdefault(queue, {}).setdefault(name, {})[state] = count
+    return {
+        queue: QueueOverview(found, *_fronts(cur, queue), names=names.get(queue, {}))
+        for queue, found in counts.items()
+    }
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _task_row(row: tuple[Any, ...]) -> TaskRow:

@@ -36,7 +36,7 @@ from functools import cache
 from typing import Any
 
 from .. import migration_files
-from ..errors import Busy, CannotOpen, NotASqlqDatabase, SchemaError, SchemaTooNew, StorageError
+from ..errors import Busy, CannotOpen, NotASqlqDatabase, SchemaTooNew, StorageError
 from . import files
 from .driver import dbapi
 from .queries import Q
@@ -98,7 +98,7 @@ def applied_version(conn: Any, path: str) -> int:
 
 def ensure_schema(path: str, connect: Callable[[], Any], *, mode: int, timeout: float) -> int:
     """Create the database at ``path`` if it is missing or empty, or bring it to the
-    latest version; return that version.
+    latest version; return the version it was at before (0: missing or empty).
 
     ``connect()`` returns the DB-API connection to use (autocommit mode); it is
     called once the file exists.  A new database file gets ``mode``.  Waiting for
@@ -119,21 +119,14 @@ def ensure_schema(path: str, connect: Callable[[], Any], *, mode: int, timeout: 
         for migration in migrations()[version:]:
             _apply(conn, migration)
     _enable_wal(conn, path)
-    return latest
+    return version
 
 
-def check_schema(
-    conn: Any,
-    path: str,
-    *,
-    timeout: float,
-    allow_older: bool = False,
-    older_hint: str = "opening it with sqlq.Queue migrates it to the current version",
-) -> int:
-    """The version of a sqlq database; refuses (without writing) any other file, an
-    empty one, a newer schema, and an older one unless ``allow_older``.  A database
-    that is empty or older is looked at again once a creation or migration under
-    way in another process is over (waiting at most ``timeout`` seconds, then Busy).
+def check_schema(conn: Any, path: str, *, timeout: float) -> int:
+    """The version of a sqlq database (an older one included); refuses (without
+    writing) any other file, an empty one and a newer schema.  A database that is
+    empty or older is looked at again once a creation or migration under way in
+    another process is over (waiting at most ``timeout`` seconds, then Busy).
     ``conn`` must not be inside a transaction (its snapshot would not move)."""
     version = _not_newer(applied_version(conn, path), path)
     if version < latest_version():
@@ -143,11 +136,6 @@ def check_schema(
         raise NotASqlqDatabase(
             f"{path}: the file is empty, not a sqlq database yet (opening a sqlq.Queue "
             "on it, `sqlq add` or `sqlq migrate` creates one)"
-        )
-    if version < latest_version() and not allow_older:
-        raise SchemaError(
-            f"{path}: the database is at schema version {version}, older than this "
-            f"sqlq's {latest_version()}; {older_hint}"
         )
     return version
 
