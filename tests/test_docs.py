@@ -17,9 +17,11 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import postgres
 import pytest
 from needs import need
 
@@ -222,6 +224,11 @@ def _seed(path: Path) -> None:
         q.add_many([("report-1", {"day": 1}), ("report-2", {"day": 2})])
 
 
+def _postgres_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
 def _run_python(block: Block) -> None:
     exec(compile(block.code, str(block), "exec"), {"__name__": "readme"})
 
@@ -230,7 +237,7 @@ def _run_sh(block: Block, folder: Path) -> None:
     for line in block.code.splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        words = shlex.split(line)
+        words = [os.path.expandvars(word) for word in shlex.split(line)]
         if words[:2] == ["sqlq", "worker"] and "--burst" not in words:
             _serve_until_drained(words, folder)
             continue
@@ -277,7 +284,7 @@ def _serve_until_drained(words: list[str], folder: Path) -> None:
 
 @pytest.mark.parametrize("title", _sections_to_run())
 def test_readme_snippets_run_twice_in_a_row(
-    title: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    title: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """The section's python and sh blocks in order, each twice in a row, in one folder.
 
@@ -290,6 +297,9 @@ def test_readme_snippets_run_twice_in_a_row(
     bin_dir = str(Path(sys.executable).parent)  # this sqlq's console script first
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     _seed(tmp_path / "jobs.db")
+    if title == "PostgreSQL":  # its examples take the database from DATABASE_URL
+        schema = f"readme_{uuid.uuid4().hex[:12]}"
+        monkeypatch.setenv("DATABASE_URL", postgres.fresh_schema(_postgres_url(request), schema))
     skipped = []
     try:
         for block in (b for b in _code_blocks(title) if b.lang in RUN_LANGS):
