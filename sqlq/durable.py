@@ -53,7 +53,7 @@ from .contract import (
     time_after,
     undecodable_error,
 )
-from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload
+from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload, SchemaError
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
 
@@ -136,6 +136,14 @@ class Queue:
         self._clock = clock
         self._rng = check_rng(rng)
         self._backend: Backend = open_backend(path_or_url, **options)
+        versions = self._backend.schema_versions()
+        if versions.current < versions.latest:  # opened with migrate=False, as it is
+            self._backend.close()
+            raise SchemaError(
+                f"{self._backend.name}: the database is at schema version {versions.current}, "
+                f"older than this sqlq's {versions.latest}; a Queue needs the current one "
+                "(open it without migrate=False to migrate it)"
+            )
         # Calls without a time take the database's clock, when it keeps one and the
         # caller did not give a clock of their own.
         self._server_time = clock is time.time and self._backend.keeps_time

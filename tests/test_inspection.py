@@ -25,7 +25,7 @@ import pytest
 import sqlq
 from sqlq.backend import Backend
 from sqlq.backends import database_file, open_backend
-from sqlq.errors import Busy, InvalidArgument, InvalidConfig, NotASqlqDatabase
+from sqlq.errors import Busy, InvalidArgument, InvalidConfig, NotASqlqDatabase, SchemaError
 from sqlq.records import QueueOverview, SchemaVersions
 
 
@@ -281,3 +281,23 @@ def _files(folder: Path) -> dict[str, bytes]:
     """The files in ``folder`` and their bytes (but SQLite's shared-memory index, which
     readers write)."""
     return {p.name: p.read_bytes() for p in folder.iterdir() if not p.name.endswith("-shm")}
+
+
+def test_a_queue_refuses_a_database_opened_as_it_is_at_an_older_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """migrate=False passes through Queue to the backend: the calls need the current
+    tables, so an older schema is refused (unchanged) rather than used."""
+    from sqlq.sqlite import migrate
+
+    db = tmp_path / "old.db"
+    with monkeypatch.context() as m:
+        first = migrate.migrations()[:1]
+        m.setattr(migrate, "migrations", lambda: first)
+        _queue(str(db)).close()
+    with pytest.raises(SchemaError, match="schema version 1, older"):
+        _queue(str(db), migrate=False)
+    with _opened(str(db), migrate=False) as backend:
+        assert backend.schema_versions().current == 1
+    with _queue(str(db)) as q:  # opened to migrate: brought up to date
+        assert q.add("t")
