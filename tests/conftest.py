@@ -15,7 +15,7 @@ from typing import Any
 
 import postgres
 import pytest
-from databases import DURABLE_KINDS, QUEUE_OPTIONS, fresh_databases
+from databases import DURABLE_KINDS, fresh_databases, queue_options
 
 import sqlq
 
@@ -51,11 +51,12 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
         new = opened.enter_context(fresh_databases(request.param, tmp_path, server(request)))
 
         def make(lease_seconds: float, max_attempts: int, **options: Any) -> Any:
+            url = new()
             queue = sqlq.Queue(
-                new(),
+                url,
                 lease_seconds=lease_seconds,
                 max_attempts=max_attempts,
-                **QUEUE_OPTIONS.get(request.param, {}),
+                **queue_options(url),
                 **options,
             )
             opened.callback(queue.close)

@@ -23,6 +23,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from sqlq.backends import KINDS
@@ -33,6 +34,31 @@ DURABLE_KINDS = [name for name, kind in KINDS.items() if kind.open is not None]
 #: What a test's Queue takes besides the URL, per kind: SQLite's files need no
 #: flush per commit in tests (tmp_path outlives no power cut).
 QUEUE_OPTIONS: dict[str, dict[str, Any]] = {"sqlite": {"synchronous": "normal"}}
+
+#: Parametrises a test that is about SQLite itself (its file, its write lock) with a
+#: SQLite database only, where it stands among tests that run on every backend.
+sqlite_only = pytest.mark.parametrize("new_url", ["sqlite"], indirect=True)
+
+
+def kind(url: str) -> str:
+    """The kind of database a URL names (a key of DURABLE_KINDS)."""
+    return sa.make_url(url).get_backend_name()
+
+
+def queue_options(url: str) -> dict[str, Any]:
+    """QUEUE_OPTIONS for the database ``url`` names."""
+    return QUEUE_OPTIONS.get(kind(url), {})
+
+
+def cli_options(url: str) -> list[str]:
+    """queue_options(url) as options of ``sqlq`` commands."""
+    return [f"--{name.replace('_', '-')}={value}" for name, value in queue_options(url).items()]
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a SQLite database's URL."""
+    assert kind(url) == "sqlite", url
+    return sa.make_url(url).database or ""
 
 
 #: How long dropping a test's schema may wait for a lock: a connection the test left
