@@ -582,23 +582,11 @@ HISTORY_CALLS = 300
 HISTORY_SEEDS = range(60) if SEED is None else [SEED]
 
 
-def _due() -> sa.Select[tuple[int, int, int]]:
-    """(leases run out, wake-ups come, and both at one time) by the time ``:at``."""
-    tasks = sa.table("sqlq_tasks", sa.column("deadline"), sa.column("run_at"))
-    expiring, waking = tasks.alias("e"), tasks.alias("w")
-    at = sa.bindparam("at")
-    count = sa.func.count()
-    return sa.select(
-        sa.select(count).select_from(tasks).where(tasks.c.deadline <= at).scalar_subquery(),
-        sa.select(count).select_from(tasks).where(tasks.c.run_at <= at).scalar_subquery(),
-        sa.select(count)
-        .select_from(expiring.join(waking, expiring.c.deadline == waking.c.run_at))
-        .where(expiring.c.deadline <= at)
-        .scalar_subquery(),
-    )
-
-
-DUE = _due()
+TASK_TIMES = sa.table("sqlq_tasks", sa.column("deadline"), sa.column("run_at"))
+#: The leases that run out and the wake-ups that come by the time ``:at``.
+DUE = sa.select(TASK_TIMES.c.deadline, TASK_TIMES.c.run_at).where(
+    sa.or_(TASK_TIMES.c.deadline <= sa.bindparam("at"), TASK_TIMES.c.run_at <= sa.bindparam("at"))
+)
 
 
 class _History:
@@ -660,11 +648,15 @@ class _History:
         """What the next call will find due, read by the test's own query: due at the
         current time, the queue's high-water mark (every call so far was at or below it,
         and the next one is at it or late)."""
-        expiries, wakeups, ties = self.reader.execute(DUE, {"at": self.now}).one()
+        due = self.reader.execute(DUE, {"at": self.now}).all()
         self.reader.rollback()  # the next read sees what was written meanwhile
+        expiries = {
+            deadline for deadline, _ in due if deadline is not None and deadline <= self.now
+        }
+        wakeups = {run_at for _, run_at in due if run_at is not None and run_at <= self.now}
         if expiries and wakeups:
             self.mixed += 1
-            self.ties += bool(ties)
+            self.ties += bool(expiries & wakeups)
 
     def _token(self) -> int:
         recent = self.tokens[-4:]
