@@ -1,43 +1,73 @@
-"""Shared fixtures: one conformance suite runs against every face of the queue."""
+"""Shared fixtures: one conformance suite runs against every face of the queue.
+
+``make_queue`` gives the in-memory WorkQueue and a Queue on each durable backend;
+``queue_url`` and ``new_url`` give databases of each durable backend (tests/databases.py)
+for the tests of what only a durable queue does.  A test of the contract takes its
+database from them and uses only public API, so that it runs on every backend.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import postgres
 import pytest
+from databases import DURABLE_KINDS, fresh_databases, queue_options
 
 import sqlq
 
 Factory = Callable[..., Any]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=DURABLE_KINDS)
+def new_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], str]]:
+    """new_url() -> the URL of a new, empty database, each call another one, of each
+    durable kind in turn (tests/databases.py): the registry every test of the durable
+    queue's contract takes its databases from."""
+    with fresh_databases(request.param, tmp_path, server(request)) as new:
+        yield new
+
+
+@pytest.fixture
+def queue_url(new_url: Callable[[], str]) -> str:
+    """The URL of a new, empty database, of each durable kind in turn."""
+    return new_url()
+
+
+@pytest.fixture(params=["memory", *DURABLE_KINDS])
 def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
-    """make_queue(lease_seconds, max_attempts, **options) -> a WorkQueue or a Queue on a new file.
+    """make_queue(lease_seconds, max_attempts, **options) -> a WorkQueue, or a Queue on a
+    new database of each durable kind.
 
     ``options`` are those both faces take: retry, rng, max_payload_bytes.
     """
-    opened: list[sqlq.Queue] = []
+    if request.param == "memory":
+        yield sqlq.WorkQueue
+        return
+    with ExitStack() as opened:
+        new = opened.enter_context(fresh_databases(request.param, tmp_path, server(request)))
 
-    def make(lease_seconds: float, max_attempts: int, **options: Any) -> Any:
-        if request.param == "memory":
-            return sqlq.WorkQueue(lease_seconds, max_attempts, **options)
-        queue = sqlq.Queue(
-            tmp_path / f"q{len(opened)}.db",
-            lease_seconds=lease_seconds,
-            max_attempts=max_attempts,
-            synchronous="normal",
-            **options,
-        )
-        opened.append(queue)
-        return queue
+        def make(lease_seconds: float, max_attempts: int, **options: Any) -> Any:
+            url = new()
+            queue = sqlq.Queue(
+                url,
+                lease_seconds=lease_seconds,
+                max_attempts=max_attempts,
+                **queue_options(url),
+                **options,
+            )
+            opened.callback(queue.close)
+            return queue
 
-    yield make
-    for queue in opened:
-        queue.close()
+        yield make
+
+
+def server(request: pytest.FixtureRequest) -> Callable[[], str]:
+    """The session's PostgreSQL server, started when a test first needs it."""
+    return lambda: request.getfixturevalue("postgres_url")
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import test_worker
+from databases import queue_options, sqlite_only, sqlite_path
 from test_worker import (
     _HOLD_WRITE_LOCK,
     _check_timed_out_then_completed,
@@ -297,7 +298,7 @@ def test_a_coroutine_given_up_before_it_reaches_the_loop_never_starts() -> None:
 
 @pytest.mark.processes
 def test_an_async_worker_process_drains_and_releases_on_sigterm(
-    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
+    queue_url: str, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
 ) -> None:
     """`sqlq worker DB module:async_fn` completes the tasks, and SIGTERM stops it:
     the coroutine still waiting at the end of the grace is cancelled and its task
@@ -309,8 +310,8 @@ def test_an_async_worker_process_drains_and_releases_on_sigterm(
     err_path = tmp_path / "worker.stderr"
     with err_path.open("wb") as stderr:
         process = _cli_worker(
-            db_path, stderr, "runner_handlers:async_handle", "--concurrency", "4",
-            "--grace", "0.5", "--lease", "600", "--synchronous", "normal",
+            queue_url, stderr, "runner_handlers:async_handle", "--concurrency", "4",
+            "--grace", "0.5", "--lease", "600",
         )  # fmt: skip
         try:
             _wait_for(
@@ -360,10 +361,10 @@ def test_every_public_queue_call_has_an_async_twin_with_the_same_signature() -> 
     assert inspect.iscoroutinefunction(sqlq.AsyncQueue.__aexit__)
 
 
-def test_async_queue_answers_as_the_queue_does(db_path: Path) -> None:
+def test_async_queue_answers_as_the_queue_does(queue_url: str) -> None:
     async def main() -> sqlq.AsyncQueue:
-        options = {"lease_seconds": 30, "max_attempts": 2, "synchronous": "normal"}
-        async with sqlq.AsyncQueue(db_path, **options) as aq:
+        options = {"lease_seconds": 30, "max_attempts": 2, **queue_options(queue_url)}
+        async with sqlq.AsyncQueue(queue_url, **options) as aq:
             assert await aq.add("a", payload={"x": 1}) is True
             assert await aq.add("a") is False
             lease = await aq.claim()
@@ -384,14 +385,14 @@ def test_async_queue_answers_as_the_queue_does(db_path: Path) -> None:
         aq.sync.status("a")  # closing the AsyncQueue closed its Queue
 
 
-def test_a_task_is_deferred_from_async_code_with_the_same_checks(db_path: Path) -> None:
+def test_a_task_is_deferred_from_async_code_with_the_same_checks(queue_url: str) -> None:
     tasks = sqlq.Tasks()
 
     @tasks.task(name="resize", max_attempts=4)
     def resize(path: str, width: int) -> None: ...
 
     async def main() -> list[Any]:
-        async with sqlq.AsyncQueue(db_path, lease_seconds=30, max_attempts=2) as aq:
+        async with sqlq.AsyncQueue(queue_url, lease_seconds=30, max_attempts=2) as aq:
             new = await resize.defer_async(aq, path="a.png", width=1)
             again = await resize.enqueue_async(aq, {"path": "b", "width": 2}, task_id="b")
             twice = await resize.enqueue_async(aq, {"path": "b", "width": 3}, task_id="b")
@@ -408,15 +409,16 @@ def test_a_task_is_deferred_from_async_code_with_the_same_checks(db_path: Path) 
 
 
 @pytest.mark.processes
+@sqlite_only  # SQLite's write lock, held by another process
 def test_async_queue_leaves_the_loop_free_while_a_call_waits_for_the_lock(
-    db_path: Path, open_queue: Callable[..., sqlq.Queue]
+    queue_url: str, open_queue: Callable[..., sqlq.Queue]
 ) -> None:
     """Another process holds the write lock, so an add must wait for it.  Meanwhile
     another coroutine keeps running (100 turns), and only then lets the lock go:
     were the add blocking the loop, it could never end well."""
     queue = open_queue(busy_timeout=10)
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_WRITE_LOCK, str(db_path)],
+        [sys.executable, "-c", _HOLD_WRITE_LOCK, sqlite_path(queue_url)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )

@@ -14,7 +14,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import databases
 import postgres
 import pytest
 import sqlalchemy
@@ -145,13 +147,7 @@ def test_url_variable_names_the_server(monkeypatch: pytest.MonkeyPatch, postgres
 
 def start_time(url: str) -> str:
     """When the server at ``url`` started: two URLs with the same one name the same server."""
-    engine = sqlalchemy.create_engine(url)
-    try:
-        with engine.connect() as connection:
-            started = connection.exec_driver_sql("SELECT pg_postmaster_start_time()::text")
-            return str(started.scalar())
-    finally:
-        engine.dispose()
+    return str(column(url, "SELECT pg_postmaster_start_time()::text")[0])
 
 
 def test_binaries_where_debian_puts_them(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -177,3 +173,36 @@ def test_no_server_skips_locally_and_fails_under_ci(
     outcome = pytest.fail.Exception if ci else pytest.skip.Exception
     with pytest.raises(outcome, match="initdb"), postgres.server():
         pass
+
+
+def test_fresh_schemas_are_isolated_and_dropped_after(postgres_url: str) -> None:
+    """Two URLs of databases.fresh_schema on one server: a table written through one is
+    not seen through the other, and both schemas are gone after."""
+    with (
+        databases.fresh_schema(postgres_url) as first,
+        databases.fresh_schema(postgres_url) as second,
+    ):
+        schemas = [column(url, "SELECT current_schema()")[0] for url in (first, second)]
+        assert schemas[0] != schemas[1]
+        for url, value in [(first, "one"), (second, "two")]:
+            engine = sqlalchemy.create_engine(url)
+            with engine.begin() as connection:
+                connection.exec_driver_sql("CREATE TABLE notes (note TEXT)")
+                connection.exec_driver_sql(f"INSERT INTO notes VALUES ('{value}')")
+            engine.dispose()
+        assert [column(url, "SELECT note FROM notes") for url in (first, second)] == [
+            ["one"],
+            ["two"],
+        ]
+    find = "SELECT nspname FROM pg_namespace WHERE nspname = ANY(%(names)s)"
+    assert column(postgres_url, find, names=schemas) == []
+
+
+def column(url: str, sql: str, **parameters: object) -> list[Any]:
+    """The first column of what ``sql`` answers, read through a connection of ``url``."""
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return list(connection.exec_driver_sql(sql, parameters).scalars())
+    finally:
+        engine.dispose()

@@ -1,4 +1,5 @@
-"""Real worker processes on one SQLite file, killed with SIGKILL while they drain it.
+"""Real worker processes on one database, killed with SIGKILL while they drain it (on
+every durable backend); the demo and `sqlq backup` with real processes (SQLite files).
 
 The workers are tests/workers.py (see its docstring for the log format).
 """
@@ -54,7 +55,7 @@ class Worker:
         return self.log.read_text("utf-8").splitlines() if self.log.exists() else []
 
 
-def _start(number: int, db: Path, tmp: Path, *extra: str) -> Worker:
+def _start(number: int, url: str, tmp: Path, *extra: str) -> Worker:
     log = tmp / f"worker{number}.log"
     stderr_path = tmp / f"worker{number}.stderr"
     stderr = stderr_path.open("wb")
@@ -62,7 +63,7 @@ def _start(number: int, db: Path, tmp: Path, *extra: str) -> Worker:
         [
             sys.executable,
             str(WORKER_SCRIPT),
-            str(db),
+            url,
             str(log),
             "--lease",
             str(LEASE),
@@ -85,19 +86,18 @@ def _taken(workers: list[Worker]) -> int:
     return sum(line.startswith("took ") for w in workers for line in w.lines())
 
 
-def test_workers_drain_while_being_killed(tmp_path: Path) -> None:
-    db = tmp_path / "queue.db"
+def test_workers_drain_while_being_killed(tmp_path: Path, queue_url: str) -> None:
     names = [f"task-{i:04d}" for i in range(1, TASKS + 1)]
     rng = random.Random(1234)
     started = time.monotonic()
-    with sqlq.Queue(db, lease_seconds=LEASE, max_attempts=1000) as queue:
+    with sqlq.Queue(queue_url, lease_seconds=LEASE, max_attempts=1000) as queue:
         for name in names:
             assert queue.add(name)
 
-        workers = [_start(n, db, tmp_path) for n in range(1, WORKERS)]
+        workers = [_start(n, queue_url, tmp_path) for n in range(1, WORKERS)]
         # This one pauses 400 ms after every 5th complete() before logging its
         # result, so that one kill can land in the ambiguous window on purpose.
-        lingerer = _start(WORKERS, db, tmp_path, "--linger-every", "5", "--linger-ms", "400")
+        lingerer = _start(WORKERS, queue_url, tmp_path, "--linger-every", "5", "--linger-ms", "400")
         workers.append(lingerer)
         try:
             # Let the drain get going (the workers take a moment to start).
@@ -138,7 +138,7 @@ def test_workers_drain_while_being_killed(tmp_path: Path) -> None:
                 victim.killed = True
                 victim.process.wait()
                 kills += 1
-                workers.append(_start(len(workers) + 1, db, tmp_path))
+                workers.append(_start(len(workers) + 1, queue_url, tmp_path))
                 time.sleep(0.4)
 
             deadline = started + DRAIN_TIMEOUT
@@ -234,7 +234,8 @@ def test_workers_drain_while_being_killed(tmp_path: Path) -> None:
 
 def test_demo_command(tmp_path: Path) -> None:
     """The demo's real Workers: claims and completions with tokens, a SIGKILLed worker
-    whose lease runs out, a retry and a dead letter; and the database agrees."""
+    whose lease runs out, a retry and a dead letter; and the database agrees.
+    (SQLite only: the demo makes a file of its own.)"""
     db = tmp_path / "demo.db"
     command = [sys.executable, "-m", "sqlq", "demo", "--db", str(db), "--tasks", "12"]
     command += ["--workers", "3", "--lease", "1"]
@@ -293,7 +294,8 @@ def _sqlq(*args: object, env: dict[str, str] | None = None) -> subprocess.Comple
 
 def test_backup_while_a_worker_drains(tmp_path: Path) -> None:
     """`sqlq backup` while a `sqlq worker` process drains the file: every backup opens
-    as a queue and holds every task (none lost), also those taken mid-drain."""
+    as a queue and holds every task (none lost), also those taken mid-drain.
+    (SQLite only: a backup is a copy of the file.)"""
     db = tmp_path / "jobs.db"
     tasks = 400
     with sqlq.Queue(db, lease_seconds=30, max_attempts=3) as q:

@@ -1,6 +1,7 @@
 """Stateful (model-based) tests: random call sequences, every answer compared.
 
-* ``DurableVsMemory``: sqlq.Queue (SQLite) against sqlq.WorkQueue, call for call.
+* ``DurableVsMemory``: sqlq.Queue (on each durable backend) against sqlq.WorkQueue,
+  call for call.
 * ``MemoryVsModel``: sqlq.WorkQueue against ``BruteForceQueue`` below, a model
   written to be obviously correct rather than fast.
 * ``FeaturesDurableVsMemory``: Queue against WorkQueue again, with the worker
@@ -20,19 +21,25 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
+import sqlalchemy as sa
+from databases import queue_options
 from hypothesis import HealthCheck, seed, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import sqlq
 from sqlq.errors import InvalidTaskId
-from sqlq.sqlite import driver
 
 #: Every run explores the same examples: hypothesis derives its seed from the
 #: test's name (derandomize) and keeps no example database, and the plain
@@ -268,34 +275,54 @@ class TwoQueues(RuleBasedStateMachine):
 
 
 # ---------------------------------------------------------------------------------
-# 1. sqlq.Queue (SQLite) against sqlq.WorkQueue
+# 1. sqlq.Queue (each durable backend) against sqlq.WorkQueue
 # ---------------------------------------------------------------------------------
 
 
-class DurableVsMemory(TwoQueues):
-    directory: str | None = None
+class OnDurable(TwoQueues):
+    """A machine whose left face is a sqlq.Queue on a new database of each example."""
 
-    @initialize(lease_seconds=leases, max_attempts=attempt_limits)
-    def open_queues(self, lease_seconds: int, max_attempts: int) -> None:
-        self.log.append(f"lease_seconds={lease_seconds}, max_attempts={max_attempts}")
-        self.directory = tempfile.mkdtemp(prefix="sqlq-stateful-")
-        self.left = sqlq.Queue(
-            os.path.join(self.directory, "queue.db"),
+    #: The databases of the test that runs the machine (see run_on).
+    new_url: Callable[[], str]
+
+    def open_durable(self, lease_seconds: int, max_attempts: int, **options: Any) -> sqlq.Queue:
+        url = self.new_url()
+        return sqlq.Queue(
+            url,
             lease_seconds=lease_seconds,
             max_attempts=max_attempts,
-            synchronous="normal",
+            **queue_options(url),
+            **options,
         )
-        self.right = sqlq.WorkQueue(lease_seconds, max_attempts)
 
     def teardown(self) -> None:
         if getattr(self, "left", None) is not None:
             self.left.close()
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
 
 
-DurableVsMemory.TestCase.settings = _settings(max_examples=150, stateful_step_count=40)
-TestDurableVsMemory = _seeded(DurableVsMemory).TestCase
+def run_on(
+    machine: type[OnDurable],
+    new_url: Callable[[], str],
+    monkeypatch: pytest.MonkeyPatch,
+    machine_settings: settings,
+) -> None:
+    """Run ``machine`` with its Queues on the databases ``new_url`` gives."""
+    monkeypatch.setattr(machine, "new_url", staticmethod(new_url), raising=False)
+    run_state_machine_as_test(_seeded(machine), settings=machine_settings)
+
+
+class DurableVsMemory(OnDurable):
+    @initialize(lease_seconds=leases, max_attempts=attempt_limits)
+    def open_queues(self, lease_seconds: int, max_attempts: int) -> None:
+        self.log.append(f"lease_seconds={lease_seconds}, max_attempts={max_attempts}")
+        self.left = self.open_durable(lease_seconds, max_attempts)
+        self.right = sqlq.WorkQueue(lease_seconds, max_attempts)
+
+
+def test_durable_vs_memory(new_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch) -> None:
+    run_on(
+        DurableVsMemory, new_url, monkeypatch, _settings(max_examples=150, stateful_step_count=40)
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -351,29 +378,14 @@ payloads = st.one_of(
 )
 
 
-class FeaturesDurableVsMemory(TwoQueues):
-    directory: str | None = None
-
+class FeaturesDurableVsMemory(OnDurable):
     @initialize(lease_seconds=leases, max_attempts=attempt_limits, retry=retry_policies)
     def open_queues(self, lease_seconds: int, max_attempts: int, retry: sqlq.Retry) -> None:
         self.log.append(f"lease_seconds={lease_seconds}, max_attempts={max_attempts}, {retry}")
-        self.directory = tempfile.mkdtemp(prefix="sqlq-stateful-")
         self.tokens: list[int] = [1, 2]
         self.leases: list[tuple[str, int]] = []  # (task id, token) of every lease handed out
-        self.left = sqlq.Queue(
-            os.path.join(self.directory, "queue.db"),
-            lease_seconds=lease_seconds,
-            max_attempts=max_attempts,
-            retry=retry,
-            synchronous="normal",
-        )
+        self.left = self.open_durable(lease_seconds, max_attempts, retry=retry)
         self.right = sqlq.WorkQueue(lease_seconds, max_attempts, retry=retry)
-
-    def teardown(self) -> None:
-        if getattr(self, "left", None) is not None:
-            self.left.close()
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
 
     def _token(self, data: st.DataObject) -> int:
         return data.draw(st.sampled_from(self.tokens))
@@ -553,8 +565,11 @@ class FeaturesDurableVsMemory(TwoQueues):
         self._same("ready", self._time(move))
 
 
-FeaturesDurableVsMemory.TestCase.settings = _settings(max_examples=150, stateful_step_count=50)
-TestFeaturesDurableVsMemory = _seeded(FeaturesDurableVsMemory).TestCase
+def test_features_durable_vs_memory(
+    new_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    features = _settings(max_examples=150, stateful_step_count=50)
+    run_on(FeaturesDurableVsMemory, new_url, monkeypatch, features)
 
 
 # ---------------------------------------------------------------------------------
@@ -567,6 +582,13 @@ HISTORY_CALLS = 300
 HISTORY_SEEDS = range(60) if SEED is None else [SEED]
 
 
+TASK_TIMES = sa.table("sqlq_tasks", sa.column("deadline"), sa.column("run_at"))
+#: The leases that run out and the wake-ups that come by the time ``:at``.
+DUE = sa.select(TASK_TIMES.c.deadline, TASK_TIMES.c.run_at).where(
+    sa.or_(TASK_TIMES.c.deadline <= sa.bindparam("at"), TASK_TIMES.c.run_at <= sa.bindparam("at"))
+)
+
+
 class _History:
     """One random history of calls on both faces, every answer compared.
 
@@ -577,7 +599,7 @@ class _History:
     call the test counts, with its own SQL, what is due at the call's time.
     """
 
-    def __init__(self, seed: int, directory: str) -> None:
+    def __init__(self, seed: int, url: str) -> None:
         self.seed = seed
         self.rng = rng = random.Random(seed)
         lease_seconds = rng.choice([1, 2, 3, 5])
@@ -591,16 +613,15 @@ class _History:
                 sqlq.Retry.exponential(1, 4, jitter=False),
             ]
         )
-        self.path = os.path.join(directory, f"history-{seed}.db")
         self.durable = sqlq.Queue(
-            self.path,
+            url,
             lease_seconds=lease_seconds,
             max_attempts=max_attempts,
             retry=retry,
-            synchronous="normal",
+            **queue_options(url),
         )
         self.memory = sqlq.WorkQueue(lease_seconds, max_attempts, retry=retry)
-        self.reader = driver.dbapi.connect(self.path)
+        self.reader = self.durable.engine.connect()
         self.log = [f"seed={seed} lease_seconds={lease_seconds} {max_attempts=} {retry}"]
         self.now = 0
         self.tokens: list[int] = [1]
@@ -623,20 +644,19 @@ class _History:
             self.now += self.rng.randint(5, 12)
         return self.now
 
-    def _count_due(self, now: int) -> None:
-        """What the call at ``now`` will find due, read by the test's own query."""
-        row = self.reader.execute(
-            "SELECT (SELECT count(*) FROM sqlq_tasks WHERE deadline <= t.at),"
-            "       (SELECT count(*) FROM sqlq_tasks WHERE run_at <= t.at),"
-            "       (SELECT count(*) FROM sqlq_tasks AS e JOIN sqlq_tasks AS w"
-            "        ON e.deadline = w.run_at WHERE e.deadline <= t.at)"
-            " FROM (SELECT max(?, now) AS at FROM sqlq_clock) AS t",
-            (now,),
-        ).fetchone()
-        expiries, wakeups, ties = row
+    def _count_due(self) -> None:
+        """What the next call will find due, read by the test's own query: due at the
+        current time, the queue's high-water mark (every call so far was at or below it,
+        and the next one is at it or late)."""
+        due = self.reader.execute(DUE, {"at": self.now}).all()
+        self.reader.rollback()  # the next read sees what was written meanwhile
+        expiries = {
+            deadline for deadline, _ in due if deadline is not None and deadline <= self.now
+        }
+        wakeups = {run_at for _, run_at in due if run_at is not None and run_at <= self.now}
         if expiries and wakeups:
             self.mixed += 1
-            self.ties += bool(ties)
+            self.ties += bool(expiries & wakeups)
 
     def _token(self) -> int:
         recent = self.tokens[-4:]
@@ -663,7 +683,7 @@ class _History:
     def step(self) -> None:
         rng, now = self.rng, self._time()
         task_id = rng.choice(HISTORY_IDS)
-        self._count_due(now)
+        self._count_due()
         kind = rng.choices(
             ["add", "add_many", "claim", "claim_many", "complete", "complete_and_claim",
              "fail", "extend", "release", "status", "tasks", "stats", "redrive", "purge"],
@@ -719,12 +739,12 @@ class _History:
         return answer
 
 
-def test_long_histories_agree_and_reach_mixed_due_events(tmp_path: Path) -> None:
+def test_long_histories_agree_and_reach_mixed_due_events(new_url: Callable[[], str]) -> None:
     """Hundreds of calls per seed on both faces; between them, many calls that find
     lease expiries and wake-ups due together, also at equal times."""
     mixed = ties = 0
     for number in HISTORY_SEEDS:
-        history = _History(number, str(tmp_path))
+        history = _History(number, new_url())
         try:
             for _ in range(HISTORY_CALLS):
                 history.step()

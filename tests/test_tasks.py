@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 import sqlq
 from sqlq.errors import InvalidConfig, InvalidTask, NotRetryable
-from sqlq.sqlite.driver import dbapi
 from sqlq.worker import Worker, resolve_target
 
 # --- the registry ------------------------------------------------------------------------
@@ -139,8 +139,8 @@ def test_defer_stores_the_arguments_the_name_and_the_options(
     assert q.info(task_id, 3).run_at == 10
 
 
-def test_defer_on_a_durable_queue(resize: sqlq.Task[..., None], db_path: Path) -> None:
-    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q:
+def test_defer_on_a_durable_queue(resize: sqlq.Task[..., None], queue_url: str) -> None:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q:
         first, second = resize.defer(q, path="a.png"), resize.defer(q, path="b.png", width=1)
         assert first != second
         assert [(t.task_id, t.name, t.payload) for t in q.tasks()] == [
@@ -186,8 +186,8 @@ def test_invalid_task_is_a_value_and_a_type_error() -> None:
     assert issubclass(InvalidTask, ValueError) and issubclass(InvalidTask, TypeError)
 
 
-def test_enqueue_in_the_callers_transaction(resize: sqlq.Task[..., None], db_path: Path) -> None:
-    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q:
+def test_enqueue_in_the_callers_transaction(resize: sqlq.Task[..., None], queue_url: str) -> None:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q:
         with q.engine.begin() as conn:
             resize.enqueue(q, {"path": "kept"}, task_id="kept", conn=conn)
         try:
@@ -221,10 +221,10 @@ def _registry(log: list[Any]) -> sqlq.Tasks:
 
 
 def test_a_worker_routes_each_task_by_name_and_dead_letters_what_it_cannot_run(
-    db_path: Path,
+    queue_url: str,
 ) -> None:
     log: list[Any] = []
-    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=4) as q:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=4) as q:
         q.add("a1", payload={"x": 1}, name="a")
         q.add("b1", name="b")  # no payload: no arguments
         q.add("b2", payload={"text": "hi"}, name="b")
@@ -251,9 +251,9 @@ def test_a_worker_routes_each_task_by_name_and_dead_letters_what_it_cannot_run(
     assert all(found[i].attempts == 4 for i in dead)  # DEAD at the first attempt
 
 
-def test_a_plain_handler_gets_a_named_tasks_payload(db_path: Path) -> None:
+def test_a_plain_handler_gets_a_named_tasks_payload(queue_url: str) -> None:
     seen: list[Any] = []
-    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=4) as q:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=4) as q:
         q.add("n", payload={"x": 1}, name="anything")
         Worker(q, seen.append).run(stop_when_idle=True, install_signal_handlers=False)
         assert q.status("n") == "COMPLETED"
@@ -261,7 +261,7 @@ def test_a_plain_handler_gets_a_named_tasks_payload(db_path: Path) -> None:
 
 
 def test_a_handler_that_raises_otherwise_is_retried(
-    db_path: Path, caplog: pytest.LogCaptureFixture
+    queue_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "sqlq.worker")
     tasks = sqlq.Tasks()
@@ -270,7 +270,7 @@ def test_a_handler_that_raises_otherwise_is_retried(
     def flaky() -> None:
         raise ValueError("try again")
 
-    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q:
         flaky.enqueue(q, {}, task_id="f")
         stats = Worker(q, tasks).run(stop_when_idle=True, install_signal_handlers=False)
         info = q.info("f")
@@ -299,15 +299,15 @@ def _keyword_only(*, payload: object) -> None: ...
 
 
 @pytest.mark.parametrize("handler", [_takes_nothing, _takes_two, _keyword_only, lambda: None])
-def test_a_handler_that_cannot_take_a_task_is_refused(handler: Any, db_path: Path) -> None:
-    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q:
+def test_a_handler_that_cannot_take_a_task_is_refused(handler: Any, queue_url: str) -> None:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q:
         q.add("t")
         with pytest.raises(InvalidConfig, match="cannot be called with one argument"):
             Worker(q, handler)
         assert q.info("t").attempts == 0
 
 
-def test_handlers_that_take_one_argument_are_accepted(db_path: Path) -> None:
+def test_handlers_that_take_one_argument_are_accepted(queue_url: str) -> None:
     def with_defaults(payload: object, extra: int = 1) -> None: ...
 
     def star(*args: object) -> None: ...
@@ -315,7 +315,7 @@ def test_handlers_that_take_one_argument_are_accepted(db_path: Path) -> None:
     class Handler:
         def __call__(self, payload: object) -> None: ...
 
-    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q:
         for handler in [with_defaults, star, Handler(), print, _registry([])]:
             Worker(q, handler)
 
@@ -328,10 +328,10 @@ def test_handlers_that_take_one_argument_are_accepted(db_path: Path) -> None:
     ],
 )
 def test_what_a_worker_cannot_run_is_refused(
-    handler: Any, options: dict[str, Any], said: str, db_path: Path
+    handler: Any, options: dict[str, Any], said: str, queue_url: str
 ) -> None:
     with (
-        sqlq.Queue(db_path, lease_seconds=30, max_attempts=5) as q,
+        sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q,
         pytest.raises(InvalidConfig, match=said),
     ):
         Worker(q, handler, **options)
@@ -368,7 +368,7 @@ def takes_nothing():
 """
 
 
-def _run_worker(tmp_path: Path, db: Path, target: str) -> subprocess.CompletedProcess[str]:
+def _run_worker(tmp_path: Path, url: str, target: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "cli_tasks.py").write_text(textwrap.dedent(REGISTRY))
     env = {
         **os.environ,
@@ -376,7 +376,7 @@ def _run_worker(tmp_path: Path, db: Path, target: str) -> subprocess.CompletedPr
         "TASKS_LOG": str(tmp_path / "tasks.log"),
     }
     return subprocess.run(
-        [sys.executable, "-m", "sqlq", "worker", str(db), target, "--burst", "--grace", "5"],
+        [sys.executable, "-m", "sqlq", "worker", url, target, "--burst", "--grace", "5"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -384,29 +384,27 @@ def _run_worker(tmp_path: Path, db: Path, target: str) -> subprocess.CompletedPr
     )
 
 
-def _rows(db: Path) -> dict[str, tuple[Any, ...]]:
-    conn = dbapi.connect(str(db))
-    try:
-        rows = conn.execute("SELECT task_id, name, state, attempts, last_error FROM sqlq_tasks")
-        return {row[0]: row[1:] for row in rows}
-    finally:
-        conn.close()
+def _rows(url: str) -> dict[str, tuple[Any, ...]]:
+    """task id -> (name, state, attempts, last error), as stored."""
+    columns = ("task_id", "name", "state", "attempts", "last_error")
+    tasks = sa.table("sqlq_tasks", *map(sa.column, columns))
+    with sqlq.Queue(url, lease_seconds=30, max_attempts=5) as q, q.engine.connect() as conn:
+        return {row[0]: tuple(row[1:]) for row in conn.execute(sa.select(tasks))}
 
 
-def test_sqlq_worker_runs_a_registry_by_name(tmp_path: Path) -> None:
-    db = tmp_path / "q.db"
-    with sqlq.Queue(db, lease_seconds=30, max_attempts=5) as q:
+def test_sqlq_worker_runs_a_registry_by_name(tmp_path: Path, queue_url: str) -> None:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q:
         q.add("r1", payload={"path": "a.png", "width": 640}, name="resize")
         q.add("m1", payload={"to": "ann"}, name="mail")
         q.add("m2", payload={"to": "nobody"}, name="mail", max_attempts=2)
         q.add("x1", payload={"to": "ann"}, name="fax")
-    proc = _run_worker(tmp_path, db, "cli_tasks:tasks")
+    proc = _run_worker(tmp_path, queue_url, "cli_tasks:tasks")
     assert proc.returncode == 0, proc.stderr
     assert sorted((tmp_path / "tasks.log").read_text().splitlines()) == [
         "mail ann",
         "resize a.png 640",
     ]
-    assert _rows(db) == {
+    assert _rows(queue_url) == {
         "r1": ("resize", "COMPLETED", 1, None),
         "m1": ("mail", "COMPLETED", 1, None),
         "m2": ("mail", "DEAD", 2, "ValueError: no such address"),
@@ -420,16 +418,15 @@ def test_sqlq_worker_runs_a_registry_by_name(tmp_path: Path) -> None:
 
 
 def test_sqlq_worker_refuses_a_handler_that_takes_nothing_before_claiming(
-    tmp_path: Path,
+    tmp_path: Path, queue_url: str
 ) -> None:
-    db = tmp_path / "q.db"
-    with sqlq.Queue(db, lease_seconds=30, max_attempts=5) as q:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q:
         q.add_many(["t1", "t2"])
-    before = _rows(db)
-    proc = _run_worker(tmp_path, db, "cli_tasks:takes_nothing")
+    before = _rows(queue_url)
+    proc = _run_worker(tmp_path, queue_url, "cli_tasks:takes_nothing")
     assert proc.returncode == 1
     assert "handler 'takes_nothing' cannot be called with one argument" in proc.stderr
-    assert _rows(db) == before == {t: (None, "AVAILABLE", 0, None) for t in ("t1", "t2")}
+    assert _rows(queue_url) == before == {t: (None, "AVAILABLE", 0, None) for t in ("t1", "t2")}
     assert not (tmp_path / "tasks.log").exists()
 
 
@@ -442,18 +439,17 @@ def test_resolve_target_accepts_a_registry(tmp_path: Path, monkeypatch: pytest.M
 # --- sqlq add --name ----------------------------------------------------------------------
 
 
-def test_sqlq_add_with_a_name(tmp_path: Path) -> None:
-    db = tmp_path / "q.db"
+def test_sqlq_add_with_a_name(tmp_path: Path, queue_url: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "sqlq", "add", str(db), "a", "b", "--name", "resize",
+        [sys.executable, "-m", "sqlq", "add", queue_url, "a", "b", "--name", "resize",
          "--payload", json.dumps({"path": "p", "width": 1})],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    with sqlq.Queue(db, lease_seconds=30, max_attempts=5) as q:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q:
         assert [(t.task_id, t.name) for t in q.tasks()] == [("a", "resize"), ("b", "resize")]
     bad = subprocess.run(
-        [sys.executable, "-m", "sqlq", "add", str(db), "c", "--name", ""],
+        [sys.executable, "-m", "sqlq", "add", queue_url, "c", "--name", ""],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "task name must not be empty" in bad.stderr
@@ -462,24 +458,24 @@ def test_sqlq_add_with_a_name(tmp_path: Path) -> None:
 # --- mistakes a new user makes (found by trying it as one) --------------------------------
 
 
-def test_a_task_is_added_only_to_a_queue_that_can_take_it(db_path: Path) -> None:
+def test_a_task_is_added_only_to_a_queue_that_can_take_it(queue_url: str) -> None:
     tasks = sqlq.Tasks()
 
     @tasks.task(name="f")
     def f(a: int) -> None: ...
 
     async def with_an_async_queue() -> None:
-        async with sqlq.AsyncQueue(db_path, lease_seconds=30, max_attempts=2) as aq:
+        async with sqlq.AsyncQueue(queue_url, lease_seconds=30, max_attempts=2) as aq:
             with pytest.raises(InvalidConfig, match="use defer_async or enqueue_async"):
                 f.defer(aq, a=1)  # its add is a coroutine: nothing would be stored
             assert (await aq.counts())["AVAILABLE"] == 0
 
     asyncio.run(with_an_async_queue())
-    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=2) as q:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=2) as q:
         with pytest.raises(InvalidConfig, match=r"take a sqlq\.AsyncQueue, not Queue"):
             asyncio.run(f.defer_async(q, a=1))  # type: ignore[arg-type]
         with pytest.raises(InvalidConfig, match=r"sqlq\.Queue or sqlq\.WorkQueue, not str"):
-            f.defer(str(db_path), a=1)
+            f.defer(queue_url, a=1)
         assert q.counts()["AVAILABLE"] == 0
     memory = sqlq.WorkQueue(lease_seconds=30, max_attempts=2)
     with pytest.raises(InvalidConfig, match="pass now="):
@@ -487,26 +483,26 @@ def test_a_task_is_added_only_to_a_queue_that_can_take_it(db_path: Path) -> None
     assert f.enqueue(memory, {"a": 1}, task_id="m", now=0) == "m"
 
 
-def test_arguments_too_large_to_store_are_an_invalid_task(db_path: Path) -> None:
+def test_arguments_too_large_to_store_are_an_invalid_task(queue_url: str) -> None:
     tasks = sqlq.Tasks()
 
     @tasks.task(name="g")
     def g(data: str) -> None: ...
 
     with (
-        sqlq.Queue(db_path, lease_seconds=30, max_attempts=2, max_payload_bytes=1024) as q,
+        sqlq.Queue(queue_url, lease_seconds=30, max_attempts=2, max_payload_bytes=1024) as q,
         pytest.raises(InvalidTask, match="cannot be stored"),
     ):
         g.defer(q, data="x" * 2048)
 
 
-def test_a_worker_refuses_what_would_lose_every_task(db_path: Path) -> None:
+def test_a_worker_refuses_what_would_lose_every_task(queue_url: str) -> None:
     tasks = sqlq.Tasks()
 
     @tasks.task(name="charge")
     def charge(order: int) -> None: ...
 
-    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=2) as q:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=2) as q:
         with pytest.raises(
             InvalidConfig, match="one registered task: give the worker its registry"
         ):
@@ -514,7 +510,7 @@ def test_a_worker_refuses_what_would_lose_every_task(db_path: Path) -> None:
         with pytest.raises(InvalidConfig, match="has no tasks"):
             Worker(q, sqlq.Tasks())
     with pytest.raises(InvalidConfig, match=r"takes a sqlq\.Queue .* not str"):
-        Worker(str(db_path), tasks)  # type: ignore[arg-type]
+        Worker(queue_url, tasks)  # type: ignore[arg-type]
 
 
 def _gen(payload: Any) -> Any:
@@ -526,12 +522,12 @@ async def _agen(payload: Any) -> Any:
 
 
 @pytest.mark.parametrize("fn", [_gen, _agen])
-def test_generator_functions_are_refused_as_handlers_and_tasks(fn: Any, db_path: Path) -> None:
+def test_generator_functions_are_refused_as_handlers_and_tasks(fn: Any, queue_url: str) -> None:
     """Calling one runs none of its body: its task would complete without running."""
     with pytest.raises(InvalidConfig, match="generator function"):
         sqlq.Tasks().task(name="g")(fn)
     with (
-        sqlq.Queue(db_path, lease_seconds=30, max_attempts=2) as q,
+        sqlq.Queue(queue_url, lease_seconds=30, max_attempts=2) as q,
         pytest.raises(InvalidConfig, match="generator function"),
     ):
         Worker(q, fn)

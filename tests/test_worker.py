@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from databases import cli_options, queue_options, sqlite_only, sqlite_path
 
 import sqlq
 from sqlq.errors import Busy, InvalidConfig
@@ -35,20 +36,20 @@ HANDLERS = "runner_handlers:handle"
 
 
 @pytest.fixture
-def open_queue(db_path: Path) -> Iterator[Callable[..., sqlq.Queue]]:
+def open_queue(queue_url: str) -> Iterator[Callable[..., sqlq.Queue]]:
     """open_queue(lease_seconds=1.0, max_attempts=5, **options) -> a Queue on the test's
-    database (``options``: more arguments of Queue, such as ``clock``).
+    database, of each durable kind (``options``: more arguments of Queue, such as ``clock``).
 
-    Each call opens another Queue object on the same file, as another process would.
+    Each call opens another Queue object on the same database, as another process would.
     """
     opened: list[sqlq.Queue] = []
 
     def make(lease_seconds: float = 1.0, max_attempts: int = 5, **options: Any) -> sqlq.Queue:
         queue = sqlq.Queue(
-            db_path,
+            queue_url,
             lease_seconds=lease_seconds,
             max_attempts=max_attempts,
-            synchronous="normal",
+            **queue_options(queue_url),
             **options,
         )
         opened.append(queue)
@@ -382,8 +383,9 @@ def test_task_events_are_one_line_of_fields_with_the_same_values_in_extra(
     assert _records(caplog, "task claimed")  # claims too, at DEBUG
 
 
+@sqlite_only  # the write lock held by another connection is SQLite's
 def test_the_summary_comes_every_interval_of_the_workers_clock_and_reads_only(
-    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture, db_path: Path
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture, queue_url: str
 ) -> None:
     """One INFO line per summary_every of the worker's clock: the outcomes since the
     last line, tasks per second, the backlog and the age of the oldest AVAILABLE
@@ -406,7 +408,7 @@ def test_the_summary_comes_every_interval_of_the_workers_clock_and_reads_only(
     worker = Worker(queue, handler, clock=clock, summary_every=10.0)
     thread, out = _in_thread(worker)
     assert blocking.wait(10)
-    writer = dbapi.connect(str(db_path), isolation_level=None)
+    writer = dbapi.connect(sqlite_path(queue_url), isolation_level=None)
     writer.execute("BEGIN IMMEDIATE")
     try:
         clock.advance(10)
@@ -757,28 +759,30 @@ def _env() -> dict[str, str]:
 
 
 def _serve(
-    db: Path,
+    url: str,
     stderr: IO[bytes],
     target: str = HANDLERS,
     switch_interval: float | None = None,
     **options: Any,
 ) -> subprocess.Popen[bytes]:
-    """A worker process: ``sqlq.worker.serve(db, target, **options)``, with the
-    interpreter's thread switch interval set to ``switch_interval`` if given."""
+    """A worker process: ``sqlq.worker.serve(url, target, **options)`` with the test
+    database's options, and the interpreter's thread switch interval set to
+    ``switch_interval`` if given."""
+    options = {**queue_options(url), **options}
     code = (
         "import sys; from sqlq.worker import serve; "
         + ("" if switch_interval is None else f"sys.setswitchinterval({switch_interval!r}); ")
-        + f"sys.exit(serve({str(db)!r}, {target!r}, **{options!r}))"
+        + f"sys.exit(serve({url!r}, {target!r}, **{options!r}))"
     )
     return subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=stderr, env=_env()
     )
 
 
-def _cli_worker(db: Path, stderr: IO[bytes], *args: str) -> subprocess.Popen[bytes]:
-    """``sqlq worker DB ARGS...`` in a process of its own."""
+def _cli_worker(url: str, stderr: IO[bytes], *args: str) -> subprocess.Popen[bytes]:
+    """``sqlq worker URL ARGS...`` with the test database's options, in a process of its own."""
     return subprocess.Popen(
-        [sys.executable, "-m", "sqlq", "worker", str(db), *args],
+        [sys.executable, "-m", "sqlq", "worker", url, *cli_options(url), *args],
         stdout=subprocess.DEVNULL,
         stderr=stderr,
         env=_env(),
@@ -820,13 +824,13 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
 @pytest.mark.processes
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_an_idle_worker_process_sleeps_and_wakes_up(
-    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
+    queue_url: str, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
 ) -> None:
     queue = open_queue()  # creates the database before the worker opens it
     log = tmp_path / "handled.log"
     err_path = tmp_path / "worker.stderr"
     with err_path.open("wb") as stderr:
-        process = _serve(db_path, stderr, lease_seconds=1.0, synchronous="normal")
+        process = _serve(queue_url, stderr, lease_seconds=1.0)
         try:
             _wait_for(lambda: b"worker started" in err_path.read_bytes(), 30, "the worker")
             cpu, wall = _cpu_seconds(process.pid), time.monotonic()
@@ -849,7 +853,7 @@ def test_an_idle_worker_process_sleeps_and_wakes_up(
 
 @pytest.mark.processes
 def test_worker_processes_survive_a_kill_and_keep_long_tasks(
-    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
+    queue_url: str, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
 ) -> None:
     """Three worker processes (two handler threads each).  One is SIGKILLed in the
     middle of a task, which another worker completes after the lease; a task three
@@ -857,10 +861,10 @@ def test_worker_processes_survive_a_kill_and_keep_long_tasks(
     lease = 1.0
     queue = open_queue(lease_seconds=lease, max_attempts=10)
     log, pidfile = tmp_path / "handled.log", tmp_path / "victim.pid"
-    options = {"lease_seconds": lease, "concurrency": 2, "grace": 10.0, "synchronous": "normal"}
+    options = {"lease_seconds": lease, "concurrency": 2, "grace": 10.0}
     stderr_paths = [tmp_path / f"worker{i}.stderr" for i in range(3)]
     stderrs = [p.open("wb") for p in stderr_paths]
-    processes = [_serve(db_path, f, **options) for f in stderrs]
+    processes = [_serve(queue_url, f, **options) for f in stderrs]
 
     def payload(task: str, **extra: Any) -> dict[str, Any]:
         return {"task": task, "log": str(log), **extra}
@@ -929,7 +933,7 @@ def test_worker_processes_survive_a_kill_and_keep_long_tasks(
 @pytest.mark.processes
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_a_worker_never_holds_more_leases_than_its_concurrency(
-    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue], concurrency: int
+    queue_url: str, tmp_path: Path, open_queue: Callable[..., sqlq.Queue], concurrency: int
 ) -> None:
     """Sampled from this process while a worker process drains 5 ms tasks, with the
     thread switch interval so short that the worker's threads interleave at almost
@@ -941,14 +945,13 @@ def test_a_worker_never_holds_more_leases_than_its_concurrency(
     peak = 0
     with err_path.open("wb") as stderr:
         process = _serve(
-            db_path,
+            queue_url,
             stderr,
             "runner_handlers:nap",
             switch_interval=1e-6,
             lease_seconds=60.0,
             concurrency=concurrency,
             stop_when_idle=True,
-            synchronous="normal",
         )
         try:
             while process.poll() is None:
@@ -966,7 +969,7 @@ def test_a_worker_never_holds_more_leases_than_its_concurrency(
 @pytest.mark.processes
 @pytest.mark.parametrize("how", ["SIGTERM with --grace 0", "two SIGTERMs"])
 def test_a_stopped_worker_leaves_no_lease_behind(
-    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue], how: str
+    queue_url: str, tmp_path: Path, open_queue: Callable[..., sqlq.Queue], how: str
 ) -> None:
     """`sqlq worker` draining fast tasks is stopped mid-stream, three times over: every
     lease it took is completed or released, none is left RESERVED to run out."""
@@ -978,9 +981,8 @@ def test_a_stopped_worker_leaves_no_lease_behind(
         err_path = tmp_path / f"worker{run}.stderr"
         with err_path.open("wb") as stderr:
             process = _cli_worker(
-                db_path, stderr, "runner_handlers:fast", "--grace", grace, "--lease", "600",
-                "--synchronous", "normal",
-            )  # fmt: skip
+                queue_url, stderr, "runner_handlers:fast", "--grace", grace, "--lease", "600"
+            )
             try:
                 _wait_for(lambda b=before: queue.counts()["COMPLETED"] > b + 50, 30, "the drain")
                 process.send_signal(signal.SIGTERM)
@@ -1013,8 +1015,9 @@ sys.stdin.read()
 
 
 @pytest.mark.processes
+@sqlite_only  # SQLite's write lock and busy_timeout
 def test_grace_bounds_a_wait_for_a_write_lock_held_elsewhere(
-    db_path: Path, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
+    queue_url: str, tmp_path: Path, open_queue: Callable[..., sqlq.Queue]
 ) -> None:
     """Another connection holds the write lock (a sqlite3 shell inside BEGIN IMMEDIATE),
     and the worker waits to claim with a busy_timeout of 60 s.  SIGTERM with
@@ -1023,7 +1026,7 @@ def test_grace_bounds_a_wait_for_a_write_lock_held_elsewhere(
     queue.add("t")
     queue.close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_WRITE_LOCK, str(db_path)],
+        [sys.executable, "-c", _HOLD_WRITE_LOCK, sqlite_path(queue_url)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
@@ -1032,7 +1035,7 @@ def test_grace_bounds_a_wait_for_a_write_lock_held_elsewhere(
         assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
         with err_path.open("wb") as stderr:
             process = _cli_worker(
-                db_path, stderr, "runner_handlers:fast", "--grace", "1", "--busy-timeout", "60"
+                queue_url, stderr, "runner_handlers:fast", "--grace", "1", "--busy-timeout", "60"
             )
             try:
                 # The claim loop claims right after it logs this: it waits for the lock.
@@ -1054,8 +1057,9 @@ def test_grace_bounds_a_wait_for_a_write_lock_held_elsewhere(
 
 
 @pytest.mark.processes
+@sqlite_only  # SQLite's write lock and busy_timeout
 def test_a_lease_claimed_as_the_worker_stops_gets_the_release_wait_even_with_no_grace(
-    open_queue: Callable[..., sqlq.Queue], db_path: Path, monkeypatch: pytest.MonkeyPatch
+    open_queue: Callable[..., sqlq.Queue], queue_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--grace 0: a claim in flight when the stop comes brings a lease, and the worker
     releases it at once, as it releases running tasks after the grace: within
@@ -1074,7 +1078,7 @@ def test_a_lease_claimed_as_the_worker_stops_gets_the_release_wait_even_with_no_
         answers = settle_and_claim(*args, **kwargs)
         worker.stop()  # the stop arrives while the claim was committing
         process = subprocess.Popen(
-            [sys.executable, "-c", _HOLD_WRITE_LOCK, str(db_path)],
+            [sys.executable, "-c", _HOLD_WRITE_LOCK, sqlite_path(queue_url)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -1102,9 +1106,10 @@ def test_a_lease_claimed_as_the_worker_stops_gets_the_release_wait_even_with_no_
     assert queue.status("t") == "AVAILABLE"
 
 
+@sqlite_only  # SQLite's write lock and busy_timeout
 @pytest.mark.parametrize("ran", [False, True], ids=["before run", "after run"])
 def test_stopping_a_worker_that_is_not_running_leaves_the_queues_waits_alone(
-    open_queue: Callable[..., sqlq.Queue], db_path: Path, ran: bool
+    open_queue: Callable[..., sqlq.Queue], queue_url: str, ran: bool
 ) -> None:
     """stop() cuts the queue's waits to the grace period only while run() runs: the
     queue is the caller's before and after, and its calls wait busy_timeout as usual."""
@@ -1112,7 +1117,7 @@ def test_stopping_a_worker_that_is_not_running_leaves_the_queues_waits_alone(
     worker = Worker(queue, lambda p: None, grace=0.0)
     if ran:
         assert worker.run(stop_when_idle=True) == WorkerStats()
-    holder = dbapi.connect(str(db_path), isolation_level=None)
+    holder = dbapi.connect(sqlite_path(queue_url), isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # the write lock, held by a writer outside sqlq
     try:
         worker.stop()

@@ -2,8 +2,9 @@
 
     python tests/workers.py DB LOG [--lease S] [--max-attempts N] [--work-ms A B] [--seed X]
 
-Takes tasks from the queue in DB (reserve, a short sleep, complete) until every
-task is COMPLETED or DEAD, and records what it does in LOG, one line per event.
+Takes tasks from the queue in DB (a path or URL, of any durable backend) (reserve,
+a short sleep, complete) until every task is COMPLETED or DEAD, and records what it
+does in LOG, one line per event.
 The log is opened with O_APPEND and each line is a single os.write, so a line
 that was written survives a SIGKILL of this process:
 

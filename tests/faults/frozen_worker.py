@@ -3,7 +3,8 @@
     python tests/faults/frozen_worker.py MODE DB [options]
 
 ``serve``
-    Opens the queue (``--queue``, ``--lease``, ``--busy-timeout``) and answers
+    Opens the queue (``--queue``, ``--lease``; for SQLite ``--busy-timeout`` and
+    ``--synchronous``, else the defaults) and answers
     commands, one JSON array a line on stdin, with one JSON object a line on
     stdout.  First it prints ``{"ready": <pid>}``.  Commands::
 
@@ -89,8 +90,7 @@ def _serve(args: argparse.Namespace) -> int:
         lease_seconds=args.lease,
         max_attempts=args.max_attempts,
         queue=args.queue,
-        busy_timeout=args.busy_timeout,
-        synchronous="normal",
+        **_sqlite_options(args),
     )
     _say(json.dumps({"ready": os.getpid()}))
     calls: dict[str, Callable[..., Any]] = {
@@ -194,8 +194,7 @@ def _hammer(args: argparse.Namespace) -> int:
         lease_seconds=30,
         max_attempts=3,
         queue=args.queue,
-        busy_timeout=args.busy_timeout,
-        synchronous=args.synchronous,
+        **_sqlite_options(args),
     )
     calls, slowest = 0, 0.0
     busied: set[str] = set()  # tasks whose add raised Busy at least once
@@ -278,6 +277,13 @@ def handle(payload: dict[str, Any]) -> None:
 # --- main ----------------------------------------------------------------------------------
 
 
+def _sqlite_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The SQLite options given on the command line (a database of another kind takes
+    none): without them, the Queue's defaults."""
+    given = {"busy_timeout": args.busy_timeout, "synchronous": args.synchronous}
+    return {name: value for name, value in given.items() if value is not None}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("serve", "hold", "migrating", "hammer"))
@@ -285,12 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queue", default="default")
     parser.add_argument("--lease", type=float, default=30.0)
     parser.add_argument("--max-attempts", type=int, default=5)
-    parser.add_argument("--busy-timeout", type=float, default=30.0)
+    parser.add_argument("--busy-timeout", type=float)
     parser.add_argument("--via", choices=("engine", "call"), default="engine")
     parser.add_argument("--log")
     parser.add_argument("--stop")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--synchronous", choices=("full", "normal"), default="full")
+    parser.add_argument("--synchronous", choices=("full", "normal"))
     parser.add_argument("--pause", type=float, default=0.0, help="seconds between rounds")
     args = parser.parse_args(argv)
     if args.mode == "serve":

@@ -13,6 +13,10 @@
 
 The processes with a wrong clock run under the fault shim (conftest.py), which
 shifts ``time.time()`` but not the kernel's clock, like libfaketime.
+
+Stepping back and forward with times passed in runs on every face and backend; the
+bound on a wrong system clock is SQLite's (its calls read the process's clock, which
+the kernel's is the reference for), and so are the real processes here.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from databases import sqlite_only
 
 import sqlq
 from sqlq import durable
@@ -72,8 +77,8 @@ def test_dead_tasks_stay_dead_when_the_clock_steps_back(make_queue: Any) -> None
     assert q.reserve(0) is None
 
 
-def test_a_clock_stepping_forward_expires_early_but_tokens_hold(db_path: Path) -> None:
-    q = sqlq.Queue(db_path, lease_seconds=20, max_attempts=5, max_clock_step=None)
+def test_a_clock_stepping_forward_expires_early_but_tokens_hold(queue_url: str) -> None:
+    q = sqlq.Queue(queue_url, lease_seconds=20, max_attempts=5, max_clock_step=None)
     q.add("t", 1000)
     first = q.claim(1000)
     assert first is not None
@@ -89,10 +94,11 @@ def test_a_clock_stepping_forward_expires_early_but_tokens_hold(db_path: Path) -
 # --- the bound on a wrong system clock, in one process -----------------------------------
 
 
+@sqlite_only
 def test_a_system_clock_off_the_kernels_is_refused(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
+    queue_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3)
+    q = sqlq.Queue(queue_url, lease_seconds=30, max_attempts=3)
     q.add("a", time.time() - 7200)  # the queue's time is two hours behind the clock
     # The kernel says it is an hour earlier than this process's clock says.
     monkeypatch.setattr(sqlite_backend, "kernel_time", lambda _path=None: time.time() - 3600)
@@ -106,10 +112,11 @@ def test_a_system_clock_off_the_kernels_is_refused(
     q.close()
 
 
-def test_a_clock_creeping_ahead_is_caught_within_the_step(db_path: Path) -> None:
+@sqlite_only
+def test_a_clock_creeping_ahead_is_caught_within_the_step(queue_url: str) -> None:
     """Steps under max_clock_step, one after another, do not add up: no reading more
     than the step ahead of the kernel's time is accepted."""
-    q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3)
+    q = sqlq.Queue(queue_url, lease_seconds=30, max_attempts=3)
     drift = [0.0]
     q._clock = lambda: time.time() + drift[0]  # the system clock, running away
     assert q._guard_clock
@@ -117,28 +124,34 @@ def test_a_clock_creeping_ahead_is_caught_within_the_step(db_path: Path) -> None
     with pytest.raises(ClockSkew):
         for _ in range(10):
             q.add(f"t{accepted}")
+            assert queue_time(q, f"t{accepted}") <= time.time() + STEP
             accepted += 1
-            mark = q._backend._connection().execute("SELECT now FROM sqlq_clock").fetchone()[0]
-            assert mark <= time.time() + STEP
             drift[0] += 50
     assert accepted == 2  # +0 s and +50 s; +100 s is refused
     q.close()
 
 
-def test_an_idle_queue_catches_up_with_the_real_clock(db_path: Path) -> None:
+@sqlite_only
+def test_an_idle_queue_catches_up_with_the_real_clock(queue_url: str) -> None:
     """Hours without a call are not a wrong clock: the kernel agrees with the reading."""
-    q = sqlq.Queue(db_path, lease_seconds=30, max_attempts=3)
+    q = sqlq.Queue(queue_url, lease_seconds=30, max_attempts=3)
     q.add("old", time.time() - 7200)  # the queue's time is two hours behind
     q.add("new")  # a reading far ahead of the queue's time, and right
-    mark = q._backend._connection().execute("SELECT now FROM sqlq_clock").fetchone()[0]
-    assert abs(mark - time.time()) < 5
+    assert abs(queue_time(q, "new") - time.time()) < 5
     q.close()
 
 
-def test_max_clock_step_is_checked(db_path: Path) -> None:
+def queue_time(q: sqlq.Queue, task_id: str) -> float:
+    """The queue's time when ``task_id`` was added (the call's time, at the mark)."""
+    info = q.info(task_id)
+    assert info is not None
+    return float(info.created_at)
+
+
+def test_max_clock_step_is_checked(queue_url: str) -> None:
     for bad in (0, -1, float("nan"), float("inf"), "60", True):
         with pytest.raises(InvalidConfig, match="max_clock_step"):
-            sqlq.Queue(db_path, lease_seconds=30, max_attempts=3, max_clock_step=bad)  # type: ignore[arg-type]
+            sqlq.Queue(queue_url, lease_seconds=30, max_attempts=3, max_clock_step=bad)  # type: ignore[arg-type]
 
 
 # --- real processes with a shifted clock ------------------------------------------------
