@@ -158,13 +158,3 @@ def stop(postmaster: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         postmaster.send_signal(signal.SIGQUIT)
         postmaster.wait()
-
-
-def fresh_schema(url: str, schema: str) -> str:
-    """Create ``schema`` on the server of ``url``; the same URL with that schema first
-    on every connection's search_path (sqlq's tables then go there)."""
-    plain = sqlalchemy.make_url(url).set(drivername="postgresql")
-    with psycopg.connect(plain.render_as_string(hide_password=False), autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    with_path = sqlalchemy.make_url(url).update_query_dict({"options": f"-csearch_path={schema}"})
-    return with_path.render_as_string(hide_password=False)

@@ -17,11 +17,11 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-import postgres
+import databases
 import pytest
 from needs import need
 
@@ -224,11 +224,6 @@ def _seed(path: Path) -> None:
         q.add_many([("report-1", {"day": 1}), ("report-2", {"day": 2})])
 
 
-def _postgres_url(request: pytest.FixtureRequest) -> str:
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
 def _run_python(block: Block) -> None:
     exec(compile(block.code, str(block), "exec"), {"__name__": "readme"})
 
@@ -298,8 +293,10 @@ def test_readme_snippets_run_twice_in_a_row(
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     _seed(tmp_path / "jobs.db")
     if title == "PostgreSQL":  # its examples take the database from DATABASE_URL
-        schema = f"readme_{uuid.uuid4().hex[:12]}"
-        monkeypatch.setenv("DATABASE_URL", postgres.fresh_schema(_postgres_url(request), schema))
+        schemas = ExitStack()
+        request.addfinalizer(schemas.close)
+        server = request.getfixturevalue("postgres_url")
+        monkeypatch.setenv("DATABASE_URL", schemas.enter_context(databases.fresh_schema(server)))
     skipped = []
     try:
         for block in (b for b in _code_blocks(title) if b.lang in RUN_LANGS):

@@ -14,12 +14,11 @@ import hashlib
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import postgres
+import databases
 import pytest
 
 import sqlq
@@ -29,13 +28,10 @@ from sqlq.errors import Busy, InvalidArgument, InvalidConfig, NotASqlqDatabase, 
 from sqlq.records import QueueOverview, SchemaVersions
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture
+def database(new_url: Callable[[], str]) -> str:
     """A database of each kind that sqlq has a backend for, not created yet."""
-    if request.param == "postgresql":
-        schema = f"sqlq_i{uuid.uuid4().hex[:12]}"
-        return postgres.fresh_schema(request.getfixturevalue("postgres_url"), schema)
-    return str(tmp_path / "q.db")
+    return new_url()
 
 
 @contextmanager
@@ -212,7 +208,11 @@ def filed(tmp_path: Path) -> str:
 def test_a_database_on_a_server_refuses_a_backup_into_a_file_naming_its_tools(
     postgres_url: str, tmp_path: Path
 ) -> None:
-    url = postgres.fresh_schema(postgres_url, f"sqlq_i{uuid.uuid4().hex[:12]}")
+    with databases.fresh_schema(postgres_url) as url:
+        _refuses_a_backup(url, tmp_path)
+
+
+def _refuses_a_backup(url: str, tmp_path: Path) -> None:
     _fill(url)
     with _opened(url, migrate=False) as backend, pytest.raises(InvalidConfig, match="pg_dump"):
         backend.backup(str(tmp_path / "copy.db"))

@@ -17,11 +17,11 @@ import shutil
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import databases
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -40,13 +40,8 @@ LEASE = 10
 @pytest.fixture
 def pg(postgres_url: str) -> Iterator[str]:
     """The URL of a new, empty schema on the test server (dropped afterwards)."""
-    schema = f"sqlq_t{uuid.uuid4().hex[:12]}"
-    with _admin(postgres_url) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    url = sa.make_url(postgres_url).update_query_dict({"options": f"-csearch_path={schema}"})
-    yield url.render_as_string(hide_password=False)
-    with _admin(postgres_url) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with databases.fresh_schema(postgres_url) as url:
+        yield url
 
 
 def _admin(url: str) -> psycopg.Connection[Any]:
