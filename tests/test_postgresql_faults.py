@@ -1,7 +1,7 @@
 """Faults on PostgreSQL, with real processes and a real server: the server restarted
 (immediate) in the middle of a drain, a session terminated inside a call, timeouts
-set by the user, lock waits and deadlocks, and workers killed with SIGKILL in the
-middle of a drain.
+and an isolation level set by the user, lock waits and deadlocks, and workers killed
+with SIGKILL in the middle of a drain.
 
 The processes are tests/pg_worker.py (see its docstring): ``drain`` runs a
 sqlq.Worker until the queue is drained, recording each run of its handler with the
@@ -488,3 +488,22 @@ def test_timeouts_set_by_the_user(
         wait_for(lambda: idle.session(admin) is None, "the server to close the idle session")
     assert idle.call("claim")[0] == "late"
     idle.close()
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+def test_isolation_level_set_by_the_user(
+    cluster: postgres.Cluster, tmp_path: Path, isolation: str
+) -> None:
+    """A default_transaction_isolation set for the database is not sqlq's: its calls
+    run at READ COMMITTED, which its statements are written for, so concurrent workers
+    meet no serialization failure (each would be a Busy, and a pause of the worker)."""
+    with connect(cluster.url) as admin:
+        admin.execute(f"ALTER DATABASE postgres SET default_transaction_isolation = '{isolation}'")
+    names = [f"task-{i:04d}" for i in range(600)]
+    with sqlq.Queue(cluster.url, lease_seconds=LEASE, max_attempts=1000) as queue:
+        queue.add_many(names)
+        drainers = [start_drainer(cluster.url, tmp_path, n) for n in range(3)]
+        wait_for_drainers(drainers)
+        check_drain(queue, names, drainers, tmp_path)
+    for drainer in drainers:
+        assert "Busy" not in drainer.log()

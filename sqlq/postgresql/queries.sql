@@ -6,13 +6,17 @@
 -- psycopg prepares a statement on the server once it has run a few times, so
 -- the calls' statements are planned once per connection.
 --
--- Transactions run at READ COMMITTED: each statement sees what was committed
--- when it began, and a row it updates is rechecked against its WHERE after any
--- wait for the row (so every compare-and-set below holds under concurrency).
+-- Transactions run at READ COMMITTED (see begin): each statement sees what was
+-- committed when it began, and a row it updates is rechecked against its WHERE
+-- after any wait for the row (so every compare-and-set below holds under
+-- concurrency).
 
 -- name: begin
--- Start a call's transaction.
-BEGIN
+-- Start a call's transaction, at READ COMMITTED whatever default the user set
+-- (default_transaction_isolation for the database or role): at REPEATABLE READ
+-- or SERIALIZABLE concurrent claims would fail with serialization errors
+-- instead of passing over the rows other calls hold.
+BEGIN ISOLATION LEVEL READ COMMITTED
 
 -- name: commit
 -- Make the call's transaction durable (as synchronous_commit says).
