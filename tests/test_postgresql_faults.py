@@ -36,6 +36,7 @@ from needs import need
 
 import sqlq
 from sqlq import errors
+from sqlq.postgresql.queries import Q
 
 pytestmark = [pytest.mark.processes, pytest.mark.faults]
 
@@ -507,3 +508,25 @@ def test_isolation_level_set_by_the_user(
         check_drain(queue, names, drainers, tmp_path)
     for drainer in drainers:
         assert "Busy" not in drainer.log()
+
+
+@pytest.mark.parametrize("isolation", ["read committed", "repeatable read"])
+def test_first_opens_at_once(
+    cluster: postgres.Cluster, calls: Callable[..., Calls], isolation: str
+) -> None:
+    """Two processes open a new database at once (workers started together), at the
+    server's default isolation or at one the user set for the database: both wait for
+    the migrations' lock, one creates sqlq's tables, and the other, once it has the
+    lock, finds them (it reads the catalog and the records at READ COMMITTED, in a
+    snapshot taken after it waited) and goes on."""
+    with connect(cluster.url) as admin, connect(cluster.url) as holder:
+        admin.execute(f"ALTER DATABASE postgres SET default_transaction_isolation = '{isolation}'")
+        holder.execute("BEGIN")
+        holder.execute(Q.lock_migrations)
+        openers = [calls(cluster.url, "default") for _ in range(2)]
+        for opener in openers:
+            opener.blocked(admin)
+        holder.execute("ROLLBACK")
+        for number, opener in enumerate(openers):
+            assert opener.call("add", f"task-{number}") is True
+            opener.close()

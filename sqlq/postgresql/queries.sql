@@ -310,8 +310,14 @@ SELECT queue, state, count(*) FROM sqlq_tasks GROUP BY queue, state ORDER BY que
 SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':sqlq-migrations', 0))
 
 -- name: identify
--- Whether the schema has sqlq's tables: sqlq_migrations, and sqlq_tasks.
-SELECT to_regclass('sqlq_migrations') IS NOT NULL, to_regclass('sqlq_tasks') IS NOT NULL
+-- Whether the schema has sqlq's tables: sqlq_migrations, and sqlq_tasks.  Read
+-- from pg_class in the statement's snapshot, not through the session's catalog
+-- cache (to_regclass), which is stale in a session that just waited for the
+-- migrations' lock: it would miss the tables the process it waited for created.
+SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'sqlq_migrations'
+                 AND relnamespace = current_schema()::regnamespace),
+       EXISTS (SELECT 1 FROM pg_class WHERE relname = 'sqlq_tasks'
+                 AND relnamespace = current_schema()::regnamespace)
 
 -- name: create_migrations_table
 -- The record of applied migrations; created in the first migration's transaction.
