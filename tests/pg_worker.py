@@ -18,8 +18,8 @@ committed), its warnings the errors it outlived.
 makes the queue's calls a test asks for, one at a time: each line read from stdin is
 ``{"call": method, "args": [...], "kwargs": {...}}`` (JSON's lists passed as tuples),
 each line written to stdout its answer, ``{"value": ...}`` (a Lease as ``[task_id,
-token]``) or ``{"error": the sqlq error's class, "cause": the class of its __cause__,
-"sqlstate": the cause's}``.  It exits at the end of stdin.
+token]``) or ``{"error": the sqlq error's class, "message": its text, "cause": the
+class of its __cause__, "sqlstate": the cause's}``.  It exits at the end of stdin.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def calls(args: argparse.Namespace) -> None:
                 cause = exc.__cause__
                 answer = {
                     "error": type(exc).__name__,
+                    "message": str(exc),
                     "cause": type(cause).__name__,
                     "sqlstate": getattr(cause, "sqlstate", None),
                 }
