@@ -17,6 +17,12 @@ Without PostgreSQL's binaries (on ``PATH``, or where Debian puts them:
 ``/usr/lib/postgresql/<version>/bin``) the tests that need the server skip, or fail under
 CI (tests/needs.py).
 
+A test that restarts the server, or changes its settings, takes ``restartable()``
+instead: a throwaway cluster of its own (a :class:`Cluster`, whose ``restart()`` is
+``pg_ctl restart -m immediate``), so that the session's server never restarts under
+the other tests, and a user's server is never restarted at all.  Without the binaries
+such a test skips, or fails under CI, whatever ``SQLQ_TEST_POSTGRES_URL`` says.
+
 Not a test module; the ``postgres_url`` fixture of conftest.py wraps ``server()``.
 """
 
@@ -58,8 +64,8 @@ def server() -> Iterator[str]:
     binaries = binary_folder()
     need(binaries, f"needs PostgreSQL's initdb and postgres, or {URL_VARIABLE}")
     assert binaries is not None
-    with throwaway_cluster(binaries) as url:
-        yield url
+    with throwaway_cluster(binaries) as cluster:
+        yield cluster.url
 
 
 def psycopg_url(url: str) -> str:
@@ -87,7 +93,8 @@ def binary_folder() -> Path | None:
 
 
 @contextmanager
-def throwaway_cluster(binaries: Path) -> Iterator[str]:
+def throwaway_cluster(binaries: Path) -> Iterator[Cluster]:
+    """A new cluster, running until the block ends; then stopped and its folder removed."""
     base = Path(tempfile.mkdtemp(prefix="sqlq-pg-"))
     try:
         as_owner = server_owner()
@@ -101,22 +108,74 @@ def throwaway_cluster(binaries: Path) -> Iterator[str]:
             capture_output=True,
             **as_owner,
         )
-        with (base / "server.log").open("wb") as log:
-            postmaster = subprocess.Popen(
-                [str(binaries / "postgres"), "-D", data, "-k", str(base), *SETTINGS],
+        cluster = Cluster(binaries, base, as_owner)
+        try:
+            cluster.start()
+            yield cluster
+        finally:
+            cluster.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def restartable() -> Iterator[Cluster]:
+    """A throwaway cluster of the caller's own, for a test that restarts it: never the
+    session's server (other tests use it), nor the user's (SQLQ_TEST_POSTGRES_URL)."""
+    binaries = binary_folder()
+    need(
+        binaries,
+        "restarts its server, so needs PostgreSQL's initdb and postgres for a throwaway "
+        f"cluster ({URL_VARIABLE}'s server is never restarted)",
+    )
+    assert binaries is not None
+    with throwaway_cluster(binaries) as cluster:
+        yield cluster
+
+
+class Cluster:
+    """A throwaway cluster in ``base``: its data folder, its socket and its log."""
+
+    def __init__(self, binaries: Path, base: Path, as_owner: dict[str, Any]) -> None:
+        self.binaries = binaries
+        self.base = base
+        self.as_owner = as_owner
+        self.url = f"postgresql+psycopg://postgres@/postgres?host={base}"
+        self.postmaster: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Run ``postgres`` on the data folder; return once it accepts connections."""
+        command = [str(self.binaries / "postgres"), "-D", str(self.base / "data")]
+        with (self.base / "server.log").open("ab") as log:
+            self.postmaster = subprocess.Popen(
+                [*command, "-k", str(self.base), *SETTINGS],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C of the test run is for pytest only
                 preexec_fn=die_with_parent if sys.platform == "linux" else None,
-                **as_owner,
+                **self.as_owner,
             )
+        wait_until_ready(self.postmaster, self.base)
+
+    def restart(self) -> None:
+        """What ``pg_ctl restart -m immediate`` does: SIGQUIT (every session ends at
+        once, nothing is flushed or checkpointed), then start again on the same data
+        folder and socket (crash recovery replays the WAL)."""
+        assert self.postmaster is not None
+        self.postmaster.send_signal(signal.SIGQUIT)
+        self.postmaster.wait()
+        self.start()
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT); immediate (SIGQUIT) if that hangs."""
+        if self.postmaster is None:
+            return
+        self.postmaster.send_signal(signal.SIGINT)
         try:
-            wait_until_ready(postmaster, base)
-            yield f"postgresql+psycopg://postgres@/postgres?host={base}"
-        finally:
-            stop(postmaster)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+            self.postmaster.wait(timeout=STARTUP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.postmaster.send_signal(signal.SIGQUIT)
+            self.postmaster.wait()
 
 
 def server_owner() -> dict[str, Any]:
@@ -148,13 +207,3 @@ def wait_until_ready(postmaster: subprocess.Popen[bytes], base: Path) -> None:
                 log = (base / "server.log").read_text(errors="replace")
                 raise RuntimeError(f"the test PostgreSQL server did not start:\n{log}") from None
             time.sleep(0.05)
-
-
-def stop(postmaster: subprocess.Popen[bytes]) -> None:
-    """Fast shutdown (SIGINT); immediate (SIGQUIT) if that hangs."""
-    postmaster.send_signal(signal.SIGINT)
-    try:
-        postmaster.wait(timeout=STARTUP_SECONDS)
-    except subprocess.TimeoutExpired:
-        postmaster.send_signal(signal.SIGQUIT)
-        postmaster.wait()

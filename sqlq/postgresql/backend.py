@@ -195,6 +195,9 @@ class PostgresBackend:
                 raise driver.translate(cause, self._name) from cause
             self._conn = self._fairy.driver_connection
             self._conn.autocommit = True  # sqlq sends BEGIN and COMMIT itself
+            # The transactions psycopg begins (the migrations') are READ COMMITTED too,
+            # as Q.begin's are, whatever default_transaction_isolation the user set.
+            self._conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
             self._cursor = self._conn.cursor()
         return self._conn
 

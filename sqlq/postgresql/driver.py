@@ -49,7 +49,12 @@ def translate(exc: BaseException, name: str) -> errors.StorageError:
         kind = errors.Unavailable if broken and not code else errors.StorageError
     text = str(exc).strip() or type(exc).__name__
     if kind is errors.Busy:
-        return errors.Busy(f"{name}: the database did not answer in time ({code}: {text})")
+        why = (
+            "the call conflicted with another transaction and was undone"  # 40: deadlock, ...
+            if code.startswith("40")
+            else "the database did not answer in time"
+        )
+        return errors.Busy(f"{name}: {why} ({code}: {text})")
     if kind is errors.Unavailable:
         return errors.Unavailable(f"{name}: lost the connection to the server ({text})")
     return kind(f"{name}: {text} ({code or type(exc).__name__})")

@@ -6,13 +6,17 @@
 -- psycopg prepares a statement on the server once it has run a few times, so
 -- the calls' statements are planned once per connection.
 --
--- Transactions run at READ COMMITTED: each statement sees what was committed
--- when it began, and a row it updates is rechecked against its WHERE after any
--- wait for the row (so every compare-and-set below holds under concurrency).
+-- Transactions run at READ COMMITTED (see begin): each statement sees what was
+-- committed when it began, and a row it updates is rechecked against its WHERE
+-- after any wait for the row (so every compare-and-set below holds under
+-- concurrency).
 
 -- name: begin
--- Start a call's transaction.
-BEGIN
+-- Start a call's transaction, at READ COMMITTED whatever default the user set
+-- (default_transaction_isolation for the database or role): at REPEATABLE READ
+-- or SERIALIZABLE concurrent claims would fail with serialization errors
+-- instead of passing over the rows other calls hold.
+BEGIN ISOLATION LEVEL READ COMMITTED
 
 -- name: commit
 -- Make the call's transaction durable (as synchronous_commit says).
@@ -352,8 +356,14 @@ SELECT current_schema()
 SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':sqlq-migrations', 0))
 
 -- name: identify
--- Whether the schema has sqlq's tables: sqlq_migrations, and sqlq_tasks.
-SELECT to_regclass('sqlq_migrations') IS NOT NULL, to_regclass('sqlq_tasks') IS NOT NULL
+-- Whether the schema has sqlq's tables: sqlq_migrations, and sqlq_tasks.  Read
+-- from pg_class in the statement's snapshot, not through the session's catalog
+-- cache (to_regclass), which is stale in a session that just waited for the
+-- migrations' lock: it would miss the tables the process it waited for created.
+SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'sqlq_migrations'
+                 AND relnamespace = current_schema()::regnamespace),
+       EXISTS (SELECT 1 FROM pg_class WHERE relname = 'sqlq_tasks'
+                 AND relnamespace = current_schema()::regnamespace)
 
 -- name: create_migrations_table
 -- The record of applied migrations; created in the first migration's transaction.
