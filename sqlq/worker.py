@@ -74,9 +74,11 @@
   then need no sleeps.
 * **Errors.**  ``Busy`` from a queue call (the write lock stayed taken longer
   than the queue's busy_timeout), and the errors that may pass (``StorageFull``,
-  ``StorageIOError``, ``ClockSkew``: see TRANSIENT) are logged and the call
-  retried after a short pause.  Any other unexpected error of the claim loop is logged with its
-  traceback; running handlers get their grace period and ``run`` re-raises it.
+  ``StorageIOError``, ``Unavailable``: a database server lost or restarting,
+  ``ClockSkew``: see TRANSIENT) are logged and the call retried after a short
+  pause (on a new connection, for a server).  Any other unexpected error of the
+  claim loop is logged with its traceback; running handlers get their grace
+  period and ``run`` re-raises it.
 
 * **Logs.**  The ``sqlq.worker`` logger, one event a line: ``task completed
   task_id=... attempt=1 token=42 duration=0.003s outcome=COMPLETED``, with the

@@ -52,11 +52,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_the_wheel_carries_the_sqlite_queries_and_migrations(
+def test_the_wheel_carries_every_backends_queries_and_migrations(
     wheel: Path, migration_files: list[Path]
 ) -> None:
     assert migration_files, "no migration files in sqlq/sqlite/migrations/"
-    sources = [ROOT / "sqlq" / "sqlite" / "queries.sql", *migration_files]
+    postgresql = ROOT / "sqlq" / "postgresql"
+    assert sorted(postgresql.glob("migrations/[0-9][0-9][0-9][0-9]_*.sql"))
+    sources = [
+        ROOT / "sqlq" / "sqlite" / "queries.sql",
+        *migration_files,
+        postgresql / "queries.sql",
+        *sorted(postgresql.glob("migrations/[0-9][0-9][0-9][0-9]_*.sql")),
+    ]
     with zipfile.ZipFile(wheel) as archive:
         inside = {name for name in archive.namelist() if name.endswith(".sql")}
         assert inside == {path.relative_to(ROOT).as_posix() for path in sources}

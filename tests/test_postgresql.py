@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ import pytest
 import sqlalchemy as sa
 
 import sqlq
-from sqlq.errors import Busy, NotASqlqDatabase, SchemaTooNew
+from sqlq.backends import open_backend
+from sqlq.errors import Busy, NotASqlqDatabase, SchemaTooNew, Unavailable
 from sqlq.postgresql import migrate
 from sqlq.postgresql.backend import MARK_LAG
 from sqlq.schema import metadata
@@ -85,6 +87,18 @@ def test_migrations_are_recorded_with_their_checksums_and_run_once(pg: str) -> N
     with _admin(pg) as conn:
         rows = conn.execute("SELECT version, name, checksum FROM sqlq_migrations").fetchall()
     assert rows == [(m.version, m.name, m.checksum) for m in migrate.migrations()]
+
+
+#: The rows every PostgreSQL database made by sqlq holds in sqlq_migrations: once
+#: released, a migration's text never changes (a database applied it as it was).
+RELEASED = [
+    (1, "initial", "ff33ca8c7c186ec372c44ed3c20062de7702788f6ca7b55eee4759b505df520d"),
+]
+
+
+def test_released_migrations_keep_their_checksums() -> None:
+    shipped = [(m.version, m.name, m.checksum) for m in migrate.migrations()]
+    assert shipped[: len(RELEASED)] == RELEASED
 
 
 def _open_and_add(url: str, task_id: str) -> bool:
@@ -292,3 +306,28 @@ def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents(pg: str)
     assert os.waitstatus_to_exitcode(status) == 0
     assert [q.reserve(2), q.reserve(2)] == ["before", "from-child"]
     q.close()
+
+
+def test_a_process_frozen_inside_a_call_lets_go_of_its_rows_after_the_idle_limit(
+    pg: str,
+) -> None:
+    """A call's transaction left open between two statements (the process frozen,
+    here simply not going on) holds the row it claimed; the server ends that
+    session after idle_in_transaction_session_timeout, and the task is claimable
+    again (the claim never committed)."""
+    with _queue(pg) as q:
+        q.add("t", 0)
+    frozen = open_backend(pg, busy_timeout=0.1)
+    call = frozen.transaction(None, "default", None, lambda tx, asked: None)
+    tx = call.__enter__()
+    assert tx.claim("default", tx.now + LEASE) is not None
+    with _queue(pg) as other:
+        assert other.claim() is None  # held by the frozen call
+        deadline = time.monotonic() + 60
+        while (lease := other.claim()) is None:  # polling the state, with a deadline
+            assert time.monotonic() < deadline, "the frozen call's session was never ended"
+            time.sleep(0.2)
+        assert lease.task_id == "t" and lease.attempt == 1
+    with pytest.raises(Unavailable):
+        call.__exit__(None, None, None)  # the process thaws: its session is gone
+    frozen.close()

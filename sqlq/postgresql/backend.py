@@ -66,6 +66,11 @@ T = TypeVar("T")
 #: behind the server's time of earlier calls.
 MARK_LAG = 1.0
 
+#: The least time (seconds) the server lets the queue's own session sit idle inside
+#: a transaction before it ends the session (idle_in_transaction_session_timeout:
+#: busy_timeout, or this if longer).  sqlq's calls never pause between statements.
+IDLE_IN_CALL_MIN = 5.0
+
 #: Connections a forked child inherited open: kept referenced, never closed there
 #: (closing one would end the parent's session on the server).
 _inherited: list[Any] = []
@@ -140,8 +145,12 @@ class PostgresBackend:
         self.strict = strict
         self.synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
-        self._engine = sa.create_engine(parsed, pool_size=2, max_overflow=8)
+        # pool_pre_ping: a connection of queue.engine that the server closed meanwhile
+        # (a restart, idle_session_timeout) is replaced before the caller's transaction
+        # uses it; the queue's own connection is checked out once and reconnects itself.
+        self._engine = sa.create_engine(parsed, pool_size=2, max_overflow=8, pool_pre_ping=True)
         sa.event.listen(self._engine, "connect", self._on_connect)
+        self._idle_limit_ms = int(max(self.busy_timeout, IDLE_IN_CALL_MIN) * 1000)
         self._lock = threading.Lock()
         self._fairy: Any = None  # SQLAlchemy's wrapper, owning the psycopg connection
         self._conn: Any = None
@@ -198,6 +207,9 @@ class PostgresBackend:
             # The transactions psycopg begins (the migrations') are READ COMMITTED too,
             # as Q.begin's are, whatever default_transaction_isolation the user set.
             self._conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+            # A process frozen inside a call (SIGSTOP, a debugger) would hold its rows
+            # and the queue's turn for expiries: the server ends its session after this.
+            self._conn.execute(Q.limit_idle_in_transaction, {"ms": self._idle_limit_ms})
             self._cursor = self._conn.cursor()
         return self._conn
 

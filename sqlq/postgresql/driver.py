@@ -36,6 +36,7 @@ _BY_CLASS: dict[str, type[errors.StorageError]] = {
 _BY_CODE: dict[str, type[errors.StorageError]] = {
     "57014": errors.Busy,  # query canceled: statement_timeout, or interrupt_waits
     "25006": errors.ReadOnly,  # read-only SQL transaction (a standby)
+    "25P03": errors.Unavailable,  # idle-in-transaction timeout: the session was ended
     "XX000": errors.StorageError,  # internal error, not about the data
 }
 

@@ -39,6 +39,12 @@ RELEASE SAVEPOINT sqlq_call
 -- Undo the call's statements after an error, leaving the caller's transaction open.
 ROLLBACK TO SAVEPOINT sqlq_call
 
+-- name: limit_idle_in_transaction
+-- On the queue's own connection: a session that sits inside a transaction this
+-- long (a process frozen in the middle of a call) is ended by the server, which
+-- undoes the call and frees its rows and the queue's turn.
+SELECT set_config('idle_in_transaction_session_timeout', %(ms)s::text, false)
+
 -- name: lock_queue
 -- Strict mode, first statement of every call: one call at a time per queue (of
 -- this schema), until the transaction ends.  Calls then see exactly what they
