@@ -222,7 +222,9 @@ class PostgresBackend:
         self._fairy = self._conn = None
 
     def _start_in_child(self) -> None:
-        self._listener = None  # its thread is the parent's; its connection stays unused
+        if self._listener is not None:  # its thread is the parent's: kept, never closed
+            _inherited.append(self._listener)
+            self._listener = None
         if self._fairy is not None:
             _inherited.append((self._fairy, self._conn, self._cursor))
             self._fairy = self._conn = self._cursor = None

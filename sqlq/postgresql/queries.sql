@@ -62,7 +62,9 @@ SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(q
 -- the call's time (the later of the mark and the time asked, or the server's
 -- clock when none was asked), and whether anything in the queue is due then: a
 -- lease whose deadline has passed (inclusive) or a WAITING task whose run_at has
--- come.  Two probes of partial indexes.
+-- come.  Two probes of partial indexes: the IS NOT NULL conditions are what
+-- lets the planner choose them (t.now is unknown when it plans; without them it
+-- guesses that a third of the table matches and scans it all).
 WITH t AS (
     SELECT now AS mark,
            greatest(now, coalesce(%(asked)s::float8,
@@ -70,8 +72,10 @@ WITH t AS (
     FROM sqlq_clock WHERE id = 1
 )
 SELECT t.mark, t.now,
-       EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND deadline <= t.now)
-       OR EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND run_at <= t.now)
+       EXISTS (SELECT 1 FROM sqlq_tasks
+               WHERE queue = %(queue)s AND deadline IS NOT NULL AND deadline <= t.now)
+       OR EXISTS (SELECT 1 FROM sqlq_tasks
+                  WHERE queue = %(queue)s AND run_at IS NOT NULL AND run_at <= t.now)
 FROM t
 
 -- name: due_events
@@ -84,7 +88,9 @@ SELECT coalesce(deadline, run_at), CASE WHEN state = 'RESERVED' THEN lease_id EL
        id, task_id, state, attempts, max_attempts, lease_id, seq,
        retry_kind, retry_base, retry_cap
 FROM sqlq_tasks
-WHERE queue = %(queue)s AND (deadline <= %(now)s::float8 OR run_at <= %(now)s::float8)
+WHERE queue = %(queue)s
+  AND ((deadline IS NOT NULL AND deadline <= %(now)s::float8)
+       OR (run_at IS NOT NULL AND run_at <= %(now)s::float8))
 ORDER BY 1, 2
 FOR UPDATE SKIP LOCKED
 
@@ -107,8 +113,10 @@ WITH t AS (
     FROM sqlq_clock WHERE id = 1
 )
 SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND state = 'AVAILABLE')
-    OR EXISTS (SELECT 1 FROM sqlq_tasks, t WHERE queue = %(queue)s AND deadline <= t.now)
-    OR EXISTS (SELECT 1 FROM sqlq_tasks, t WHERE queue = %(queue)s AND run_at <= t.now)
+    OR EXISTS (SELECT 1 FROM sqlq_tasks, t
+               WHERE queue = %(queue)s AND deadline IS NOT NULL AND deadline <= t.now)
+    OR EXISTS (SELECT 1 FROM sqlq_tasks, t
+               WHERE queue = %(queue)s AND run_at IS NOT NULL AND run_at <= t.now)
 
 -- name: insert_task
 -- Add a task, AVAILABLE at the back of the line or WAITING until run_at, taking
