@@ -3,9 +3,10 @@
 ``SQLQ_TEST_POSTGRES_URL`` set: the suite uses that server (a plain ``postgresql://`` URL
 gets the psycopg 3 driver) and starts nothing.  Otherwise ``server()`` makes a throwaway
 cluster: ``initdb`` in a fresh temporary folder, then ``postgres`` itself as a child of
-this process, listening only on a unix socket in that folder, with ``fsync`` off (the
-folder outlives no test run).  It yields once the server accepts connections, and at the
-end shuts it down (fast mode) and removes the folder.
+this process, listening only on a unix socket in that folder, with ``settings`` (by
+default ``fsync`` off: the folder outlives no test run; the bench asks for real
+flushes).  It yields once the server accepts connections, and at the end shuts it down
+(fast mode) and removes the folder.
 
 ``postgres`` runs as a child rather than daemonised by ``pg_ctl start`` so that it dies
 with the test run: its parent-death signal is SIGQUIT (PostgreSQL's immediate shutdown),
@@ -31,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -44,13 +45,14 @@ URL_VARIABLE = "SQLQ_TEST_POSTGRES_URL"
 BINARIES = ("initdb", "postgres")
 DEBIAN_BINARIES = Path("/usr/lib/postgresql")
 STARTUP_SECONDS = 60.0
-SETTINGS = ("-c", "listen_addresses=", "-c", "fsync=off")  # unix socket only; no flushes
+TEST_SETTINGS = {"fsync": "off"}  # no flushes
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 @contextmanager
-def server() -> Iterator[str]:
-    """The user's server (``SQLQ_TEST_POSTGRES_URL``), else a throwaway cluster."""
+def server(settings: Mapping[str, str] = TEST_SETTINGS) -> Iterator[str]:
+    """The user's server (``SQLQ_TEST_POSTGRES_URL``), else a throwaway cluster started
+    with ``settings`` (``postgres -c name=value``)."""
     url = os.environ.get(URL_VARIABLE)
     if url:
         yield psycopg_url(url)
@@ -58,7 +60,7 @@ def server() -> Iterator[str]:
     binaries = binary_folder()
     need(binaries, f"needs PostgreSQL's initdb and postgres, or {URL_VARIABLE}")
     assert binaries is not None
-    with throwaway_cluster(binaries) as url:
+    with throwaway_cluster(binaries, settings) as url:
         yield url
 
 
@@ -87,7 +89,7 @@ def binary_folder() -> Path | None:
 
 
 @contextmanager
-def throwaway_cluster(binaries: Path) -> Iterator[str]:
+def throwaway_cluster(binaries: Path, settings: Mapping[str, str]) -> Iterator[str]:
     base = Path(tempfile.mkdtemp(prefix="sqlq-pg-"))
     try:
         as_owner = server_owner()
@@ -103,7 +105,7 @@ def throwaway_cluster(binaries: Path) -> Iterator[str]:
         )
         with (base / "server.log").open("wb") as log:
             postmaster = subprocess.Popen(
-                [str(binaries / "postgres"), "-D", data, "-k", str(base), *SETTINGS],
+                [str(binaries / "postgres"), "-D", data, "-k", str(base), *options(settings)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C of the test run is for pytest only
@@ -117,6 +119,12 @@ def throwaway_cluster(binaries: Path) -> Iterator[str]:
             stop(postmaster)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def options(settings: Mapping[str, str]) -> list[str]:
+    """``postgres`` options: a unix socket only, then ``settings``."""
+    pairs = {"listen_addresses": "", **settings}
+    return [f"-c{name}={value}" for name, value in pairs.items()]
 
 
 def server_owner() -> dict[str, Any]:
