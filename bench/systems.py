@@ -641,10 +641,10 @@ class ReferencePostgres(_OnPostgres):
     semantics = (
         "written in `bench/pg_reference.py`: psycopg, one statement per call in autocommit "
         "(one round trip), each starting with a CTE that expires due leases (partial index "
-        "on the deadline); claim = `UPDATE ... WHERE id IN (SELECT ... ORDER BY seq LIMIT n "
-        "FOR UPDATE SKIP LOCKED) RETURNING`; complete = `UPDATE` by task id and lease token "
-        "with `deadline > now`; batches: the same statements over arrays (`unnest`); runner "
-        "loop: complete and claim in one statement."
+        "on the deadline); claim = `UPDATE ... WHERE id = ANY (ARRAY (SELECT ... ORDER BY "
+        "seq LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING`; complete = `UPDATE` by task id "
+        "and lease token with `deadline > now`; batches: the same statements over arrays "
+        "(`unnest`); runner loop: complete and claim in one statement."
     )
     can_add_many = True
     can_claim_many = True
