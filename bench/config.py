@@ -29,11 +29,15 @@ class Config:
     mixed_sqlite_repeats: int
     idle_seconds: float  # idle window per repeat
     latency_adds: int  # adds per repeat for the pick-up latency
+    pg_workers: tuple[int, ...]  # worker-process counts on PostgreSQL
+    pg_syncs: tuple[str, ...]  # durability settings measured on PostgreSQL
+    pg_growth_sizes: tuple[int, ...]  # finished rows already in the table, on PostgreSQL
     batch: int = 1000
     syncs: tuple[str, ...] = ("full", "normal")
     systems: tuple[str, ...] = ()
     workloads: tuple[str, ...] = WORKLOADS
     workdir: str = ""  # where the queue files of the runs live (a temporary folder)
+    postgres_url: str = ""  # the run's PostgreSQL server (bench/postgres.py)
 
     @classmethod
     def for_mode(cls, mode: str, tasks: int | None = None) -> Config:
@@ -53,6 +57,9 @@ class Config:
                 mixed_sqlite_repeats=3,
                 idle_seconds=3.0,
                 latency_adds=50,
+                pg_workers=(1, 2, 4, 8, 16),
+                pg_syncs=("full", "normal"),
+                pg_growth_sizes=(1_000, 100_000, 1_000_000),
             )
         if mode == "quick":
             return cls(
@@ -70,6 +77,9 @@ class Config:
                 mixed_sqlite_repeats=1,
                 idle_seconds=1.5,
                 latency_adds=30,
+                pg_workers=(1, 4),
+                pg_syncs=("normal",),  # the queue's own work: no wait for the disk
+                pg_growth_sizes=(1_000, 10_000),
             )
         if mode == "smoke":
             return cls(
@@ -87,6 +97,9 @@ class Config:
                 mixed_sqlite_repeats=1,
                 idle_seconds=0.5,
                 latency_adds=5,
+                pg_workers=(1, 2),
+                pg_syncs=("full", "normal"),
+                pg_growth_sizes=(1_000,),
             )
         raise ValueError(mode)
 

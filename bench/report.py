@@ -6,6 +6,7 @@ import math
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from . import systems
 from .config import Record, Results
@@ -34,12 +35,15 @@ def ratio_text(x: float | None) -> str:
 
 
 def ratio_to_ref(results: Results, record: Record, *, cost: bool = False) -> float | None:
-    """The figure over the reference's in the same workload, case and durability.
+    """The figure over its reference's (the raw queue of the same storage: SQLite's or
+    PostgreSQL's) in the same workload, case and durability.
 
     For costs (lower is better) it is the reference's over the figure, so that
     above 1 always means faster than the reference.
     """
-    ref = results.one(record.workload, "reference", record.sync, record.case)
+    cls = systems.ALL.get(record.system)
+    reference = cls.reference if cls is not None else "reference"
+    ref = results.one(record.workload, reference, record.sync, record.case)
     if ref is None or not ref.values or not record.values:
         return None
     return ref.median / record.median if cost else record.median / ref.median
@@ -81,7 +85,7 @@ def plots(results: Results, out: Path) -> list[str]:
             ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
             ax.set_xlabel("worker processes")
             ax.set_ylabel("tasks completed per second (all workers)")
-            ax.set_title(f"One file, synchronous={SYNC_NAMES[sync]}")
+            ax.set_title(f"One queue, synchronous={SYNC_NAMES[sync]}")
             ax.set_ylim(bottom=0)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
@@ -163,6 +167,27 @@ def _throughput_section(results: Results, workload: str, cases: list[str]) -> li
     return _table(header, rows)
 
 
+def _postgres_section(shown: dict[str, str] | None, cfg: dict[str, Any]) -> list[str]:
+    """The server of the PostgreSQL rows: its version and the settings that matter."""
+    if not shown:
+        return []
+    lines = ["", "## PostgreSQL server", ""]
+    lines += _table(["setting (SHOW)", "value"], [[k, f"`{v}`"] for k, v in shown.items()])
+    where = cfg.get("postgres_url") or "?"
+    lines += [
+        "",
+        f"Server: `{where}`. Unless `SQLQ_BENCH_POSTGRES_URL` names a server of the user's, "
+        "the bench starts a throwaway cluster on this machine (tests/postgres.py's "
+        "`server()`: `initdb`, then `postgres` on a unix socket only) with `fsync` on, and "
+        "every setting above at its default but `listen_addresses`. `synchronous_commit` is "
+        "set by each system on its own connections: FULL rows run with it `on` (each commit "
+        "waits for the WAL flush), NORMAL rows with it `off`; the value above is the "
+        "server's default. Every measurement gets a fresh schema, dropped after it. "
+        "The client and the server share the machine's cores.",
+    ]
+    return lines
+
+
 def write(results: Results, out: Path) -> Path:
     cfg = results.config
     m = results.machine
@@ -177,7 +202,10 @@ def write(results: Results, out: Path) -> Path:
         "",
         "Every figure is the median of its runs. **x ref** divides it by the raw-SQLite "
         "reference queue (`bench/reference.py`) measured in the same run with the same "
-        "durability setting; above 1 is faster than the reference. A timed loop stops after "
+        "durability setting, or for the PostgreSQL rows by the raw PostgreSQL reference "
+        "(`bench/pg_reference.py`) on the same server with the same `synchronous_commit` "
+        "(FULL: on, NORMAL: off); above 1 is faster than the reference. "
+        "A timed loop stops after "
         f"N tasks or {cfg.get('budget')} s, whichever comes first; *tasks per run* says how "
         "many tasks are behind a figure. The runs of a workload are interleaved (run 1 of "
         "every system and setting, then run 2, ...), so that load from elsewhere on the "
@@ -206,6 +234,7 @@ def write(results: Results, out: Path) -> Path:
             ["date", started],
         ],
     )
+    lines += _postgres_section(m.get("postgresql"), cfg)
     lines += ["", "## Targets", ""]
     tgts = targets(results)
     lines += _table(
@@ -354,7 +383,10 @@ def write(results: Results, out: Path) -> Path:
             "waiters poll with sleeps (SQLite's busy handler) and can lose to a writer that "
             "never pauses. Tasks per drain are set so that one worker takes about "
             f"{cfg.get('proc_budget')} s (from the one-process figure; at most N), the same for "
-            "every worker count of a system.",
+            "every worker count of a system. On PostgreSQL the workers share one queue in one "
+            "schema of the server and claim concurrently (`FOR UPDATE SKIP LOCKED`); sqlq's "
+            "workers run `sqlq.Worker` there too, the reference and procrastinate a reserve, "
+            "complete loop; the server's backends share the machine's cores with the workers.",
         ]
 
     grow = results.find("growth")
@@ -387,7 +419,12 @@ def write(results: Results, out: Path) -> Path:
             f"table, written straight into it in one transaction. {cfg.get('growth_ops'):,} "
             "tasks are added (not timed) and then reserved and completed one by one, at most "
             f"{cfg.get('budget')} s. *x ref* is the reference's cost over the system's (above 1: "
-            "cheaper than the reference).",
+            "cheaper than the reference). On PostgreSQL (synchronous_commit off) the finished "
+            "rows are written with one `INSERT ... SELECT FROM generate_series` into the "
+            "system's own table, which is then vacuumed and analyzed (as autovacuum would), "
+            "at the sizes "
+            + ", ".join(f"{size:,}" for size in cfg.get("pg_growth_sizes", ()))
+            + " (a 10^6 row only where the table says so).",
         ]
         if "cost_vs_table_size.png" in png:
             lines += ["", "![cost per task against table size](cost_vs_table_size.png)"]
@@ -449,7 +486,7 @@ def write(results: Results, out: Path) -> Path:
 
     lines += ["", "## Systems compared", ""]
     lines += _table(
-        ["system", "SQLite", "how it maps onto reserve / complete"],
+        ["system", "storage", "how it maps onto reserve / complete"],
         [
             [cls.label, cls.library, cls.semantics]
             for key, cls in systems.ALL.items()

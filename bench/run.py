@@ -14,6 +14,7 @@ Progress goes to stderr; the targets (met / not met) are printed at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import os
@@ -28,7 +29,7 @@ from typing import Any
 
 from sqlq.sqlite.driver import describe
 
-from . import report, systems
+from . import postgres, report, systems
 from .config import WORKLOADS, Config, Results, log
 from .workloads import RUNNERS
 
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         cfg.workloads = tuple(w for w in WORKLOADS if w in args.only.split(","))
     cfg.syncs = tuple(s for s in ("full", "normal") if s in args.sync.split(","))
+    cfg.pg_syncs = tuple(s for s in cfg.pg_syncs if s in cfg.syncs)
     wanted = args.systems.split(",") if args.systems else list(systems.ALL)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -156,10 +158,18 @@ def main(argv: list[str] | None = None) -> int:
             log(f"skipping {key}: {why}")
     cfg.systems = tuple(k for k in systems.ALL if k in wanted)
     failed: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="sqlq-bench-", dir=args.workdir) as workdir:
+    with contextlib.ExitStack() as stack:
+        workdir = stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="sqlq-bench-", dir=args.workdir)
+        )
         cfg.workdir = workdir
         results.machine = machine(workdir)
+        if any(systems.get(k).on_postgres for k in cfg.systems if k not in results.skipped):
+            cfg.postgres_url = stack.enter_context(postgres.server())
+            results.machine["postgresql"] = postgres.settings(cfg.postgres_url)
+            log(f"PostgreSQL {results.machine['postgresql']['server_version']} is up")
         results.config = dataclasses.asdict(cfg)
+        results.config["postgres_url"] = postgres.shown_url(cfg.postgres_url)
         results.config["command"] = (
             "python -m bench"
             + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()

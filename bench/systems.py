@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import psycopg
+
 import sqlq
 from sqlq.errors import Busy
 from sqlq.sqlite.driver import dbapi, describe
 
-from . import reference
+from . import pg_reference, postgres, reference
 
 Claimed = tuple[str, Any]
 
@@ -61,6 +63,10 @@ class System:
     label: ClassVar[str]
     semantics: ClassVar[str]
     library: ClassVar[str]
+    #: The raw queue of the same storage that x-ref figures divide by.
+    reference: ClassVar[str] = "reference"
+    #: Its location is a schema on the run's PostgreSQL server, not a file.
+    on_postgres: ClassVar[bool] = False
     can_add_many: ClassVar[bool] = False
     can_claim_many: ClassVar[bool] = False
     can_complete_many: ClassVar[bool] = False
@@ -576,10 +582,243 @@ class Huey(System):
         raise NotApplicable("huey deletes a task when it is dequeued: no finished rows pile up")
 
 
+# --- PostgreSQL -------------------------------------------------------------------
+#
+# A location is the URL of a fresh schema on the run's server (bench/postgres.py);
+# synchronous "full" / "normal" is synchronous_commit on / off.
+
+
+class _OnPostgres(System):
+    reference = "pg-reference"
+    on_postgres = True
+    library = "PostgreSQL (see the server's settings)"
+
+    @classmethod
+    def missing(cls) -> str | None:
+        return postgres.missing()
+
+
+class SqlqPostgres(_OnPostgres, Sqlq):
+    key = "sqlq-pg"
+    label = "sqlq (PostgreSQL)"
+    semantics = (
+        "`sqlq.Queue(postgresql_url, synchronous=...)`, default (non-strict) mode: the "
+        "same calls as sqlq's SQLite row (single calls, batches, the runner loop, "
+        "`sqlq.Worker` drains); FULL/NORMAL = `synchronous_commit` on/off."
+    )
+
+    @classmethod
+    def fill_completed(cls, path: str, n: int) -> None:
+        """n COMPLETED tasks written straight into sqlq's table, in one statement.
+
+        The columns are those sqlq writes (sqlq/postgresql/migrations/0001, queries.sql
+        insert_task and complete_task); its counter is moved past the seqs and lease
+        ids used, as sqlq would have.
+        """
+        sqlq.Queue(path, lease_seconds=LEASE_SECONDS, max_attempts=MAX_ATTEMPTS).close()
+        at = time.time() - 3600
+        with pg_connect(path) as conn:
+            conn.execute(
+                "INSERT INTO sqlq_tasks (queue, task_id, state, seq, attempts, max_attempts, "
+                "lease_id, created_at, updated_at, finished_at) "
+                "SELECT 'default', 'old-' || i, 'COMPLETED', 2 * i - 1, 1, %(max)s, 2 * i, "
+                "%(at)s, %(at)s, %(at)s FROM generate_series(1, %(n)s) AS i",
+                {"max": MAX_ATTEMPTS, "at": at, "n": n},
+            )
+            conn.execute("SELECT setval('sqlq_counter', %s)", (2 * n,))
+            conn.execute("VACUUM ANALYZE sqlq_tasks")
+
+
+def pg_connect(url: str, synchronous: str = "normal") -> psycopg.Connection[Any]:
+    """An autocommit connection to a location's schema."""
+    commit = "on" if synchronous == "full" else "off"
+    return psycopg.connect(postgres.conninfo(url, synchronous_commit=commit), autocommit=True)
+
+
+class ReferencePostgres(_OnPostgres):
+    key = "pg-reference"
+    label = "raw PostgreSQL SKIP LOCKED (reference)"
+    semantics = (
+        "written in `bench/pg_reference.py`: psycopg, one statement per call in autocommit "
+        "(one round trip), each starting with a CTE that expires due leases (partial index "
+        "on the deadline); claim = `UPDATE ... WHERE id = ANY (ARRAY (SELECT ... ORDER BY "
+        "seq LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING`; complete = `UPDATE` by task id "
+        "and lease token with `deadline > now`; batches: the same statements over arrays "
+        "(`unnest`); runner loop: complete and claim in one statement."
+    )
+    can_add_many = True
+    can_claim_many = True
+    can_complete_many = True
+    can_complete_and_claim = True
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        super().__init__(path, synchronous)
+        self.queue = pg_reference.RawPostgresQueue(
+            postgres.conninfo(path),
+            lease_seconds=LEASE_SECONDS,
+            max_attempts=MAX_ATTEMPTS,
+            synchronous=synchronous,
+        )
+
+    def add(self, task_id: str) -> None:
+        self.queue.add(task_id)
+
+    def add_many(self, task_ids: Sequence[str]) -> None:
+        self.queue.add_many(task_ids)
+
+    def reserve(self) -> Claimed | None:
+        return self.queue.claim()
+
+    def complete(self, claimed: Claimed) -> bool:
+        return self.queue.complete(claimed[0], claimed[1])
+
+    def claim_many(self, n: int) -> list[Claimed]:
+        return list(self.queue.claim_many(n))
+
+    def complete_many(self, claimed: list[Claimed]) -> int:
+        return self.queue.complete_many(claimed)
+
+    def complete_and_claim(self, claimed: Claimed) -> tuple[bool, Claimed | None]:
+        return self.queue.complete_and_claim(claimed[0], claimed[1])
+
+    def completed_count(self) -> int | None:
+        return self.queue.completed_count()
+
+    def close(self) -> None:
+        self.queue.close()
+
+    @classmethod
+    def fill(cls, path: str, task_ids: Sequence[str]) -> None:
+        system = cls(path, "normal")
+        try:
+            system.add_many(task_ids)
+        finally:
+            system.close()
+
+    @classmethod
+    def fill_completed(cls, path: str, n: int) -> None:
+        pg_reference.fill_completed(postgres.conninfo(path), n)
+
+
+class Procrastinate(_OnPostgres):
+    key = "procrastinate"
+    label = "procrastinate (PostgreSQL)"
+    semantics = (
+        "procrastinate's storage calls, as its worker makes them, without asyncio: add = "
+        "`JobManager.defer_job` (sync), batches = `JobManager.batch_defer_jobs`; reserve = "
+        "its job manager's `fetch_job` query (`procrastinate_fetch_job_v2`: "
+        "`FOR UPDATE SKIP LOCKED`), complete = its `finish_job` query "
+        "(`procrastinate_finish_job_v1`, status succeeded, the row kept), both through its "
+        "`SyncPsycopgConnector` (a psycopg pool of one connection, one transaction per "
+        "call). Its schema is applied in the location's schema. No lease: a job stays "
+        "'doing' until a stalled-job sweep retries it; no fencing token; finished jobs keep "
+        "their row. No batch claim, no complete-and-claim."
+    )
+    can_add_many = True
+
+    @classmethod
+    def missing(cls) -> str | None:
+        try:
+            import procrastinate  # noqa: F401
+        except ImportError:
+            return "procrastinate is not installed (pip install -e '.[bench]')"
+        return super().missing()
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        super().__init__(path, synchronous)
+        from procrastinate import SyncPsycopgConnector, jobs, schema, sql
+        from procrastinate.manager import JobManager
+
+        commit = "on" if synchronous == "full" else "off"
+        self.connector = SyncPsycopgConnector(
+            conninfo=postgres.conninfo(path, synchronous_commit=commit), min_size=1, max_size=1
+        )
+        self.connector.open()
+        self.queries = sql.queries
+        self.manager = JobManager(self.connector)
+        self._job = jobs.Job
+        if self.connector.execute_query_one(
+            "SELECT to_regclass('procrastinate_jobs') IS NULL AS missing"
+        )["missing"]:
+            schema.SchemaManager(self.connector).apply_schema()
+        row = self.connector.execute_query_one(self.queries["register_worker"])
+        self.worker_id = row["worker_id"]
+
+    def _jobs(self, task_ids: Sequence[str]) -> list[Any]:
+        return [
+            self._job(
+                queue="default",
+                lock=None,
+                queueing_lock=None,
+                task_name="bench",
+                task_kwargs={"task_id": task_id},
+            )
+            for task_id in task_ids
+        ]
+
+    def add(self, task_id: str) -> None:
+        self.manager.defer_job(self._jobs([task_id])[0])
+
+    def add_many(self, task_ids: Sequence[str]) -> None:
+        self.manager.batch_defer_jobs(self._jobs(task_ids))
+
+    def reserve(self) -> Claimed | None:
+        row = self.connector.execute_query_one(
+            self.queries["fetch_job"], queues=None, worker_id=self.worker_id
+        )
+        return None if row["id"] is None else (row["args"]["task_id"], row["id"])
+
+    def complete(self, claimed: Claimed) -> bool:
+        self.connector.execute_query(
+            self.queries["finish_job"], job_id=claimed[1], status="succeeded", delete_job=False
+        )
+        return True  # it raises when the job is not 'doing' (or 'todo')
+
+    def completed_count(self) -> int | None:
+        row = self.connector.execute_query_one(
+            "SELECT count(*) AS n FROM procrastinate_jobs WHERE status = 'succeeded'"
+        )
+        return int(row["n"])
+
+    def close(self) -> None:
+        self.connector.close()
+
+    @classmethod
+    def fill(cls, path: str, task_ids: Sequence[str]) -> None:
+        system = cls(path, "normal")
+        try:
+            for i in range(0, len(task_ids), SQLQ_MAX_BATCH):
+                system.add_many(task_ids[i : i + SQLQ_MAX_BATCH])
+        finally:
+            system.close()
+
+    @classmethod
+    def fill_completed(cls, path: str, n: int) -> None:
+        cls(path, "normal").close()  # its schema
+        with pg_connect(path) as conn:
+            conn.execute(
+                "INSERT INTO procrastinate_jobs (queue_name, task_name, args, status, attempts) "
+                "SELECT 'default', 'bench', jsonb_build_object('task_id', 'old-' || i), "
+                "'succeeded', 1 FROM generate_series(1, %s) AS i",
+                (n,),
+            )
+            conn.execute("VACUUM ANALYZE procrastinate_jobs")
+
+
 ALL: dict[str, type[System]] = {
-    cls.key: cls for cls in (Sqlq, Reference, PersistQueue, LiteQueue, Huey)
+    cls.key: cls
+    for cls in (
+        Sqlq,
+        Reference,
+        PersistQueue,
+        LiteQueue,
+        Huey,
+        SqlqPostgres,
+        ReferencePostgres,
+        Procrastinate,
+    )
 }
-PEERS = ("persist-queue", "litequeue", "huey")
+PEERS = ("persist-queue", "litequeue", "huey", "procrastinate")
 
 
 def get(key: str) -> type[System]:

@@ -1,4 +1,5 @@
-"""Issue 10's targets, judged from a run's records: met, NOT MET, or not measured.
+"""Issue 10's targets (SQLite) and issue 12's (PostgreSQL), judged from a run's records:
+met, NOT MET, or not measured.
 
 Each target compares figures of the same run (ratios, never absolute times from
 another day), except the instruction counts, which come from the latest
@@ -20,8 +21,9 @@ from .config import Record, Results
 SYNC_NAMES = {"full": "FULL", "normal": "NORMAL"}
 #: Where ``python -m bench.instructions`` leaves its counts for the report.
 INSTRUCTIONS = Path(__file__).with_name("instructions.json")
-#: Seconds ``python -m bench --quick`` may take.
-QUICK_SECONDS = 60.0
+#: Seconds ``python -m bench --quick`` may take (60 for SQLite alone; its PostgreSQL rows add
+#: a server start and a reduced set of rows).
+QUICK_SECONDS = 90.0
 
 
 @dataclass
@@ -94,6 +96,7 @@ def targets(results: Results, instructions: Path = INSTRUCTIONS) -> list[Target]
     mem = results.one("mixed", "sqlq", "-", "memory")
     j.at_least("in memory: bench/seed_calls.py's mixed calls", mem, 1_000_000, "calls/s")
     _quick(j)
+    _postgres(j)
     return j.out
 
 
@@ -216,16 +219,16 @@ def _instructions(j: _Judge, path: Path) -> None:
         )
 
 
-def _growth(j: _Judge) -> None:
-    grow = sorted(j.results.find("growth", "sqlq"), key=lambda r: int(r.case))
+def _growth(j: _Judge, system: str = "sqlq", title: str = "growth") -> None:
+    grow = sorted(j.results.find("growth", system), key=lambda r: int(r.case))
     if len(grow) < 2 or int(grow[-1].case) <= int(grow[0].case):
-        j.add("growth: cost per task at 10^6 rows vs 10^3", "<= 1.3x", None, None)
+        j.add(f"{title}: cost per task at 10^6 rows vs 10^3", "<= 1.3x", None, None)
         return
     big, small = grow[-1], grow[0]
     r = big.median / small.median
     note = "" if int(big.case) >= 1_000_000 else " (10^6 not run: largest size measured)"
     j.add(
-        f"growth: cost per task at {int(big.case):,} rows vs {int(small.case):,}{note}",
+        f"{title}: cost per task at {int(big.case):,} rows vs {int(small.case):,}{note}",
         "<= 1.3x",
         f"{big.median:.0f} us vs {small.median:.0f} us = {r:.2f}x",
         r <= 1.3,
@@ -258,4 +261,69 @@ def _quick(j: _Judge) -> None:
         f"<= {QUICK_SECONDS:.0f} s",
         f"{took:.0f} s",
         took <= QUICK_SECONDS,
+    )
+
+
+# --- PostgreSQL (issue 12) --------------------------------------------------------------
+
+PG, PG_REF, PEER = "sqlq-pg", "pg-reference", "procrastinate"
+
+
+def _postgres(j: _Judge) -> None:
+    for sync in ("full", "normal"):
+        s = SYNC_NAMES[sync]
+        for workload, case, what in (
+            ("enqueue", "single", "add"),
+            ("reserve", "single", "reserve + complete"),
+            ("reserve", "runner", "complete_and_claim"),
+        ):
+            ours = j.results.one(workload, PG, sync, case)
+            ref = j.results.one(workload, PG_REF, sync, case)
+            j.ratio(f"PostgreSQL single calls: {what}, {s}", ours, ref, 0.8, "the raw reference")
+        j.ratio(
+            f"PostgreSQL drains: 4 processes vs 1, {s}",
+            j.drain(PG, sync, 4),
+            j.drain(PG, sync, 1),
+            1.8,
+            "one process",
+        )
+    runs = j.results.find("processes", PG)
+    keys = ("duplicates", "double_completed", "lost")
+    name = "PostgreSQL drains: duplicates, losses"
+    if not runs:
+        j.add(name, "all 0", None, None)
+    else:
+        bad = {k: sum(r.extra[k] for r in runs) for k in keys}
+        j.add(
+            name,
+            "all 0",
+            ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in bad.items())
+            + f" (over {sum(len(r.values) for r in runs)} drains)",
+            not any(bad.values()),
+        )
+    _growth(j, PG, "PostgreSQL growth")
+    for workload in ("enqueue", "reserve", "processes", "growth"):
+        _versus_peer(j, workload)
+
+
+def _versus_peer(j: _Judge, workload: str) -> None:
+    """sqlq on PostgreSQL against procrastinate in every row both measured."""
+    name = f"PostgreSQL {workload}: faster than procrastinate per task, every row"
+    pairs = []
+    for theirs in j.results.find(workload, PEER):
+        ours = j.results.one(workload, PG, theirs.sync, theirs.case)
+        if ours is not None and ours.values and theirs.values:
+            better = (
+                theirs.median / ours.median if ours.unit == "us" else ours.median / theirs.median
+            )
+            pairs.append((better, f"{SYNC_NAMES.get(theirs.sync, theirs.sync)} {theirs.case}"))
+    if not pairs:
+        j.add(name, "> 1x procrastinate", None, None)
+        return
+    worst = min(pairs)
+    j.add(
+        name,
+        "> 1x procrastinate",
+        f"{len(pairs)} rows, least {worst[0]:.2f}x ({worst[1]})",
+        worst[0] > 1,
     )

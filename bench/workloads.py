@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import sqlq
 from sqlq.sqlite.driver import dbapi
 
-from . import procs, systems
+from . import postgres, procs, systems
 from .config import Config, Results, log
 from .seed_calls import make_calls
 from .seed_calls import run as run_calls
@@ -30,11 +30,18 @@ _counter = itertools.count()
 
 
 def fresh(cfg: Config, key: str, name: str) -> str:
-    """A new path in the work folder for one run of one system."""
-    return systems.db_path(cfg.workdir, key, f"{name}-{next(_counter)}")
+    """A new location for one run of one system: a path in the work folder, or the
+    URL of a new schema on the run's PostgreSQL server."""
+    unique = f"{name}-{next(_counter)}"
+    if key in systems.ALL and systems.ALL[key].on_postgres:
+        return postgres.new_schema(cfg.postgres_url, f"{key}-{unique}")
+    return systems.db_path(cfg.workdir, key, unique)
 
 
 def cleanup(path: str) -> None:
+    if postgres.is_location(path):
+        postgres.drop(path)
+        return
     if os.path.isdir(path):
         shutil.rmtree(path, ignore_errors=True)
     for suffix in ("", "-wal", "-shm", ".migrate-lock"):
@@ -50,10 +57,15 @@ def fmt_rate(x: float) -> str:
     return f"{x:,.0f}/s"
 
 
-def available(cfg: Config, results: Results) -> Iterator[type[systems.System]]:
+def available(
+    cfg: Config, results: Results, sync: str | None = None
+) -> Iterator[type[systems.System]]:
+    """The systems measured (with durability ``sync``, when given)."""
     for key in cfg.systems:
-        if key not in results.skipped:
-            yield systems.get(key)
+        cls = systems.get(key)
+        if key in results.skipped or (cls.on_postgres and sync not in (None, *cfg.pg_syncs)):
+            continue
+        yield cls
 
 
 # --- 0. the floor -------------------------------------------------------------------
@@ -146,7 +158,7 @@ def _run_jobs(
 def enqueue(cfg: Config, results: Results) -> None:
     jobs = []
     for sync in cfg.syncs:
-        for cls in available(cfg, results):
+        for cls in available(cfg, results, sync):
             jobs.append(Job(cls, sync, "single", functools.partial(_add_once, cfg, cls, sync)))
             if cls.can_add_many:
                 once = functools.partial(_add_many_once, cfg, cls, sync)
@@ -205,11 +217,11 @@ def reserve(cfg: Config, results: Results) -> None:
         return Job(cls, sync, case, functools.partial(_reserve_once, cfg, cls, sync, case, loop))
 
     for sync in cfg.syncs:
-        for cls in available(cfg, results):
+        for cls in available(cfg, results, sync):
             jobs.append(job(cls, sync, "single", _single_loop))
             if cls.can_claim_many:
                 jobs.append(job(cls, sync, "batch", _batch_loop(cfg.batch, True)))
-            if cls.can_claim_many and cls.can_complete_many:
+            if cls.can_claim_many and cls.can_complete_many and not cls.on_postgres:
                 loop = _batch_loop(cfg.batch, False)
                 jobs.append(job(cls, sync, "batch, single completes", loop))
             if cls.can_complete_and_claim:
@@ -297,15 +309,15 @@ def processes(cfg: Config, results: Results) -> None:
     plan = [
         (cls, sync, _tasks_per_drain(cfg, results, cls.key, sync))
         for sync in cfg.syncs
-        for cls in available(cfg, results)
+        for cls in available(cfg, results, sync)
     ]
     drains: dict[tuple[str, str, int], list[procs.Drain]] = {}
     broken: set[str] = set()
-    pool = procs.Pool(max(cfg.workers))
+    pool = procs.Pool(max(k for cls, _, _ in plan for k in _workers(cfg, cls)))
     try:
         for rep in range(cfg.repeats):
             for cls, sync, n in plan:
-                for k in cfg.workers:
+                for k in _workers(cfg, cls):
                     if cls.key in broken:
                         continue
                     drain = _drain_once(cfg, results, pool, cls, sync, k, n, rep)
@@ -316,9 +328,13 @@ def processes(cfg: Config, results: Results) -> None:
     finally:
         pool.close()
     for cls, sync, n in plan:
-        for k in cfg.workers:
+        for k in _workers(cfg, cls):
             if (cls.key, sync, k) in drains:
                 _record_drains(results, cls.key, sync, k, n, drains[(cls.key, sync, k)])
+
+
+def _workers(cfg: Config, cls: type[systems.System]) -> tuple[int, ...]:
+    return cfg.pg_workers if cls.on_postgres else cfg.workers
 
 
 def _tasks_per_drain(cfg: Config, results: Results, key: str, sync: str) -> int:
@@ -404,7 +420,7 @@ def growth(cfg: Config, results: Results) -> None:
     """Cost per reserve+complete with many finished rows already in the table (NORMAL)."""
     sync = "normal"
     for cls in available(cfg, results):
-        for size in cfg.growth_sizes:
+        for size in cfg.pg_growth_sizes if cls.on_postgres else cfg.growth_sizes:
             path = fresh(cfg, cls.key, f"growth{size}")
             start = time.perf_counter()
             try:

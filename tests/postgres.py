@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,13 +50,14 @@ URL_VARIABLE = "SQLQ_TEST_POSTGRES_URL"
 BINARIES = ("initdb", "postgres")
 DEBIAN_BINARIES = Path("/usr/lib/postgresql")
 STARTUP_SECONDS = 60.0
-SETTINGS = ("-c", "listen_addresses=", "-c", "fsync=off")  # unix socket only; no flushes
+TEST_SETTINGS = {"fsync": "off"}  # no flushes
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 @contextmanager
-def server() -> Iterator[str]:
-    """The user's server (``SQLQ_TEST_POSTGRES_URL``), else a throwaway cluster."""
+def server(settings: Mapping[str, str] = TEST_SETTINGS) -> Iterator[str]:
+    """The user's server (``SQLQ_TEST_POSTGRES_URL``), else a throwaway cluster started
+    with ``settings`` (``postgres -c name=value``)."""
     url = os.environ.get(URL_VARIABLE)
     if url:
         yield psycopg_url(url)
@@ -64,7 +65,7 @@ def server() -> Iterator[str]:
     binaries = binary_folder()
     need(binaries, f"needs PostgreSQL's initdb and postgres, or {URL_VARIABLE}")
     assert binaries is not None
-    with throwaway_cluster(binaries) as cluster:
+    with throwaway_cluster(binaries, settings) as cluster:
         yield cluster.url
 
 
@@ -93,7 +94,9 @@ def binary_folder() -> Path | None:
 
 
 @contextmanager
-def throwaway_cluster(binaries: Path) -> Iterator[Cluster]:
+def throwaway_cluster(
+    binaries: Path, settings: Mapping[str, str] = TEST_SETTINGS
+) -> Iterator[Cluster]:
     """A new cluster, running until the block ends; then stopped and its folder removed."""
     base = Path(tempfile.mkdtemp(prefix="sqlq-pg-"))
     try:
@@ -108,7 +111,7 @@ def throwaway_cluster(binaries: Path) -> Iterator[Cluster]:
             capture_output=True,
             **as_owner,
         )
-        cluster = Cluster(binaries, base, as_owner)
+        cluster = Cluster(binaries, base, as_owner, settings)
         try:
             cluster.start()
             yield cluster
@@ -136,8 +139,15 @@ def restartable() -> Iterator[Cluster]:
 class Cluster:
     """A throwaway cluster in ``base``: its data folder, its socket and its log."""
 
-    def __init__(self, binaries: Path, base: Path, as_owner: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        binaries: Path,
+        base: Path,
+        as_owner: dict[str, Any],
+        settings: Mapping[str, str] = TEST_SETTINGS,
+    ) -> None:
         self.binaries = binaries
+        self.settings = settings
         self.base = base
         self.as_owner = as_owner
         self.url = f"postgresql+psycopg://postgres@/postgres?host={base}"
@@ -148,7 +158,7 @@ class Cluster:
         command = [str(self.binaries / "postgres"), "-D", str(self.base / "data")]
         with (self.base / "server.log").open("ab") as log:
             self.postmaster = subprocess.Popen(
-                [*command, "-k", str(self.base), *SETTINGS],
+                [*command, "-k", str(self.base), *options(self.settings)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C of the test run is for pytest only
@@ -176,6 +186,12 @@ class Cluster:
         except subprocess.TimeoutExpired:
             self.postmaster.send_signal(signal.SIGQUIT)
             self.postmaster.wait()
+
+
+def options(settings: Mapping[str, str]) -> list[str]:
+    """``postgres`` options: a unix socket only, then ``settings``."""
+    pairs = {"listen_addresses": "", **settings}
+    return [f"-c{name}={value}" for name, value in pairs.items()]
 
 
 def server_owner() -> dict[str, Any]:

@@ -2,18 +2,23 @@
 
 No timing is asserted: only that ``python -m bench`` exits 0 and writes a
 RESULTS.md with every section.  Peers that are not installed are skipped by the
-suite itself, so this runs with sqlq alone.
+suite itself, so this runs with sqlq alone; the PostgreSQL rows (sqlq and the raw
+reference) need a server (tests/postgres.py: its binaries, or a URL), and run
+under CI.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import postgres
 import pytest
+from needs import need
 
 import sqlq
 
@@ -21,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SECTIONS = (
     "## Machine",
+    "## PostgreSQL server",
     "## Targets",
     "## The floor: one write transaction",
     "## 1. Enqueue",
@@ -35,6 +41,10 @@ SECTIONS = (
 
 @pytest.mark.processes
 def test_bench_smoke_run_writes_every_section(tmp_path: Path) -> None:
+    need(
+        postgres.binary_folder() or os.environ.get(postgres.URL_VARIABLE),
+        f"the PostgreSQL rows need PostgreSQL's initdb and postgres, or {postgres.URL_VARIABLE}",
+    )
     out = tmp_path / "results"
     command = [sys.executable, "-m", "bench", "--smoke", "--tasks", "200", "--out", str(out)]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
@@ -45,6 +55,8 @@ def test_bench_smoke_run_writes_every_section(tmp_path: Path) -> None:
     for section in SECTIONS:
         assert section in text, section
     assert "raw SQLite (reference)" in text
+    assert "raw PostgreSQL SKIP LOCKED (reference)" in text
+    assert "| fsync | `on` |" in text  # the bench's server flushes, unlike the tests'
 
     data = json.loads((out / "results.json").read_text())
     workloads = {r["workload"] for r in data["records"]}
@@ -52,8 +64,12 @@ def test_bench_smoke_run_writes_every_section(tmp_path: Path) -> None:
     measured = {(r["workload"], r["system"]) for r in data["records"]}
     for workload in workloads:  # sqlq itself is measured in every workload
         assert (workload, "sqlq") in measured or workload == "floor", workload
+    for workload in ("enqueue", "reserve", "processes", "growth"):  # and on PostgreSQL
+        assert {(workload, "sqlq-pg"), (workload, "pg-reference")} <= measured, workload
+    pg_syncs = {r["sync"] for r in data["records"] if r["system"] == "sqlq-pg"}
+    assert pg_syncs == {"full", "normal"}
     for record in data["records"]:
-        if record["workload"] == "processes" and record["system"] == "sqlq":
+        if record["workload"] == "processes" and record["system"] in ("sqlq", "sqlq-pg"):
             extra = record["extra"]
             assert (extra["duplicates"], extra["lost"], extra["lock_errors"]) == (0, 0, 0)
 
@@ -135,3 +151,35 @@ def test_the_targets_judge_the_drains_by_issue_10s_rules(
     # Not measured is neither met nor missed.
     assert good["8 processes, NORMAL, vs huey's storage at 8"] is None
     assert good["instructions per call: add (NORMAL)"] is None
+
+
+def test_the_targets_judge_postgresql_by_issue_12s_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    from bench.config import Results
+
+    results = Results()
+    _drains(results, "full", {1: 1_000, 4: 1_900}, system="sqlq-pg")  # 1.9x: adds throughput
+    _drains(results, "normal", {1: 1_000, 4: 1_700}, system="sqlq-pg")  # 1.7x: too little
+    _drains(results, "full", {1: 500, 4: 1_000}, system="procrastinate")
+    _drains(results, "normal", {1: 500, 4: 1_800}, system="procrastinate")  # faster at 4
+    for system, rate in (("sqlq-pg", 850.0), ("pg-reference", 1_000.0)):  # 0.85x
+        results.add("enqueue", system, "full", "single", [rate], "tasks/s")
+    results.add("reserve", "sqlq-pg", "full", "single", [700.0], "tasks/s")  # 0.7x
+    results.add("reserve", "pg-reference", "full", "single", [1_000.0], "tasks/s")
+    for size, cost in ((1_000, 100.0), (1_000_000, 125.0)):  # 1.25x: flat
+        results.add("growth", "sqlq-pg", "normal", str(size), [cost], "us")
+        results.add("growth", "procrastinate", "normal", str(size), [2 * cost], "us")
+    verdicts = _verdicts(results, tmp_path)
+    assert verdicts["PostgreSQL single calls: add, FULL"] is True
+    assert verdicts["PostgreSQL single calls: reserve + complete, FULL"] is False
+    assert verdicts["PostgreSQL single calls: complete_and_claim, FULL"] is None
+    assert verdicts["PostgreSQL drains: 4 processes vs 1, FULL"] is True
+    assert verdicts["PostgreSQL drains: 4 processes vs 1, NORMAL"] is False
+    assert verdicts["PostgreSQL drains: duplicates, losses"] is True
+    assert verdicts["PostgreSQL growth: cost per task at 1,000,000 rows vs 1,000"] is True
+    # Costs: lower is better; drains: one row where procrastinate is faster is a miss.
+    assert verdicts["PostgreSQL growth: faster than procrastinate per task, every row"] is True
+    assert verdicts["PostgreSQL processes: faster than procrastinate per task, every row"] is False
+    assert verdicts["PostgreSQL enqueue: faster than procrastinate per task, every row"] is None
