@@ -217,9 +217,20 @@ class Backend(Protocol):
         ...
 
     def transaction(
-        self, now: Number | None, queue: str, external: Any, opened: Opened
+        self,
+        now: Number | None,
+        queue: str,
+        external: Any,
+        opened: Opened,
+        one_write: bool = False,
     ) -> AbstractContextManager[Transaction]:
         """One call on ``queue``: a write transaction at ``now`` (see the module docstring).
+
+        ``one_write``: the call makes at most one change, in one statement after
+        which nothing of the call can raise (an add, a completion, a heartbeat; it may
+        read more, before, or after a write that changed nothing).  When nothing is
+        due, a backend may then run the call's statements each as a transaction of
+        its own (PostgreSQL: no BEGIN and COMMIT round trips).
 
         ``opened(tx, now)`` runs inside it right after the clock and the due events
         were read, when something fell due (``tx.events``) or ``now`` was behind the

@@ -188,7 +188,7 @@ class Queue:
         else:
             name = check_task_name(name)
             limit, policy = self._policy(max_attempts, retry)
-        with self._call(now, conn) as tx:
+        with self._call(now, conn, one_write=True) as tx:
             waiting = _waiting(tx.now, first_run(tx.now, start))
             return tx.insert(self.queue, task_id, limit, policy, encoded, waiting, name)
 
@@ -218,7 +218,7 @@ class Queue:
         """
         task_id = check_task_id(task_id)
         token = None if token is None else check_token(token)
-        with self._call(now, conn) as tx:
+        with self._call(now, conn, one_write=True) as tx:
             if tx.complete(self.queue, task_id, token):
                 return True
             return token is not None and self._completed_by(tx, task_id, token)
@@ -280,7 +280,7 @@ class Queue:
     def status(self, task_id: str, now: Number | None = None) -> str | None:
         """The task's state after due events, or None for an unknown id."""
         task_id = check_task_id(task_id)
-        with self._call(now) as tx:
+        with self._call(now, one_write=True) as tx:
             task = tx.get(self.queue, task_id)
             return None if task is None else task.state.value
 
@@ -307,7 +307,7 @@ class Queue:
         task_id = check_task_id(task_id)
         token = check_token(token)
         length = self.lease_seconds if seconds is None else check_seconds(seconds, "seconds")
-        with self._call(now) as tx:
+        with self._call(now, one_write=True) as tx:
             deadline = time_after(tx.now, length)
             return deadline if tx.extend(self.queue, task_id, token, deadline) else None
 
@@ -340,7 +340,7 @@ class Queue:
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
         limit, policy = self._policy(max_attempts, retry)
-        with self._call(now, conn) as tx:
+        with self._call(now, conn, one_write=True) as tx:
             waiting = _waiting(tx.now, first_run(tx.now, start))
             return tx.insert_many(self.queue, batch, limit, policy, waiting)
 
@@ -409,7 +409,7 @@ class Queue:
     def info(self, task_id: str, now: Number | None = None) -> TaskInfo | None:
         """Everything stored about a task, or None."""
         task_id = check_task_id(task_id)
-        with self._call(now) as tx:
+        with self._call(now, one_write=True) as tx:
             task = tx.get(self.queue, task_id)
             return None if task is None else _info(task)
 
@@ -572,9 +572,12 @@ class Queue:
     # --- internals ------------------------------------------------------------------
 
     def _call(
-        self, now: Number | None, conn: sa.Connection | None = None
+        self, now: Number | None, conn: sa.Connection | None = None, one_write: bool = False
     ) -> AbstractContextManager[Transaction]:
-        """One call: a transaction at ``now`` in which everything due has happened."""
+        """One call: a transaction at ``now`` in which everything due has happened.
+        ``one_write``: the call changes at most one thing, as its last statement, and
+        raises nothing after it (see Backend.transaction): not the claims, which
+        decode payloads after their write."""
         if now is not None:
             now, opened = check_time(now), self._opened
         elif self._server_time:  # the database's clock, one for every machine
@@ -585,7 +588,7 @@ class Queue:
                 self._check_clock(now)
         else:
             now, opened = check_time(self._clock()), self._opened
-        return self._backend.transaction(now, self.queue, conn, opened)
+        return self._backend.transaction(now, self.queue, conn, opened, one_write)
 
     def _opened(self, tx: Transaction, asked: Number) -> None:
         """What a call's transaction runs once it has read the clock, if something fell

@@ -273,9 +273,9 @@ class PostgresBackend:
         return self._engine
 
     def transaction(
-        self, now: Number | None, queue: str, external: Any, opened: Opened
+        self, now: Number | None, queue: str, external: Any, opened: Opened, one_write: bool = False
     ) -> PostgresTransaction:
-        return PostgresTransaction(self, now, queue, external, opened)
+        return PostgresTransaction(self, now, queue, external, opened, one_write)
 
     def _external_connection(self, external: Any) -> Any:
         if self._closed:
@@ -293,9 +293,10 @@ class PostgresBackend:
             raise InvalidArgument("conn must use psycopg 3 (queue.engine does)")
         return conn
 
-    def begin(self, deadline: float) -> Any:
-        """Take the thread lock and BEGIN on the queue's connection (a new one if the
-        held one turns out dead before anything was sent); returns the cursor."""
+    def begin(self, deadline: float, first: str, params: dict[str, Any]) -> Any:
+        """Take the thread lock and send ``first`` (BEGIN, or a call's first statement
+        in autocommit) on the queue's connection: on a new one if the held one turns out
+        dead before anything was sent.  Returns the cursor."""
         if not self._lock.acquire(True, max(0.0, deadline - time.monotonic())):
             raise Busy(f"{self._name}: other calls on this queue object held it")
         try:
@@ -303,13 +304,13 @@ class PostgresBackend:
                 self._connection()
                 self._in_call = True
                 try:
-                    self._cursor.execute(Q.begin)
+                    self._cursor.execute(first, params)
                 except psycopg.OperationalError:
                     if not self._conn.closed:
                         raise
                     self._disconnect()  # died while idle: nothing of this call was sent
                     self._connection()
-                    self._cursor.execute(Q.begin)
+                    self._cursor.execute(first, params)
         except BaseException:
             self.end_call()
             raise
@@ -451,10 +452,12 @@ class PostgresTransaction:
     __slots__ = (
         "_announce",
         "_asked",
+        "_autocommit",
         "_backend",
         "_cur",
         "_external",
         "_locked",
+        "_one_write",
         "_opened",
         "events",
         "mark",
@@ -469,9 +472,14 @@ class PostgresTransaction:
         queue: str,
         external: Any,
         opened: Opened,
+        one_write: bool = False,
     ) -> None:
         self._backend = backend
         self._asked = now
+        self._one_write = one_write
+        self._autocommit = False
+        self.mark: Number = 0.0  # both read by open_call on entry
+        self.now: Number = 0.0
         self.queue = queue
         self._external = external
         self._opened = opened
@@ -482,19 +490,32 @@ class PostgresTransaction:
 
     def __enter__(self) -> PostgresTransaction:
         backend = self._backend
+        queue, asked = self.queue, self._asked
+        opening = {"queue": queue, "asked": asked}
         try:
-            if self._external is None:
-                self._cur = backend.begin(time.monotonic() + backend.busy_timeout)
+            if self._external is None and self._one_write and not backend.strict:
+                # The fast path: open_call in autocommit; if nothing is due, the call's
+                # one write runs as a transaction of its own (two round trips, not four).
+                deadline = time.monotonic() + backend.busy_timeout
+                self._cur = backend.begin(deadline, Q.open_call, opening)
+                self._locked = True
+                mark, now, due = self._cur.fetchone()
+                if not due and asked is None and now <= mark + MARK_LAG:
+                    self.mark, self.now, self._autocommit = mark, now, True
+                    return self  # (a time passed in, or a mark to raise: a transaction)
+                self._cur.execute(Q.begin)  # something is due: the whole call in one
+            elif self._external is None:
+                deadline = time.monotonic() + backend.busy_timeout
+                self._cur = backend.begin(deadline, Q.begin, {})
                 self._locked = True
             else:
                 self._cur = backend._external_connection(self._external).cursor()
                 self._cur.execute(Q.savepoint)
-            cur, queue, asked = self._cur, self.queue, self._asked
+            cur = self._cur
             if backend.strict:
                 cur.execute(Q.lock_queue, {"queue": queue})
-            mark, now, due = cur.execute(Q.open_call, {"queue": queue, "asked": asked}).fetchone()
-            self.mark: Number = mark
-            self.now: Number = now
+            mark, now, due = cur.execute(Q.open_call, opening).fetchone()
+            self.mark, self.now = mark, now
             behind = asked is not None and asked < mark
             if due and not backend.strict:
                 due = cur.execute(Q.try_lock_queue, {"queue": queue}).fetchone()[0]
@@ -522,7 +543,8 @@ class PostgresTransaction:
                 cur.execute(Q.raise_mark, {"now": self.now, "lag": lag})
             if self._announce:
                 cur.execute(Q.announce, {"channel": self._backend.channel(self.queue)})
-            cur.execute(Q.commit if self._external is None else Q.release_savepoint)
+            if not self._autocommit:
+                cur.execute(Q.commit if self._external is None else Q.release_savepoint)
         except BaseException as error:
             self._fail(error)
         self._unlock()
@@ -541,7 +563,7 @@ class PostgresTransaction:
 
     def _abort(self) -> None:
         cur = self._cur
-        if cur is None or cur.closed or cur.connection.closed:
+        if cur is None or cur.closed or cur.connection.closed or self._autocommit:
             return
         with suppress(psycopg.Error):
             if self._external is None:
@@ -578,9 +600,9 @@ class PostgresTransaction:
             "cap": retry.cap,
             "now": self.now,
             "name": name,
+            "channel": self._backend.channel(queue),
         }
-        added = self._cur.execute(Q.insert_task, params).rowcount == 1
-        self._announce |= added and run_at is None
+        added, _announced = self._cur.execute(Q.insert_task, params).fetchone()
         return bool(added)
 
     def insert_many(
@@ -616,9 +638,9 @@ class PostgresTransaction:
                 "base": retry.base,
                 "cap": retry.cap,
                 "now": self.now,
+                "channel": self._backend.channel(queue),
             }
             added = {row[0] for row in self._cur.execute(Q.insert_many, params)}
-            self._announce |= bool(added) and run_at is None
         else:
             added = set()
         answers = []

@@ -30,6 +30,9 @@ log = logging.getLogger("sqlq")
 WAIT = 0.5
 #: Pauses between tries to connect again (seconds): doubling up to the longest.
 RETRY_MIN, RETRY_MAX = 0.1, 5.0
+#: How long ``subscribe`` waits for the channel to be listened to (seconds): after
+#: it returns, no announcement is missed (unless the server could not be reached).
+SUBSCRIBE_WAIT = 10.0
 
 
 def channel(schema: str, queue: str) -> str:
@@ -46,17 +49,21 @@ class Listener:
         self._name = name
         self._lock = threading.Lock()
         self._callbacks: dict[str, list[Callable[[], None]]] = {}
+        self._heard: dict[str, threading.Event] = {}  # set once LISTEN ran for it
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def subscribe(self, chan: str, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback()`` (in the listener's thread) whenever ``chan`` is
-        notified; returns the function that cancels this."""
+        notified, from the moment this returns (it waits, SUBSCRIBE_WAIT at most, for
+        the listener to LISTEN on ``chan``); returns the function that cancels this."""
         with self._lock:
             self._callbacks.setdefault(chan, []).append(callback)
+            heard = self._heard.setdefault(chan, threading.Event())
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="sqlq-listen", daemon=True)
                 self._thread.start()
+        heard.wait(SUBSCRIBE_WAIT)
 
         def cancel() -> None:
             with self._lock:
@@ -95,6 +102,9 @@ class Listener:
 
     def _listen(self, conn: Any, missed: bool) -> None:
         heard: set[str] = set()
+        with self._lock:
+            for event in self._heard.values():
+                event.clear()  # a new connection listens to nothing yet
         while not self._stop.is_set():
             with self._lock:
                 wanted = [chan for chan, found in self._callbacks.items() if found]
@@ -102,6 +112,8 @@ class Listener:
                 if chan not in heard:
                     conn.execute(f"LISTEN {chan}")  # a hex name: an identifier as it is
                     heard.add(chan)
+                    with self._lock:
+                        self._heard[chan].set()
             if missed:  # announcements made while no connection listened
                 missed = False
                 for chan in wanted:

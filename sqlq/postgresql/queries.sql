@@ -121,37 +121,50 @@ SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND state = 'AVA
 -- name: insert_task
 -- Add a task, AVAILABLE at the back of the line or WAITING until run_at, taking
 -- the next counter value as its seq; nothing (and no counter value) if the id
--- exists in any state.
-INSERT INTO sqlq_tasks
-    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
-     retry_kind, retry_base, retry_cap, created_at, updated_at, name)
-SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
-       %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
-       %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s
-WHERE NOT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = %(task_id)s)
-ON CONFLICT (queue, task_id) DO NOTHING
+-- exists in any state.  Announces an AVAILABLE task on :channel (see
+-- listen.py) in the same statement.  Returns (added, announced): 1 or 0 each.
+WITH added AS (
+    INSERT INTO sqlq_tasks
+        (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
+         retry_kind, retry_base, retry_cap, created_at, updated_at, name)
+    SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
+           %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
+           %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s
+    WHERE NOT EXISTS (SELECT 1 FROM sqlq_tasks
+                      WHERE queue = %(queue)s AND task_id = %(task_id)s)
+    ON CONFLICT (queue, task_id) DO NOTHING
+    RETURNING state
+)
+SELECT count(*), count(pg_notify(%(channel)s, '')) FILTER (WHERE state = 'AVAILABLE')
+FROM added
 
 -- name: insert_many
 -- add_many in one statement: insert_task for each element of the arrays, in
 -- their order (seq increasing along them); the ids must be distinct and new
 -- (add_many finds the existing ones first).  Returns the ids added (one that
--- another transaction added meanwhile is not).
+-- another transaction added meanwhile is not), and announces them on :channel
+-- if they are AVAILABLE.
 WITH items AS (
     SELECT ids.task_id, ids.payload, ids.payload_bytes, ids.name, ids.k
     FROM unnest(%(ids)s::text[], %(payloads)s::text[], %(blobs)s::bytea[], %(names)s::text[])
          WITH ORDINALITY AS ids(task_id, payload, payload_bytes, name, k)
 ), numbered AS (
     SELECT items.*, nextval('sqlq_counter') AS seq FROM (SELECT * FROM items ORDER BY k) AS items
+), added AS (
+    INSERT INTO sqlq_tasks
+        (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
+         retry_kind, retry_base, retry_cap, created_at, updated_at, name)
+    SELECT %(queue)s, task_id, %(state)s, seq, 0, %(max_attempts)s, %(run_at)s::float8,
+           payload, payload_bytes, %(kind)s, %(base)s::float8, %(cap)s::float8,
+           %(now)s::float8, %(now)s::float8, name
+    FROM numbered ORDER BY k
+    ON CONFLICT (queue, task_id) DO NOTHING
+    RETURNING task_id, state
+), announced AS (
+    SELECT count(pg_notify(%(channel)s, '')) FILTER (WHERE state = 'AVAILABLE') AS n
+    FROM added
 )
-INSERT INTO sqlq_tasks
-    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
-     retry_kind, retry_base, retry_cap, created_at, updated_at, name)
-SELECT %(queue)s, task_id, %(state)s, seq, 0, %(max_attempts)s, %(run_at)s::float8, payload,
-       payload_bytes, %(kind)s, %(base)s::float8, %(cap)s::float8, %(now)s::float8,
-       %(now)s::float8, name
-FROM numbered ORDER BY k
-ON CONFLICT (queue, task_id) DO NOTHING
-RETURNING task_id
+SELECT task_id, (SELECT n FROM announced) FROM added
 
 -- name: existing_ids
 -- Which of the ids in :ids a queue already has.

@@ -351,7 +351,12 @@ class SqliteBackend:
         return self._engine
 
     def transaction(
-        self, now: Number | None, queue: str, external: Any, opened: Opened
+        self,
+        now: Number | None,
+        queue: str,
+        external: Any,
+        opened: Opened,
+        one_write: bool = False,  # each call is one transaction anyway: the write lock
     ) -> SqliteTransaction:
         """One call on ``queue`` at ``now``, as a context manager (see
         sqlq.backend.Backend).  With ``external`` (a SQLAlchemy Connection in an open
