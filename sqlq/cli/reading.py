@@ -200,7 +200,7 @@ def _stats(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     print(f"database: {db.name}")
-    print(f"sqlite:   {software}")
+    print(f"{'sqlite' if db.file is not None else 'server'}:   {software}")
     print(f"schema:   version {version}")
     if db.file is not None:  # a database on a server keeps no -wal file of its own
         shown = "unknown (cannot look at the -wal file)" if wal is None else byte_size(wal)
