@@ -154,3 +154,22 @@ def test_sqlq_worker_runs_without_listen_behind_a_pooler(pg: str, tmp_path: Path
         done = _cli("worker", pg, "probe_tasks:tasks", "--no-listen", "--burst", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert queue.status("t1") == "COMPLETED"
+
+
+# --- hostile texts on the operator's terminal ----------------------------------------
+
+
+def test_an_error_text_cannot_send_control_characters_to_the_terminal(pg: str) -> None:
+    """A handler's error may quote hostile input: list, dead and show print it with
+    its control characters escaped (as they print ids), not as terminal commands."""
+    hostile = "bad input \x1b[2J\x1b]0;owned\x07 and NUL \x00\nsecond line \x1b[31m"
+    with sqlq.Queue(pg, lease_seconds=10, max_attempts=1) as queue:
+        queue.add("t1")
+        lease = queue.claim()
+        assert lease is not None
+        queue.fail("t1", token=lease.token, error=hostile)
+    for command in (["list", pg], ["dead", pg], ["show", pg, "t1"]):
+        done = _cli(*command)
+        assert done.returncode == 0, done.stderr
+        assert "bad input" in done.stdout
+        assert not any(char in done.stdout for char in "\x1b\x07\x00"), command

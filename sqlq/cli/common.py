@@ -373,10 +373,10 @@ def printable(text: str) -> str:
 
 
 def shorten(text: str | None, width: int = 60) -> str:
-    """One line of at most ``width`` characters (for tables)."""
+    """One printable line of at most ``width`` characters (for tables)."""
     if text is None:
         return "-"
-    line = " ".join(text.split())
+    line = printable(" ".join(text.split()))
     return line if len(line) <= width else line[: width - 3] + "..."
 
 

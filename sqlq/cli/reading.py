@@ -332,9 +332,14 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("created_at", moment(info.created_at, now)),
         ("updated_at", moment(info.updated_at, now)),
         ("finished_at", moment(info.finished_at, now)),
-        ("last_error", "-" if info.last_error is None else info.last_error),
+        ("last_error", "-" if info.last_error is None else _lines(info.last_error)),
         ("payload", payload),
     ]
+
+
+def _lines(text: str) -> str:
+    """A text of many lines (a traceback) with each line printable."""
+    return "\n".join(map(printable, text.splitlines()))
 
 
 def _name(info: TaskInfo) -> str:
