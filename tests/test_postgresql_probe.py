@@ -173,3 +173,11 @@ def test_an_error_text_cannot_send_control_characters_to_the_terminal(pg: str) -
         assert done.returncode == 0, done.stderr
         assert "bad input" in done.stdout
         assert not any(char in done.stdout for char in "\x1b\x07\x00"), command
+
+
+def test_stats_prints_queue_names_with_control_characters_escaped(pg: str) -> None:
+    with sqlq.Queue(pg, lease_seconds=10, max_attempts=1, queue="jobs\x1b[2J") as queue:
+        queue.add("t1")
+    done = _cli("stats", pg)
+    assert done.returncode == 0, done.stderr
+    assert "jobs" in done.stdout and "\x1b" not in done.stdout

@@ -211,7 +211,7 @@ def _stats(args: argparse.Namespace) -> int:
     print()
     columns = list(dict.fromkeys(s for counts in queues.values() for s in counts))
     rows = [
-        [name, *(str(c.get(s, 0)) for s in columns), str(details[name]["total"])]
+        [printable(name), *(str(c.get(s, 0)) for s in columns), str(details[name]["total"])]
         for name, c in queues.items()
     ]
     table(["queue", *columns, "total"], rows, right=range(1, len(columns) + 2))
@@ -224,7 +224,7 @@ def _stats(args: argparse.Namespace) -> int:
             deadline += " (overdue)"
         rows.append(
             [
-                name,
+                printable(name),
                 "-" if age is None else span(age),
                 str(d["leases"]),
                 deadline,
