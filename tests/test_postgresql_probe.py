@@ -181,3 +181,18 @@ def test_stats_prints_queue_names_with_control_characters_escaped(pg: str) -> No
     done = _cli("stats", pg)
     assert done.returncode == 0, done.stderr
     assert "jobs" in done.stdout and "\x1b" not in done.stdout
+
+
+# --- a schema of its own --------------------------------------------------------------
+
+
+def test_a_search_path_naming_no_existing_schema_says_so(postgres_url: str) -> None:
+    """The README's "schema of its own" URL before the schema is created: the message
+    says what is missing, not PostgreSQL's "no schema has been selected to create in"."""
+    url = sa.make_url(postgres_url).update_query_dict({"options": "-csearch_path=sqlq_absent"})
+    target = url.render_as_string(hide_password=False)
+    with pytest.raises(InvalidConfig) as caught:
+        sqlq.Queue(target, lease_seconds=10, max_attempts=1)
+    assert "CREATE SCHEMA" in str(caught.value)
+    done = _cli("migrate", target)
+    assert done.returncode == 2 and "CREATE SCHEMA" in done.stderr
