@@ -212,7 +212,8 @@ class Database(NamedTuple):
 
     #: What to open: a file's real path, or the URL of a database on a server.
     target: str
-    #: What output calls it: the file's path, or the URL without its password.
+    #: What output calls it: the file's path, or the URL without its password (nor a
+    #: ``password`` query parameter).
     name: str
     #: The file it names, or None for a database on a server.
     file: str | None
@@ -235,7 +236,10 @@ def database(arg: str) -> Database:
         file = database_file(arg)
     if file is not None:
         return Database(file, file, file)
-    return Database(arg, sa.engine.make_url(arg).render_as_string(hide_password=True), None)
+    url = sa.engine.make_url(arg)
+    if "password" in url.query:  # libpq takes the password as a query parameter too
+        url = url.update_query_dict({"password": "***"})
+    return Database(arg, url.render_as_string(hide_password=True), None)
 
 
 def existing(arg: str, creates: str = "") -> Database:
@@ -369,10 +373,10 @@ def printable(text: str) -> str:
 
 
 def shorten(text: str | None, width: int = 60) -> str:
-    """One line of at most ``width`` characters (for tables)."""
+    """One printable line of at most ``width`` characters (for tables)."""
     if text is None:
         return "-"
-    line = " ".join(text.split())
+    line = printable(" ".join(text.split()))
     return line if len(line) <= width else line[: width - 3] + "..."
 
 

@@ -323,7 +323,7 @@ def _migrate(args: argparse.Namespace) -> int:
     elif before == after:
         what = "already current"
     elif before == 0:
-        what = "set up the empty file"
+        what = f"set up the empty {'file' if db.file is not None else 'database'}"
     else:
         what = "migrated"
     print(f"schema version {before} -> {after} ({what}): {db.name}")

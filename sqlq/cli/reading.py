@@ -200,7 +200,7 @@ def _stats(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     print(f"database: {db.name}")
-    print(f"sqlite:   {software}")
+    print(f"{'sqlite' if db.file is not None else 'server'}:   {software}")
     print(f"schema:   version {version}")
     if db.file is not None:  # a database on a server keeps no -wal file of its own
         shown = "unknown (cannot look at the -wal file)" if wal is None else byte_size(wal)
@@ -211,7 +211,7 @@ def _stats(args: argparse.Namespace) -> int:
     print()
     columns = list(dict.fromkeys(s for counts in queues.values() for s in counts))
     rows = [
-        [name, *(str(c.get(s, 0)) for s in columns), str(details[name]["total"])]
+        [printable(name), *(str(c.get(s, 0)) for s in columns), str(details[name]["total"])]
         for name, c in queues.items()
     ]
     table(["queue", *columns, "total"], rows, right=range(1, len(columns) + 2))
@@ -224,7 +224,7 @@ def _stats(args: argparse.Namespace) -> int:
             deadline += " (overdue)"
         rows.append(
             [
-                name,
+                printable(name),
                 "-" if age is None else span(age),
                 str(d["leases"]),
                 deadline,
@@ -332,9 +332,14 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("created_at", moment(info.created_at, now)),
         ("updated_at", moment(info.updated_at, now)),
         ("finished_at", moment(info.finished_at, now)),
-        ("last_error", "-" if info.last_error is None else info.last_error),
+        ("last_error", "-" if info.last_error is None else _lines(info.last_error)),
         ("payload", payload),
     ]
+
+
+def _lines(text: str) -> str:
+    """A text of many lines (a traceback) with each line printable."""
+    return "\n".join(map(printable, text.splitlines()))
 
 
 def _name(info: TaskInfo) -> str:

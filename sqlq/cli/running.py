@@ -198,6 +198,15 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "(default %(default)s)"
         ),
     )
+    worker.add_argument(
+        "--no-listen",
+        dest="listen",
+        action="store_false",
+        help=(
+            "PostgreSQL: poll for new tasks instead of LISTENing for their announcements "
+            "(behind a connection pooler in transaction mode)"
+        ),
+    )
     worker.set_defaults(handler=_worker)
 
 
@@ -219,6 +228,7 @@ def _worker(args: argparse.Namespace) -> int:
         busy_timeout=args.busy_timeout,
         log_level=args.log_level.upper(),
         summary_every=args.summary_every,
+        **({} if args.listen else {"listen": False}),  # an option PostgreSQL's alone has
     )
 
 

@@ -97,12 +97,20 @@ def engine_url(url: str) -> sa.engine.URL:
         "psycopg2",  # what SQLAlchemy calls a URL without a driver
     ):
         raise InvalidConfig(
-            f"{parsed.render_as_string(hide_password=True)}: sqlq talks to PostgreSQL "
+            f"{shown(parsed)}: sqlq talks to PostgreSQL "
             "through psycopg 3; use a postgresql:// or postgresql+psycopg:// URL"
         )
     if "+" in parsed.drivername and parsed.get_driver_name() != "psycopg":
         raise InvalidConfig(f"{parsed.drivername}: sqlq uses psycopg 3 (postgresql+psycopg://)")
     return parsed.set(drivername="postgresql+psycopg")
+
+
+def shown(url: sa.engine.URL) -> str:
+    """The URL as messages show it: without its password, the user's or a ``password``
+    query parameter (which libpq takes too)."""
+    if "password" in url.query:
+        url = url.update_query_dict({"password": "***"})
+    return url.render_as_string(hide_password=True)
 
 
 class PostgresBackend:
@@ -141,7 +149,7 @@ class PostgresBackend:
         if not 0 < busy_timeout <= 86400:
             raise InvalidConfig(f"busy_timeout must be in (0, 86400], got {busy_timeout}")
         parsed = engine_url(url)
-        self._name = parsed.render_as_string(hide_password=True)
+        self._name = shown(parsed)
         self.strict = strict
         self.synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
@@ -199,9 +207,8 @@ class PostgresBackend:
                 raise QueueClosed(f"{self._name}: the queue is closed")
             try:
                 self._fairy = self._engine.raw_connection()
-            except sa.exc.DBAPIError as exc:
-                cause = exc.orig if exc.orig is not None else exc
-                raise driver.translate(cause, self._name) from cause
+            except psycopg.Error as exc:  # the pool's connect raises psycopg's own errors
+                raise driver.translate(exc, self._name, connecting=True) from exc
             self._conn = self._fairy.driver_connection
             self._conn.autocommit = True  # sqlq sends BEGIN and COMMIT itself
             # The transactions psycopg begins (the migrations') are READ COMMITTED too,
@@ -284,7 +291,7 @@ class PostgresBackend:
             raise InvalidArgument(
                 f"conn must be a SQLAlchemy Connection, not {type(external).__name__}"
             )
-        if external.engine.url.render_as_string(hide_password=True) != self._name:
+        if shown(external.engine.url) != self._name:
             raise InvalidArgument(f"conn is not connected to the queue's database {self._name}")
         if not external.in_transaction():
             raise InvalidArgument("conn must be in an open transaction (with engine.begin())")

@@ -41,8 +41,9 @@ _BY_CODE: dict[str, type[errors.StorageError]] = {
 }
 
 
-def translate(exc: BaseException, name: str) -> errors.StorageError:
-    """The sqlq error for a psycopg exception."""
+def translate(exc: BaseException, name: str, *, connecting: bool = False) -> errors.StorageError:
+    """The sqlq error for a psycopg exception (``connecting``: raised while opening a
+    connection, which a failure did not lose but never had)."""
     code = getattr(exc, "sqlstate", None) or ""
     kind = _BY_CODE.get(code) or _BY_CLASS.get(code[:2])
     if kind is None:
@@ -57,5 +58,6 @@ def translate(exc: BaseException, name: str) -> errors.StorageError:
         )
         return errors.Busy(f"{name}: {why} ({code}: {text})")
     if kind is errors.Unavailable:
-        return errors.Unavailable(f"{name}: lost the connection to the server ({text})")
+        what = "could not connect to" if connecting else "lost the connection to"
+        return errors.Unavailable(f"{name}: {what} the server ({text})")
     return kind(f"{name}: {text} ({code or type(exc).__name__})")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from ..errors import NotASqlqDatabase, SchemaError, SchemaTooNew
+from ..errors import InvalidConfig, NotASqlqDatabase, SchemaError, SchemaTooNew
 from ..migration_files import Migration, read_migrations
 from .queries import Q
 
@@ -74,6 +74,11 @@ def ensure_schema(conn: Any, name: str) -> int:
         cur = conn.cursor()
         cur.execute(Q.lock_migrations)
         version = applied_version(cur, name)  # another process may have migrated meanwhile
+        if version == 0 and cur.execute(Q.current_schema).fetchone()[0] is None:
+            raise InvalidConfig(
+                f"{name}: no schema of the search_path exists, so there is none to create "
+                "sqlq's tables in; create it first (CREATE SCHEMA ...) or name one that exists"
+            )
         cur.execute(Q.create_migrations_table)
         for migration in migrations()[version:]:
             cur.execute(migration.sql)
