@@ -74,8 +74,13 @@ def _scheme(path_or_url: object) -> str:
         return "sqlite"  # a path; SQLite refuses what is not one
     try:
         return sa.engine.make_url(path_or_url).get_backend_name()
-    except sa.exc.ArgumentError as exc:
-        raise InvalidConfig(f"not a database URL: {path_or_url!r}") from exc
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port not a number
+        # Not the URL itself in the message: it may hold a password.
+        scheme = path_or_url.split("://", 1)[0]
+        raise InvalidConfig(
+            f"not a database URL ({scheme}://...): {type(exc).__name__}: "
+            f"{str(exc).replace(path_or_url, '<the URL>')}"
+        ) from exc
 
 
 def open_backend(path_or_url: str | os.PathLike[str], **options: Any) -> Backend:

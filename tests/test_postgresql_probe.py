@@ -2,9 +2,8 @@
 problem found that way (a misleading message, a password shown, a raw driver error, a
 task in the wrong place, a README claim the command line could not keep).
 
-Those still open are marked ``xfail(strict=True)`` with the reason; the others were
-fixed in sqlq/postgresql/ or sqlq/cli/.  Each test runs in a schema of its own on the
-test server (conftest's ``postgres_url``).
+Each was fixed in sqlq/postgresql/, sqlq/cli/ or sqlq/backends.py.  Each test runs in a
+schema of its own on the test server (conftest's ``postgres_url``).
 """
 
 from __future__ import annotations
@@ -78,11 +77,6 @@ def test_a_connection_that_never_opened_is_not_said_to_be_lost(postgres_url: str
     assert 'database "sqlq_no_such_database" does not exist' in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sqlq/backends.py's _scheme catches only SQLAlchemy's ArgumentError: "
-    "make_url's ValueError for a port that is not a number escapes as it is",
-)
 def test_a_url_whose_port_is_not_a_number_is_invalid_config() -> None:
     url = f"postgresql://app:{SECRET}@db.internal:54x2/app"
     with pytest.raises(InvalidConfig) as caught:
@@ -90,11 +84,6 @@ def test_a_url_whose_port_is_not_a_number_is_invalid_config() -> None:
     assert SECRET not in str(caught.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sqlq/backends.py's _scheme says 'not a database URL: <the URL as given>', "
-    "password and all",
-)
 def test_a_url_that_cannot_be_parsed_is_refused_without_its_password() -> None:
     with pytest.raises(InvalidConfig) as caught:
         sqlq.Queue(f"postgres ql://app:{SECRET}@db/app", lease_seconds=10, max_attempts=1)
@@ -113,12 +102,6 @@ def test_the_command_line_calls_a_server_neither_sqlite_nor_a_file(pg: str) -> N
 # --- transactional enqueue ------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="queries.sql names sqlq's tables unqualified, so an add with conn= runs in "
-    "whatever search_path the caller's transaction has (a multi-tenant app's SET LOCAL "
-    "search_path): the task lands in another schema's queue",
-)
 def test_an_add_in_the_callers_transaction_goes_to_the_queues_own_schema(
     postgres_url: str,
 ) -> None:
@@ -198,16 +181,19 @@ def test_a_search_path_naming_no_existing_schema_says_so(postgres_url: str) -> N
     assert done.returncode == 2 and "CREATE SCHEMA" in done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="migrate.applied_version looks for a foreign sqlq_tasks only: another table "
-    "of sqlq's names (here sqlq_clock) fails the migration with PostgreSQL's 'relation "
-    "already exists', a StorageError that does not say whose table it is",
-)
 def test_a_foreign_table_with_another_of_sqlqs_names_is_refused_as_not_sqlqs(pg: str) -> None:
     engine = sa.create_engine(pg, poolclass=sa.pool.NullPool)
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE sqlq_clock (reading text)")
     engine.dispose()
     with pytest.raises(sqlq.errors.NotASqlqDatabase):
+        sqlq.Queue(pg, lease_seconds=10, max_attempts=1)
+
+
+def test_a_foreign_sqlq_migrations_table_is_refused_as_not_sqlqs(pg: str) -> None:
+    engine = sa.create_engine(pg, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE sqlq_migrations (step text)")
+    engine.dispose()
+    with pytest.raises(sqlq.errors.NotASqlqDatabase, match="sqlq_migrations"):
         sqlq.Queue(pg, lease_seconds=10, max_attempts=1)

@@ -163,6 +163,7 @@ class PostgresBackend:
         self._fairy: Any = None  # SQLAlchemy's wrapper, owning the psycopg connection
         self._conn: Any = None
         self._cursor: Any = None
+        self._schema: str = ""
         self._closed = False
         self._cutoff = math.inf  # waits end by this time.monotonic() (interrupt_waits)
         self._in_call = False
@@ -394,6 +395,11 @@ class PostgresBackend:
             with suppress(Exception):
                 conn.cancel_safe(timeout=1.0)
 
+    @property
+    def schema(self) -> str:
+        """The schema sqlq's tables are in (the first of the search_path on opening)."""
+        return self._schema
+
     def channel(self, queue: str) -> str:
         found = self._channels.get(queue)
         if found is None:
@@ -461,6 +467,7 @@ class PostgresTransaction:
         "_asked",
         "_autocommit",
         "_backend",
+        "_callers_path",
         "_cur",
         "_external",
         "_locked",
@@ -485,6 +492,7 @@ class PostgresTransaction:
         self._asked = now
         self._one_write = one_write
         self._autocommit = False
+        self._callers_path = ""
         self.mark: Number = 0.0  # both read by open_call on entry
         self.now: Number = 0.0
         self.queue = queue
@@ -518,6 +526,8 @@ class PostgresTransaction:
             else:
                 self._cur = backend._external_connection(self._external).cursor()
                 self._cur.execute(Q.savepoint)
+                row = self._cur.execute(Q.use_schema, {"schema": backend.schema}).fetchone()
+                self._callers_path = row[0]
             cur = self._cur
             if backend.strict:
                 cur.execute(Q.lock_queue, {"queue": queue})
@@ -550,8 +560,11 @@ class PostgresTransaction:
                 cur.execute(Q.raise_mark, {"now": self.now, "lag": lag})
             if self._announce:
                 cur.execute(Q.announce, {"channel": self._backend.channel(self.queue)})
-            if not self._autocommit:
-                cur.execute(Q.commit if self._external is None else Q.release_savepoint)
+            if self._external is not None:
+                cur.execute(Q.restore_search_path, {"path": self._callers_path})
+                cur.execute(Q.release_savepoint)
+            elif not self._autocommit:
+                cur.execute(Q.commit)
         except BaseException as error:
             self._fail(error)
         self._unlock()

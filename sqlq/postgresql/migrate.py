@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import InvalidConfig, NotASqlqDatabase, SchemaError, SchemaTooNew
 from ..migration_files import Migration, read_migrations
+from .driver import psycopg
 from .queries import Q
 
 
@@ -36,15 +37,21 @@ def latest_version() -> int:
 def applied_version(cur: Any, name: str) -> int:
     """The schema version of the database (0: sqlq's tables are not there yet).
     Reads only; refuses a foreign sqlq_tasks and records that are not sqlq's."""
-    has_migrations, has_tasks = cur.execute(Q.identify).fetchone()
+    has_migrations, has_others = cur.execute(Q.identify).fetchone()
     if not has_migrations:
-        if has_tasks:
+        if has_others:
             raise NotASqlqDatabase(
-                f"{name}: has a sqlq_tasks table that sqlq did not create (no "
-                "sqlq_migrations); refusing to touch it"
+                f"{name}: has tables of sqlq's names (sqlq_tasks, sqlq_clock, ...) that sqlq "
+                "did not create (no sqlq_migrations); refusing to touch them"
             )
         return 0
-    records = cur.execute(Q.migration_records).fetchall()
+    try:
+        with cur.connection.transaction():  # a savepoint: the error leaves the rest usable
+            records = cur.execute(Q.migration_records).fetchall()
+    except psycopg.errors.UndefinedColumn as exc:
+        raise NotASqlqDatabase(
+            f"{name}: has a sqlq_migrations table that sqlq did not create; refusing to touch it"
+        ) from exc
     own = [(m.version, m.name, m.checksum) for m in migrations()]
     version = len(records)
     if version > latest_version():

@@ -45,6 +45,16 @@ ROLLBACK TO SAVEPOINT sqlq_call
 -- undoes the call and frees its rows and the queue's turn.
 SELECT set_config('idle_in_transaction_session_timeout', %(ms)s::text, false)
 
+-- name: use_schema
+-- A call in the caller's transaction (conn=): sqlq's tables are the queue's own,
+-- whatever search_path the caller set (a multi-tenant app's SET LOCAL): the
+-- queue's schema first until the call ends.  Returns the caller's search_path.
+SELECT current_setting('search_path'), set_config('search_path', quote_ident(%(schema)s), true)
+
+-- name: restore_search_path
+-- After a call in the caller's transaction: the caller's search_path again.
+SELECT set_config('search_path', %(path)s, true)
+
 -- name: lock_queue
 -- Strict mode, first statement of every call: one call at a time per queue (of
 -- this schema), until the transaction ends.  Calls then see exactly what they
@@ -383,13 +393,16 @@ SELECT current_schema()
 SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':sqlq-migrations', 0))
 
 -- name: identify
--- Whether the schema has sqlq's tables: sqlq_migrations, and sqlq_tasks.  Read
--- from pg_class in the statement's snapshot, not through the session's catalog
--- cache (to_regclass), which is stale in a session that just waited for the
+-- Whether the schema has sqlq_migrations, and whether it has any other relation
+-- of sqlq's names (the tables, the counter, the views).  Read from pg_class in
+-- the statement's snapshot, not through the session's catalog cache
+-- (to_regclass), which is stale in a session that just waited for the
 -- migrations' lock: it would miss the tables the process it waited for created.
 SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'sqlq_migrations'
                  AND relnamespace = current_schema()::regnamespace),
-       EXISTS (SELECT 1 FROM pg_class WHERE relname = 'sqlq_tasks'
+       EXISTS (SELECT 1 FROM pg_class
+               WHERE relname IN ('sqlq_tasks', 'sqlq_clock', 'sqlq_counter',
+                                 'sqlq_queue_stats', 'sqlq_dead_letters', 'sqlq_leases')
                  AND relnamespace = current_schema()::regnamespace)
 
 -- name: create_migrations_table
