@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,3 +153,27 @@ class Compaction:
 
     before: int
     after: int
+
+
+#: When a queue's line front became AVAILABLE, its next deadline, its next run_at.
+Fronts = tuple[Number | None, Number | None, Number | None]
+
+
+def overviews(
+    states: Iterable[tuple[str, str, int]],
+    names: Iterable[tuple[str, str, str, int]],
+    fronts: Callable[[str], Fronts],
+) -> dict[str, QueueOverview]:
+    """Backend.overview from a backend's rows: (queue, state, count) for every queue
+    that has tasks, (queue, name, state, count) for named tasks, and each queue's
+    fronts."""
+    counts: dict[str, dict[str, int]] = {}
+    for queue, state, count in states:
+        counts.setdefault(queue, {})[state] = count
+    named: dict[str, dict[str, dict[str, int]]] = {}
+    for queue, name, state, count in names:
+        named.setdefault(queue, {}).setdefault(name, {})[state] = count
+    return {
+        queue: QueueOverview(found, *fronts(queue), names=named.get(queue, {}))
+        for queue, found in counts.items()
+    }

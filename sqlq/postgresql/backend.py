@@ -49,7 +49,14 @@ from ..backend import Claimed, Opened, TaskRow
 from ..contract import Number, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
-from ..records import Checkpoint, Compaction, QueueOverview, SchemaVersions, StorageFacts
+from ..records import (
+    Checkpoint,
+    Compaction,
+    QueueOverview,
+    SchemaVersions,
+    StorageFacts,
+    overviews,
+)
 from ..retry import Retry, stored_policy
 from . import driver
 from .driver import psycopg
@@ -796,21 +803,13 @@ def _in_snapshot(cur: Any, read: Callable[..., T], *args: Any) -> T:
 
 
 def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
-    counts: dict[str, dict[str, int]] = {}
-    for queue, state, count in cur.execute(Q.count_states).fetchall():
-        counts.setdefault(queue, {})[state] = count
-    names: dict[str, dict[str, dict[str, int]]] = {}
-    for queue, name, state, count in cur.execute(Q.count_names) if with_names else ():
-        names.setdefault(queue, {}).setdefault(name, {})[state] = count
+    states = cur.execute(Q.count_states).fetchall()
+    names = cur.execute(Q.count_names).fetchall() if with_names else []
     fronts = {
         queue: (since, deadline, run_at)
         for queue, since, deadline, run_at in cur.execute(Q.queue_fronts)
     }
-    overview = {}
-    for queue, found in counts.items():
-        since, deadline, run_at = fronts[queue]
-        overview[queue] = QueueOverview(found, since, deadline, run_at, names.get(queue, {}))
-    return overview
+    return overviews(states, names, fronts.__getitem__)
 
 
 def _claimed(row: tuple[Any, ...]) -> Claimed:

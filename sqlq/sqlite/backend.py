@@ -56,7 +56,14 @@ from ..errors import (
     QueueClosed,
 )
 from ..payload import Encoded
-from ..records import Checkpoint, Compaction, QueueOverview, SchemaVersions, StorageFacts
+from ..records import (
+    Checkpoint,
+    Compaction,
+    QueueOverview,
+    SchemaVersions,
+    StorageFacts,
+    overviews,
+)
 from ..retry import Retry, stored_policy
 from . import driver, files
 from .gate import Gate
@@ -1001,16 +1008,9 @@ def _in_snapshot(conn: Any, read: Callable[..., T], *args: Any) -> T:
 
 def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
     """SqliteBackend.overview, read with ``cur`` (in a transaction: one snapshot)."""
-    counts: dict[str, dict[str, int]] = {}
-    for queue, state, count in cur.execute(Q.count_states).fetchall():
-        counts.setdefault(queue, {})[state] = count
-    names: dict[str, dict[str, dict[str, int]]] = {}
-    for queue, name, state, count in cur.execute(Q.count_names) if with_names else ():
-        names.setdefault(queue, {}).setdefault(name, {})[state] = count
-    return {
-        queue: QueueOverview(found, *_fronts(cur, queue), names=names.get(queue, {}))
-        for queue, found in counts.items()
-    }
+    states = cur.execute(Q.count_states).fetchall()
+    names = cur.execute(Q.count_names).fetchall() if with_names else []
+    return overviews(states, names, lambda queue: _fronts(cur, queue))
 
 
 def _fsync(path: str) -> None:
