@@ -374,10 +374,17 @@ MUTANTS = [
         POSTGRESQL,
     ),
     Mutant(
-        "pg-nothing-announced",
+        "pg-retries-announced-to-nobody",
         "sqlq/postgresql/backend.py",
         "            if self._announce:",
         "            if False:",
+        POSTGRESQL,
+    ),
+    Mutant(
+        "pg-adds-announced-to-nobody",
+        "sqlq/postgresql/queries.sql",
+        "SELECT count(*), count(pg_notify(%(channel)s, '')) FILTER",
+        "SELECT count(*), count(NULL::text) FILTER",
         POSTGRESQL,
     ),
 ]

@@ -331,3 +331,22 @@ def test_a_process_frozen_inside_a_call_lets_go_of_its_rows_after_the_idle_limit
     with pytest.raises(Unavailable):
         call.__exit__(None, None, None)  # the process thaws: its session is gone
     frozen.close()
+
+
+def test_a_task_failed_back_into_line_or_redriven_is_announced(pg: str) -> None:
+    heard = threading.Event()
+    with _queue(pg) as q, _queue(pg) as other:
+        cancel = q.on_new_tasks(heard.set)
+        assert cancel is not None
+        q.add("retried", max_attempts=2)
+        assert heard.wait(30)  # the add
+        heard.clear()
+        lease = other.claim()
+        assert lease is not None and other.fail(lease.task_id, token=lease.token) == "AVAILABLE"
+        assert heard.wait(30)  # back in line
+        heard.clear()
+        lease = other.claim()  # the second of its two attempts
+        assert lease is not None and other.fail(lease.task_id, token=lease.token) == "DEAD"
+        assert other.redrive() == 1
+        assert heard.wait(30)  # redriven
+        cancel()
