@@ -224,12 +224,16 @@ class SqliteBackend:
             with self._lock, self._guard():
                 if migrate:
                     self.schema_found = ensure_schema(
-                        self.path, self._connection, mode=mode, timeout=self.busy_timeout
+                        self.path,
+                        self._connection,
+                        mode=mode,
+                        timeout=self.busy_timeout,
+                        reconnect=self._fresh_connection,
                     )
                     self.schema_version = latest_version()
                 else:
                     self.schema_found = self.schema_version = check_schema(
-                        self._connection(), self.path, timeout=self.busy_timeout
+                        self._fresh_connection, self.path, timeout=self.busy_timeout
                     )
             self.file_mode = files.file_mode(self.path)
             self._rng = random.Random()
@@ -266,6 +270,11 @@ class SqliteBackend:
             if self._opened:  # a new connection after fork: same waiting as the first
                 self._conn.execute(Q.no_busy_handler)
         return self._conn
+
+    def _fresh_connection(self) -> Any:
+        """A connection opened now (the schema checks look again on a new one)."""
+        self._disconnect()
+        return self._connection()
 
     def _disconnect(self) -> None:
         self._cursor = None

@@ -96,19 +96,27 @@ def applied_version(conn: Any, path: str) -> int:
     )
 
 
-def ensure_schema(path: str, connect: Callable[[], Any], *, mode: int, timeout: float) -> int:
+def ensure_schema(
+    path: str,
+    connect: Callable[[], Any],
+    *,
+    mode: int,
+    timeout: float,
+    reconnect: Callable[[], Any] | None = None,
+) -> int:
     """Create the database at ``path`` if it is missing or empty, or bring it to the
     latest version; return the version it was at before (0: missing or empty).
 
     ``connect()`` returns the DB-API connection to use (autocommit mode); it is
     called once the file exists.  A new database file gets ``mode``.  Waiting for
     another process's creation or migration lasts at most ``timeout`` seconds.
+    ``reconnect()``, if given, replaces the connection with a new one.
     """
     latest = latest_version()
     if os.path.exists(path):
-        conn = connect()
-        if _not_newer(applied_version(conn, path), path) == latest:
-            _enable_wal(conn, path)
+        found = _settled_version(connect, path, timeout, reconnect or connect)
+        if found == latest:
+            _enable_wal(connect(), path)
             return latest
     with _migration_lock(path, mode, timeout):
         files.create_database_file(path, mode)
@@ -122,22 +130,36 @@ def ensure_schema(path: str, connect: Callable[[], Any], *, mode: int, timeout: 
     return version
 
 
-def check_schema(conn: Any, path: str, *, timeout: float) -> int:
+def check_schema(connect: Callable[[], Any], path: str, *, timeout: float) -> int:
     """The version of a sqlq database (an older one included); refuses (without
     writing) any other file, an empty one and a newer schema.  A database that is
     empty or older is looked at again once a creation or migration under way in
     another process is over (waiting at most ``timeout`` seconds, then Busy).
-    ``conn`` must not be inside a transaction (its snapshot would not move)."""
-    version = _not_newer(applied_version(conn, path), path)
+    ``connect()`` gives a connection outside any transaction, a new one each call."""
+    version = _settled_version(connect, path, timeout, connect)
     if version < latest_version():
         _wait_for_migration(path, timeout)
-        version = _not_newer(applied_version(conn, path), path)
+        version = _not_newer(applied_version(connect(), path), path)
     if version == 0:
         raise NotASqlqDatabase(
             f"{path}: the file is empty, not a sqlq database yet (opening a sqlq.Queue "
             "on it, `sqlq add` or `sqlq migrate` creates one)"
         )
     return version
+
+
+def _settled_version(
+    connect: Callable[[], Any], path: str, timeout: float, again: Callable[[], Any]
+) -> int:
+    """applied_version, not newer than this sqlq's; a file that looks foreign is looked
+    at again (on a new connection) once any creation or migration under way is over:
+    read while another process creates it, a new database has been seen to look
+    like no sqlq database for a moment under heavy load."""
+    try:
+        return _not_newer(applied_version(connect(), path), path)
+    except NotASqlqDatabase:
+        _wait_for_migration(path, timeout)
+        return _not_newer(applied_version(again(), path), path)
 
 
 def _not_newer(version: int, path: str) -> int:
