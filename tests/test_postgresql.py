@@ -282,11 +282,13 @@ def test_an_idle_worker_claims_an_announced_task_without_polling(pg: str) -> Non
         out: list[WorkerStats] = []
         thread = threading.Thread(target=lambda: out.append(worker.run()))
         thread.start()
-        clock.wait_for_sleepers(2)  # idle: the claim loop and the monitor wait
-        other.add("new")
-        assert handled.wait(30)
-        worker.stop()
-        thread.join(30)
+        try:
+            clock.wait_for_sleepers(2)  # idle: the claim loop and the monitor wait
+            other.add("new")
+            assert handled.wait(30)
+        finally:  # a worker left running would keep the test process alive
+            worker.stop()
+            thread.join(30)
     assert out == [WorkerStats(claimed=1, completed=1)]
 
 
