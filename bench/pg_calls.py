@@ -5,8 +5,9 @@
 For each operation (add; reserve + complete; complete_and_claim; batches of
 1,000), in one process with ``synchronous_commit`` off (NORMAL), per task:
 
-* statements: ``psycopg.Cursor.execute`` calls (each one round trip to the
-  server: neither sqlq nor the reference pipelines), counted in a separate pass;
+* statements: ``psycopg.Cursor.execute`` calls, and round trips to the server
+  (a statement, or a pipeline of several: sqlq sends a claim's BEGIN with its
+  first statement), counted in a separate pass;
 * client CPU: this process's user + system time (getrusage);
 * server CPU: the time the connection's backend spent on a CPU
   (``/proc/<pid>/schedstat``; the server must run on this machine);
@@ -57,24 +58,41 @@ def _on_cpu(pids: set[int]) -> float:
 
 
 class _Counted:
-    """Counts psycopg's Cursor.execute calls while active."""
+    """Counts statements (psycopg's Cursor.execute calls) and round trips (a statement
+    outside a pipeline, or a whole pipeline block) while active."""
 
     def __init__(self) -> None:
-        self.calls = 0
-        self._original = psycopg.Cursor.execute
+        self.statements = 0
+        self.round_trips = 0
+        self._in_pipeline = False
+        self._execute = psycopg.Cursor.execute
+        self._pipeline = psycopg.Connection.pipeline
 
     def __enter__(self) -> _Counted:
-        original = self._original
+        execute, pipeline = self._execute, self._pipeline
 
-        def execute(cursor: Any, *args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return original(cursor, *args, **kwargs)
+        def counted_execute(cursor: Any, *args: Any, **kwargs: Any) -> Any:
+            self.statements += 1
+            self.round_trips += not self._in_pipeline
+            return execute(cursor, *args, **kwargs)
 
-        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        @contextlib.contextmanager
+        def counted_pipeline(conn: Any) -> Any:
+            self.round_trips += 1
+            self._in_pipeline = True
+            try:
+                with pipeline(conn) as p:
+                    yield p
+            finally:
+                self._in_pipeline = False
+
+        psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign,assignment]
+        psycopg.Connection.pipeline = counted_pipeline  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        psycopg.Cursor.execute = self._original  # type: ignore[method-assign]
+        psycopg.Cursor.execute = self._execute  # type: ignore[method-assign]
+        psycopg.Connection.pipeline = self._pipeline  # type: ignore[method-assign]
 
 
 Op = Callable[[systems.System, int], int]  # (system, n) -> tasks done
@@ -140,7 +158,8 @@ def measure(url: str, key: str, op: str, n: int) -> dict[str, float]:
         if counting:
             with _Counted() as counted:
                 done = run(system, n)
-            figures["statements"] = counted.calls / done
+            figures["statements"] = counted.statements / done
+            figures["round trips"] = counted.round_trips / done
         else:
             cpu, server, wall = _cpu(), _on_cpu(pids), time.perf_counter()
             done = run(system, n)
@@ -161,14 +180,15 @@ def main(argv: list[str]) -> int:
                 f = measure(url, key, op, n)
                 rows.append(
                     f"| {op} | {systems.get(key).label} | {f['statements']:.2f} | "
+                    f"{f['round trips']:.2f} | "
                     f"{f['client'] * 1e6:.0f} | {f['server'] * 1e6:.0f} | {f['wall'] * 1e6:.0f} |"
                 )
                 print(rows[-1], file=sys.stderr, flush=True)
     print(
-        "| operation | system | statements per task | client CPU us/task | "
-        "server CPU us/task | wall us/task |"
+        "| operation | system | statements per task | round trips per task | "
+        "client CPU us/task | server CPU us/task | wall us/task |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0
 

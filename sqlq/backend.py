@@ -75,13 +75,21 @@ Event = tuple[Number, int, TaskRow]
 class Transaction(Protocol):
     """One call's view of the database, valid inside ``Backend.transaction``."""
 
-    #: The effective time of the call (never below the database's high-water mark).
-    now: Number
-    #: The database's high-water mark of time as the call began.
-    mark: Number
-    #: What fell due in the call's queue by ``now``, read as the call began: leases
-    #: with deadline <= now and WAITING tasks with run_at <= now, in event order.
-    events: list[Event]
+    @property
+    def now(self) -> Number:
+        """The effective time of the call (never below the database's high-water mark)."""
+        ...
+
+    @property
+    def mark(self) -> Number:
+        """The database's high-water mark of time as the call began."""
+        ...
+
+    @property
+    def events(self) -> list[Event]:
+        """What fell due in the call's queue by ``now``, read as the call began: leases
+        with deadline <= now and WAITING tasks with run_at <= now, in event order."""
+        ...
 
     def insert(
         self,
@@ -111,7 +119,7 @@ class Transaction(Protocol):
         batch counts as existing."""
         ...
 
-    def claim_many(self, queue: str, n: int, deadline: Number) -> list[Claimed]:
+    def claim_many(self, queue: str, n: int, seconds: Number) -> list[Claimed]:
         """``claim`` up to ``n`` times, in line order (tokens increasing)."""
         ...
 
@@ -120,8 +128,8 @@ class Transaction(Protocol):
         returns how many completed."""
         ...
 
-    def claim(self, queue: str, deadline: Number) -> Claimed | None:
-        """Reserve the front AVAILABLE task, or None."""
+    def claim(self, queue: str, seconds: Number) -> Claimed | None:
+        """Reserve the front AVAILABLE task until ``time_after(now, seconds)``, or None."""
         ...
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
@@ -155,9 +163,9 @@ class Transaction(Protocol):
         """
         ...
 
-    def extend(self, queue: str, task_id: str, token: int, deadline: Number) -> bool:
-        """Move the deadline of the lease ``token``; False if it is not the current
-        lease, or no longer runs at ``now``."""
+    def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool:
+        """Move the deadline of the lease ``token`` to ``time_after(now, seconds)``;
+        False if it is not the current lease, or no longer runs at ``now``."""
         ...
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:

@@ -260,8 +260,15 @@ def check_states(states: object, allowed: tuple[State, ...]) -> tuple[State, ...
     return found
 
 
+#: What check_start answers for a task that may run at once (no delay, no run_at).
+NO_START: Final[tuple[None, None]] = (None, None)
+
+
 def check_start(delay: object, run_at: object) -> tuple[Number | None, Number | None]:
-    """Validate when a new task may first run: after ``delay`` seconds, or at ``run_at``."""
+    """Validate when a new task may first run: after ``delay`` seconds, or at ``run_at``
+    (NO_START itself if neither is given)."""
+    if delay is None and run_at is None:
+        return NO_START
     if delay is not None and run_at is not None:
         raise InvalidArgument("give delay or run_at, not both")
     return (

@@ -27,6 +27,7 @@ from .backends import open_backend
 from .contract import (
     LEASE_EXPIRED,
     MAX_LEASE_SECONDS,
+    NO_START,
     Number,
     State,
     after_failure,
@@ -189,7 +190,7 @@ class Queue:
             name = check_task_name(name)
             limit, policy = self._policy(max_attempts, retry)
         with self._call(now, conn, one_write=True) as tx:
-            waiting = _waiting(tx.now, first_run(tx.now, start))
+            waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
             return tx.insert(self.queue, task_id, limit, policy, encoded, waiting, name)
 
     def reserve(self, now: Number | None = None) -> str | None:
@@ -198,7 +199,7 @@ class Queue:
         Only the id is handed out: the payload is not read (nor decoded).
         """
         with self._call(now) as tx:
-            claimed = tx.claim(self.queue, time_after(tx.now, self.lease_seconds))
+            claimed = tx.claim(self.queue, self.lease_seconds)
             return None if claimed is None else claimed[0]
 
     def complete(
@@ -308,8 +309,9 @@ class Queue:
         token = check_token(token)
         length = self.lease_seconds if seconds is None else check_seconds(seconds, "seconds")
         with self._call(now, one_write=True) as tx:
-            deadline = time_after(tx.now, length)
-            return deadline if tx.extend(self.queue, task_id, token, deadline) else None
+            if tx.extend(self.queue, task_id, token, length):
+                return time_after(tx.now, length)
+            return None
 
     def release(self, task_id: str, token: int, now: Number | None = None) -> bool:
         """Give a lease back without counting its attempt: the task goes to the back of the line."""
@@ -351,11 +353,11 @@ class Queue:
             return self._claim_many(tx, n)
 
     def _claim_many(self, tx: Transaction, n: int) -> list[Lease]:
-        deadline = time_after(tx.now, self.lease_seconds)
         leases: list[Lease] = []
         while True:  # more than once only to replace tasks dead-lettered on the way
             wanted = n - len(leases)
-            claimed = tx.claim_many(self.queue, wanted, deadline)
+            claimed = tx.claim_many(self.queue, wanted, self.lease_seconds)
+            deadline = time_after(tx.now, self.lease_seconds)  # (known once it claimed)
             leases.extend(filter(None, (self._lease(tx, c, deadline) for c in claimed)))
             if len(claimed) < wanted or len(leases) == n:
                 return leases
@@ -685,9 +687,8 @@ class Queue:
         )
 
     def _claim(self, tx: Transaction) -> Lease | None:
-        deadline = time_after(tx.now, self.lease_seconds)
-        while (claimed := tx.claim(self.queue, deadline)) is not None:
-            lease = self._lease(tx, claimed, deadline)
+        while (claimed := tx.claim(self.queue, self.lease_seconds)) is not None:
+            lease = self._lease(tx, claimed, time_after(tx.now, self.lease_seconds))
             if lease is not None:
                 return lease
         return None

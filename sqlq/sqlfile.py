@@ -2,7 +2,9 @@
 ``queries.sql`` beside its code, loaded with ``load(package)``.
 
 A block starts with ``-- name: <name>``; the comment lines right after it say what
-it does; it ends where the next block starts.
+it does; it ends where the next block starts.  A block whose name starts with an
+underscore is a fragment, not a statement: other blocks include its text where
+they say ``{{_name}}``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$")
+_INCLUDE = re.compile(r"\{\{(_\w+)\}\}")
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,23 @@ def parse(text: str) -> dict[str, Query]:
             elif line.strip() or body:
                 body.append(line)
     finish()
-    return queries
+    return {
+        name: _included(query, queries)
+        for name, query in queries.items()
+        if not name.startswith("_")  # fragments are only included
+    }
+
+
+def _included(query: Query, queries: dict[str, Query]) -> Query:
+    """The query with the fragments it includes in its text (one level deep)."""
+
+    def fragment(match: re.Match[str]) -> str:
+        found = queries.get(match.group(1))
+        if found is None:
+            raise ValueError(f"query {query.name!r} includes an unknown {match.group(1)!r}")
+        return found.sql
+
+    return Query(query.name, query.doc, _INCLUDE.sub(fragment, query.sql))
 
 
 class Queries:

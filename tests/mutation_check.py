@@ -126,8 +126,8 @@ MUTANTS = [
     Mutant(
         "durable-extend-ignores-seconds",
         "sqlq/durable.py",
-        "deadline = time_after(tx.now, length)",
-        "deadline = time_after(tx.now, self.lease_seconds)",
+        "if tx.extend(self.queue, task_id, token, length):",
+        "if tx.extend(self.queue, task_id, token, self.lease_seconds):",
     ),
     # --- tokens
     Mutant(
@@ -348,8 +348,8 @@ MUTANTS = [
     Mutant(
         "pg-complete-of-a-lease-that-ran-out",
         "sqlq/postgresql/queries.sql",
-        "  AND deadline > %(now)s::float8\n\n-- name: complete_many",
-        "\n\n-- name: complete_many",
+        "lease_id = %(token)s::bigint)\n      AND deadline > call.now\n",
+        "lease_id = %(token)s::bigint)\n",
         POSTGRESQL,
     ),
     Mutant(
@@ -362,15 +362,15 @@ MUTANTS = [
     Mutant(
         "pg-claim-waits-for-a-held-row",
         "sqlq/postgresql/queries.sql",
-        "ORDER BY seq LIMIT 1\n            FOR UPDATE SKIP LOCKED)",
-        "ORDER BY seq LIMIT 1\n            FOR UPDATE)",
+        "ORDER BY seq LIMIT 1\n                FOR UPDATE SKIP LOCKED)",
+        "ORDER BY seq LIMIT 1\n                FOR UPDATE)",
         POSTGRESQL,
     ),
     Mutant(
         "pg-strict-mode-takes-no-turn",
         "sqlq/postgresql/backend.py",
-        "            if backend.strict:\n                cur.execute(Q.lock_queue",
-        "            if False:\n                cur.execute(Q.lock_queue",
+        "        if self._backend.strict:\n            cur.execute(Q.lock_queue",
+        "        if False:\n            cur.execute(Q.lock_queue",
         POSTGRESQL,
     ),
     Mutant(
@@ -383,8 +383,22 @@ MUTANTS = [
     Mutant(
         "pg-adds-announced-to-nobody",
         "sqlq/postgresql/queries.sql",
-        "SELECT count(*), count(pg_notify(%(channel)s, '')) FILTER",
-        "SELECT count(*), count(NULL::text) FILTER",
+        "       (SELECT count(pg_notify(%(channel)s, '')) FILTER",
+        "       (SELECT count(NULL::text) FILTER",
+        POSTGRESQL,
+    ),
+    Mutant(
+        "pg-writes-go-ahead-of-due-events",
+        "sqlq/postgresql/queries.sql",
+        "OR (%(asked)s::float8 IS NULL AND NOT t.due\n",
+        "OR (%(asked)s::float8 IS NULL\n",
+        POSTGRESQL,
+    ),
+    Mutant(
+        "pg-writes-sent-on-a-closing-connection",
+        "sqlq/postgresql/backend.py",
+        "        if self._poller.poll(0):\n",
+        "        if False:\n",
         POSTGRESQL,
     ),
 ]

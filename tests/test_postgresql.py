@@ -218,6 +218,60 @@ def test_a_time_passed_in_ahead_of_the_server_raises_the_mark_for_every_call(pg:
         assert q.info("next").created_at == ahead
 
 
+def test_a_call_at_the_servers_time_applies_what_fell_due_before_its_write(pg: str) -> None:
+    """A call without a time folds the clock and the check for anything due into its
+    write.  When a lease ran out and a wake-up came before the call's time, that
+    write changes nothing: the call applies the due events first, in the order they
+    fell due, then writes.  So the woken task and the expired one are in line ahead
+    of a task added after both."""
+    ahead = time.time() + 1000  # the server's time calls run at the mark, from here on
+    with _queue(pg) as q:
+        q.add("expired", ahead)
+        lease = q.claim(ahead)  # runs out at ahead + LEASE
+        assert lease is not None
+        q.add("woken", ahead, delay=1)  # WAITING until ahead + 1
+        with _admin(pg) as other:  # holds the queue's turn: nobody applies due events
+            other.execute("BEGIN")
+            other.execute(f"SELECT pg_advisory_xact_lock({_lock_key()})")
+            q.add("marker", ahead + 2 * LEASE)  # the mark is now past both
+            other.execute("COMMIT")
+        assert q.add("new") is True  # at the mark, where both are due
+        claimed = [q.claim() for _ in range(4)]
+        assert [(c.task_id, c.attempt) for c in claimed if c] == [
+            ("marker", 1),
+            ("woken", 1),
+            ("expired", 2),
+            ("new", 1),
+        ]
+        assert q.complete("expired", token=lease.token) is False
+        assert q.complete("expired", token=claimed[2].token) is True
+
+
+def test_a_call_with_nothing_due_is_one_statement(pg: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An add, a heartbeat and a completion at the server's time are one statement
+    each (the clock and the due check folded in, autocommit); a claim is its
+    statement between BEGIN (sent with it) and COMMIT."""
+    with _queue(pg) as q:
+        q.add("warm")
+        sent: list[str] = []
+        execute = psycopg.Cursor.execute
+
+        def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(str(query).split(None, 1)[0])
+            return execute(cursor, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        assert q.add("t") is True
+        assert len(sent) == 1
+        lease = q.claim()
+        assert lease is not None and lease.task_id == "warm"
+        assert sent[1:] == ["BEGIN", "WITH", "COMMIT"]
+        del sent[:]
+        assert q.extend("warm", lease.token) is not None
+        assert q.complete("warm", token=lease.token) is True
+        assert len(sent) == 2
+
+
 def test_ids_with_nul_and_backslashes_are_distinct_and_readable_in_psql(pg: str) -> None:
     ids = ["nul\x00inside", "nul\\0inside", "back\\slash", "plain"]
     with _queue(pg) as q:

@@ -491,7 +491,13 @@ def test_timeouts_set_by_the_user(
         if not closes_idle:  # what the server does on 14 and later
             admin.execute("SELECT pg_terminate_backend(%s)", (idle.session(admin),))
         wait_for(lambda: idle.session(admin) is None, "the server to close the idle session")
-    assert idle.call("claim")[0] == "late"
+    task_id, token = idle.call("claim")[:2]
+    assert task_id == "late"
+    with connect(cluster.url) as admin:  # again, before a call that commits on its own
+        if not closes_idle:
+            admin.execute("SELECT pg_terminate_backend(%s)", (idle.session(admin),))
+        wait_for(lambda: idle.session(admin) is None, "the server to close the idle session")
+    assert idle.call("complete", "late", token=token) is True
     idle.close()
 
 

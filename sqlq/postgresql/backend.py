@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import threading
 import time
 import weakref
@@ -46,7 +47,7 @@ from typing import Any, NoReturn, TypeVar
 import sqlalchemy as sa
 
 from ..backend import Claimed, Opened, TaskRow
-from ..contract import Number, State
+from ..contract import MAX_TIME, Number, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
 from ..records import (
@@ -167,9 +168,11 @@ class PostgresBackend:
         sa.event.listen(self._engine, "connect", self._on_connect)
         self._idle_limit_ms = int(max(self.busy_timeout, IDLE_IN_CALL_MIN) * 1000)
         self._lock = threading.Lock()
+        self._cancelling = threading.Lock()  # held while a cancel is being sent
         self._fairy: Any = None  # SQLAlchemy's wrapper, owning the psycopg connection
         self._conn: Any = None
         self._cursor: Any = None
+        self._poller: Any = None
         self._schema: str = ""
         self._closed = False
         self._cutoff = math.inf  # waits end by this time.monotonic() (interrupt_waits)
@@ -226,6 +229,8 @@ class PostgresBackend:
             # and the queue's turn for expiries: the server ends its session after this.
             self._conn.execute(Q.limit_idle_in_transaction, {"ms": self._idle_limit_ms})
             self._cursor = self._conn.cursor()
+            self._poller = select.poll()  # see send_first
+            self._poller.register(self._conn.fileno(), select.POLLIN)
         return self._conn
 
     def _disconnect(self) -> None:
@@ -245,6 +250,7 @@ class PostgresBackend:
             self._fairy = self._conn = self._cursor = None
         self._engine.dispose(close=False)
         self._lock = threading.Lock()
+        self._cancelling = threading.Lock()
 
     def close(self) -> None:
         if self._listener is not None:
@@ -308,28 +314,60 @@ class PostgresBackend:
             raise InvalidArgument("conn must use psycopg 3 (queue.engine does)")
         return conn
 
-    def begin(self, deadline: float, first: str, params: dict[str, Any]) -> Any:
-        """Take the thread lock and send ``first`` (BEGIN, or a call's first statement
-        in autocommit) on the queue's connection: on a new one if the held one turns out
-        dead before anything was sent.  Returns the cursor."""
+    def start_call(self, deadline: float) -> Any:
+        """Take the thread lock (waiting until ``deadline``, a time.monotonic()) and
+        make sure of a connection; returns its cursor.  end_call gives the lock back."""
         if not self._lock.acquire(True, max(0.0, deadline - time.monotonic())):
             raise Busy(f"{self._name}: other calls on this queue object held it")
         try:
-            with self._guard():
+            with self._cancelling, self._guard():  # (see _cancel_if_waiting)
                 self._connection()
-                self._in_call = True
-                try:
-                    self._cursor.execute(first, params)
-                except psycopg.OperationalError:
-                    if not self._conn.closed:
-                        raise
-                    self._disconnect()  # died while idle: nothing of this call was sent
-                    self._connection()
-                    self._cursor.execute(first, params)
+            self._in_call = True
         except BaseException:
-            self.end_call()
+            self._lock.release()
             raise
         return self._cursor
+
+    def send_first(
+        self, statement: str, params: dict[str, Any], begin: bool = False, commits: bool = False
+    ) -> Any:
+        """A call's first statement, after BEGIN in the same round trip if ``begin``.
+        Returns the cursor, holding the statement's rows.
+
+        If the server has started closing the connection while it sat idle (a
+        restart, a timeout, pg_terminate_backend: it says so on the connection,
+        where nothing else arrives between calls), a new one is made first.  Should
+        the held one still turn out dead, the statements are sent again on a new
+        connection, except one that ``commits`` on its own (a write in
+        autocommit): that is never sent twice."""
+        if self._poller.poll(0):
+            self._disconnect()
+            self._connection()
+        if commits:
+            return self._cursor.execute(statement, params)
+
+        def send() -> Any:
+            cur = self._cursor
+            if not begin:
+                return cur.execute(statement, params)
+            with self._conn.pipeline():
+                cur.execute(Q.begin)
+                cur.execute(statement, params)
+            return cur
+
+        return self._on_live_connection(send)
+
+    def _on_live_connection(self, attempt: Callable[[], T]) -> T:
+        """``attempt()``, and once more on a new connection if the held one turns out
+        to have died while idle (then nothing of the attempt reached the server)."""
+        try:
+            return attempt()
+        except psycopg.OperationalError:
+            if not self._conn.closed:
+                raise
+            self._disconnect()
+            self._connection()
+            return attempt()
 
     def end_call(self) -> None:
         self._in_call = False
@@ -337,31 +375,13 @@ class PostgresBackend:
 
     def _read(self, attempt: Callable[[Any], T]) -> T:
         """A read outside any transaction (one statement: one snapshot), holding the
-        thread lock; tried again once on a new connection if the held one had died."""
-        self.begin_read()
+        thread lock."""
+        self.start_call(time.monotonic() + self.busy_timeout)
         try:
             with self._guard():
-                try:
-                    return attempt(self._cursor)
-                except psycopg.OperationalError:
-                    if not self._conn.closed:
-                        raise
-                    self._disconnect()
-                    self._connection()
-                    return attempt(self._cursor)
+                return self._on_live_connection(lambda: attempt(self._cursor))
         finally:
             self.end_call()
-
-    def begin_read(self) -> None:
-        if not self._lock.acquire(True, self.busy_timeout):
-            raise Busy(f"{self._name}: other calls on this queue object held it")
-        try:
-            with self._guard():
-                self._connection()
-            self._in_call = True
-        except BaseException:
-            self._lock.release()
-            raise
 
     def ready(self, queue: str, now: Number | None) -> bool:
         params = {"queue": queue, "now": now}
@@ -397,10 +417,15 @@ class PostgresBackend:
         timer.start()
 
     def _cancel_if_waiting(self) -> None:
-        conn = self._conn
-        if self._in_call and conn is not None and time.monotonic() >= self._cutoff:
-            with suppress(Exception):
-                conn.cancel_safe(timeout=1.0)
+        # The server may signal the cancel to the session after the call it was meant
+        # for has ended: a call starts only once the cancel is sent (see start_call),
+        # so that it lands while the session waits for the next statement, where the
+        # server ignores it, not on a statement of the next call.
+        with self._cancelling:
+            conn = self._conn
+            if self._in_call and conn is not None and time.monotonic() >= self._cutoff:
+                with suppress(Exception):
+                    conn.cancel_safe(timeout=1.0)
 
     @property
     def schema(self) -> str:
@@ -467,7 +492,16 @@ class PostgresBackend:
 
 
 class PostgresTransaction:
-    """One call's transaction and statements; see sqlq.backend.Transaction."""
+    """One call's transaction and statements; see sqlq.backend.Transaction.
+
+    A call at the server's time in the default mode opens lazily: nothing is sent
+    until its first statement.  If that is a write (insert, claim, complete,
+    extend), the clock and the due check are folded into it (see queries.sql,
+    _call): with nothing due it is the call's only round trip before COMMIT (a
+    one-write call runs it in autocommit: its only round trip).  Anything else
+    first (reading ``now``, ``mark`` or ``events``, another statement) opens the
+    call as the other modes do: open_call, then the due events if any.
+    """
 
     __slots__ = (
         "_announce",
@@ -476,13 +510,14 @@ class PostgresTransaction:
         "_backend",
         "_callers_path",
         "_cur",
+        "_events",
         "_external",
         "_locked",
+        "_mark",
+        "_now",
         "_one_write",
         "_opened",
-        "events",
-        "mark",
-        "now",
+        "_pending",
         "queue",
     )
 
@@ -499,58 +534,121 @@ class PostgresTransaction:
         self._asked = now
         self._one_write = one_write
         self._autocommit = False
+        self._pending = False  # opened lazily, nothing sent yet
         self._callers_path = ""
-        self.mark: Number = 0.0  # both read by open_call on entry
-        self.now: Number = 0.0
+        self._mark: Number = 0.0  # set once the call has read the clock
+        self._now: Number = 0.0
         self.queue = queue
         self._external = external
         self._opened = opened
         self._cur: Any = None
         self._locked = False
         self._announce = False  # a task became AVAILABLE: NOTIFY before commit
-        self.events: list[tuple[Number, int, TaskRow]] = []
+        self._events: list[tuple[Number, int, TaskRow]] = []
+
+    @property
+    def now(self) -> Number:
+        if self._pending:
+            self._open()
+        return self._now
+
+    @property
+    def mark(self) -> Number:
+        if self._pending:
+            self._open()
+        return self._mark
+
+    @property
+    def events(self) -> list[tuple[Number, int, TaskRow]]:
+        if self._pending:
+            self._open()
+        return self._events
 
     def __enter__(self) -> PostgresTransaction:
         backend = self._backend
-        queue, asked = self.queue, self._asked
-        opening = {"queue": queue, "asked": asked}
         try:
-            if self._external is None and self._one_write and not backend.strict:
-                # The fast path: open_call in autocommit; if nothing is due, the call's
-                # one write runs as a transaction of its own (two round trips, not four).
-                deadline = time.monotonic() + backend.busy_timeout
-                self._cur = backend.begin(deadline, Q.open_call, opening)
-                self._locked = True
-                mark, now, due = self._cur.fetchone()
-                if not due and asked is None and now <= mark + MARK_LAG:
-                    self.mark, self.now, self._autocommit = mark, now, True
-                    return self  # (a time passed in, or a mark to raise: a transaction)
-                self._cur.execute(Q.begin)  # something is due: the whole call in one
-            elif self._external is None:
-                deadline = time.monotonic() + backend.busy_timeout
-                self._cur = backend.begin(deadline, Q.begin, {})
-                self._locked = True
-            else:
+            if self._external is not None:
                 self._cur = backend._external_connection(self._external).cursor()
                 self._cur.execute(Q.savepoint)
                 row = self._cur.execute(Q.use_schema, {"schema": backend.schema}).fetchone()
                 self._callers_path = row[0]
-            cur = self._cur
-            if backend.strict:
-                cur.execute(Q.lock_queue, {"queue": queue})
-            mark, now, due = cur.execute(Q.open_call, opening).fetchone()
-            self.mark, self.now = mark, now
-            behind = asked is not None and asked < mark
-            if due and not backend.strict:
-                due = cur.execute(Q.try_lock_queue, {"queue": queue}).fetchone()[0]
-            if due:
-                rows = cur.execute(Q.due_events, {"queue": queue, "now": now}).fetchall()
-                self.events = [(row[0], row[1], _event_row(row)) for row in rows]
-            if due or behind:
-                self._opened(self, now if asked is None else asked)
+                self._open_with(self._cur)
+                return self
+            self._cur = backend.start_call(time.monotonic() + backend.busy_timeout)
+            self._locked = True
+            if self._asked is None and not backend.strict:
+                self._pending = True  # see the class docstring
+            else:
+                self._cur = backend.send_first(Q.begin, {})
+                self._open_with(self._cur)
         except BaseException as exc:
             self._fail(exc)
         return self
+
+    def _open(self) -> None:
+        """Open a lazy call whose first statement is no write of its own: open_call (in
+        autocommit, for a one-write call: if nothing is due, its statements each run
+        as a transaction of their own), then what ``_after_clock`` does."""
+        self._pending = False
+        backend = self._backend
+        if not self._one_write:
+            self._cur = backend.send_first(Q.begin, {})
+            self._open_with(self._cur)
+            return
+        self._cur = backend.send_first(Q.open_call, self._call_params(None))
+        mark, now, due = self._cur.fetchone()
+        if not due and now <= mark + MARK_LAG:
+            self._mark, self._now, self._autocommit = mark, now, True
+            return
+        self._cur.execute(Q.begin)
+        self._after_clock(mark, now, due)
+
+    def _open_with(self, cur: Any) -> None:
+        """In the call's transaction: strict mode's turn, open_call, the due events."""
+        if self._backend.strict:
+            cur.execute(Q.lock_queue, {"queue": self.queue})
+        mark, now, due = cur.execute(Q.open_call, self._call_params(None)).fetchone()
+        self._after_clock(mark, now, due)
+
+    def _after_clock(self, mark: Number, now: Number, due: bool) -> None:
+        """The call's time is known: if something is due (and, in the default mode,
+        this call wins the queue's turn), read the due events; run ``opened`` if
+        anything is due or the time asked was behind the mark."""
+        cur, queue, asked = self._cur, self.queue, self._asked
+        self._mark, self._now = mark, now
+        if due and not self._backend.strict:
+            due = cur.execute(Q.try_lock_queue, {"queue": queue}).fetchone()[0]
+        if due:
+            rows = cur.execute(Q.due_events, {"queue": queue, "now": now}).fetchall()
+            self._events = [(row[0], row[1], _event_row(row)) for row in rows]
+        if due or (asked is not None and asked < mark):
+            self._opened(self, now if asked is None else asked)
+
+    def _call_params(self, now: Number | None) -> dict[str, Any]:
+        """The parameters of _call (queries.sql): the call's time once known."""
+        return {"queue": self.queue, "now": now, "asked": self._asked, "lag": MARK_LAG}
+
+    def _write(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a statement that starts with _call (queries.sql); its rows without the
+        clock's four columns.  The first statement of a lazy call carries the clock
+        and the due check; if something is due (or the mark must be raised) it
+        changed nothing, and runs again once the call has opened."""
+        params.update(self._call_params(None if self._pending else self._now))
+        if self._pending:
+            self._pending = False
+            commits = self._autocommit = self._one_write
+            self._cur = self._backend.send_first(statement, params, not commits, commits)
+            rows = self._cur.fetchall()
+            mark, now, due, go = rows[0][:4]
+            self._mark, self._now = mark, now
+            if go:
+                return [row[4:] for row in rows]
+            if commits:
+                self._autocommit = False
+                self._cur.execute(Q.begin)
+            self._after_clock(mark, now, due)
+            params["now"] = now
+        return [row[4:] for row in self._cur.execute(statement, params).fetchall()]
 
     def __exit__(
         self,
@@ -562,9 +660,13 @@ class PostgresTransaction:
             self._fail(exc)
         cur = self._cur
         try:
+            if self._pending:  # nothing was sent: nothing to end
+                self._pending = False
+                self._unlock()
+                return
             lag = 0.0 if self._asked is not None else MARK_LAG
-            if self.now > self.mark + lag:
-                cur.execute(Q.raise_mark, {"now": self.now, "lag": lag})
+            if self._now > self._mark + lag:
+                cur.execute(Q.raise_mark, {"now": self._now, "lag": lag})
             if self._announce:
                 cur.execute(Q.announce, {"channel": self._backend.channel(self.queue)})
             if self._external is not None:
@@ -590,7 +692,7 @@ class PostgresTransaction:
 
     def _abort(self) -> None:
         cur = self._cur
-        if cur is None or cur.closed or cur.connection.closed or self._autocommit:
+        if cur is None or cur.closed or cur.connection.closed or self._autocommit or self._pending:
             return
         with suppress(psycopg.Error):
             if self._external is None:
@@ -598,6 +700,13 @@ class PostgresTransaction:
             else:
                 cur.execute(Q.rollback_to_savepoint)
                 cur.execute(Q.release_savepoint)
+
+    @property
+    def _opened_cursor(self) -> Any:
+        """The call's cursor, once the call has opened (for statements without _call)."""
+        if self._pending:
+            self._open()
+        return self._cur
 
     def _unlock(self) -> None:
         if self._locked:
@@ -625,11 +734,10 @@ class PostgresTransaction:
             "kind": retry.kind,
             "base": retry.base,
             "cap": retry.cap,
-            "now": self.now,
             "name": name,
             "channel": self._backend.channel(queue),
         }
-        added, _announced = self._cur.execute(Q.insert_task, params).fetchone()
+        ((added, _announced),) = self._write(Q.insert_task, params)
         return bool(added)
 
     def insert_many(
@@ -645,7 +753,7 @@ class PostgresTransaction:
         False."""
         ids = [stored(task_id) for task_id, _, _ in batch]
         params: dict[str, Any] = {"queue": queue, "ids": ids}
-        seen = {row[0] for row in self._cur.execute(Q.existing_ids, params)}
+        seen = {row[0] for row in self._opened_cursor.execute(Q.existing_ids, params)}
         fresh: dict[str, tuple[Encoded, str | None]] = {}
         for key, (_, payload, name) in zip(ids, batch, strict=True):
             if key not in seen and key not in fresh:
@@ -664,10 +772,10 @@ class PostgresTransaction:
                 "kind": retry.kind,
                 "base": retry.base,
                 "cap": retry.cap,
-                "now": self.now,
+                "now": self._now,
                 "channel": self._backend.channel(queue),
             }
-            added = {row[0] for row in self._cur.execute(Q.insert_many, params)}
+            added = {row[0] for row in self._opened_cursor.execute(Q.insert_many, params)}
         else:
             added = set()
         answers = []
@@ -676,9 +784,9 @@ class PostgresTransaction:
             added.discard(key)  # a repeat in the batch existed by then
         return answers
 
-    def claim_many(self, queue: str, n: int, deadline: Number) -> list[Claimed]:
-        params = {"queue": queue, "n": n, "deadline": deadline, "now": self.now}
-        rows = [_claimed(row) for row in self._cur.execute(Q.claim_front_many, params)]
+    def claim_many(self, queue: str, n: int, seconds: Number) -> list[Claimed]:
+        params = {"queue": queue, "n": n, "seconds": seconds, "max_time": MAX_TIME}
+        rows = [_claimed(row) for row in self._write(Q.claim_front_many, params) if row[0]]
         rows.sort(key=itemgetter(1))
         return rows
 
@@ -687,28 +795,30 @@ class PostgresTransaction:
             "queue": queue,
             "ids": [stored(task_id) for task_id, _ in items],
             "tokens": [token for _, token in items],
-            "now": self.now,
         }
-        return int(self._cur.execute(Q.complete_many, params).rowcount)
+        ((done,),) = self._write(Q.complete_many, params)
+        return int(done)
 
-    def claim(self, queue: str, deadline: Number) -> Claimed | None:
-        params = {"queue": queue, "deadline": deadline, "now": self.now}
-        row = self._cur.execute(Q.claim_front, params).fetchone()
-        return None if row is None else _claimed(row)
+    def claim(self, queue: str, seconds: Number) -> Claimed | None:
+        params = {"queue": queue, "seconds": seconds, "max_time": MAX_TIME}
+        (row,) = self._write(Q.claim_front, params)
+        return _claimed(row) if row[0] else None
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
         params = {"queue": queue, "task_id": stored(task_id)}
-        row = self._cur.execute(Q.get_task, params).fetchone()
+        row = self._opened_cursor.execute(Q.get_task, params).fetchone()
         return None if row is None else _task_row(row)
 
     def lease(self, queue: str, task_id: str, token: int | None) -> TaskRow | None:
-        params = {"queue": queue, "task_id": stored(task_id), "token": token, "now": self.now}
-        row = self._cur.execute(Q.get_current_lease, params).fetchone()
+        cur = self._opened_cursor  # (first: the call's time is known once it opened)
+        params = {"queue": queue, "task_id": stored(task_id), "token": token, "now": self._now}
+        row = cur.execute(Q.get_current_lease, params).fetchone()
         return None if row is None else _task_row(row)
 
     def complete(self, queue: str, task_id: str, token: int | None) -> bool:
-        params = {"queue": queue, "task_id": stored(task_id), "token": token, "now": self.now}
-        return bool(self._cur.execute(Q.complete_task, params).rowcount == 1)
+        params = {"queue": queue, "task_id": stored(task_id), "token": token}
+        ((done,),) = self._write(Q.complete_task, params)
+        return bool(done)
 
     def end_lease(
         self,
@@ -729,7 +839,7 @@ class PostgresTransaction:
             "finished_at": at if state is State.DEAD else None,
             "at": at,
         }
-        row = self._cur.execute(Q.end_lease, params).fetchone()
+        row = self._opened_cursor.execute(Q.end_lease, params).fetchone()
         self._announce |= state is State.AVAILABLE
         if row is None:
             raise InvariantViolation(
@@ -737,48 +847,48 @@ class PostgresTransaction:
             )
         return int(row[0])
 
-    def extend(self, queue: str, task_id: str, token: int, deadline: Number) -> bool:
+    def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool:
         params = {
             "queue": queue,
             "task_id": stored(task_id),
             "token": token,
-            "deadline": deadline,
-            "now": self.now,
+            "seconds": seconds,
+            "max_time": MAX_TIME,
         }
-        return bool(self._cur.execute(Q.extend_lease, params).rowcount == 1)
+        ((moved,),) = self._write(Q.extend_lease, params)
+        return bool(moved)
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
         params = {"id": task.row_id, "order": order, "at": at}
-        if self._cur.execute(Q.wake_task, params).rowcount != 1:
+        if self._opened_cursor.execute(Q.wake_task, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
         self._announce = True
 
     def redrive(self, row_id: int) -> bool:
-        params = {"id": row_id, "now": self.now}
-        redriven = self._cur.execute(Q.redrive_task, params).rowcount == 1
+        cur = self._opened_cursor
+        redriven = cur.execute(Q.redrive_task, {"id": row_id, "now": self._now}).rowcount == 1
         self._announce |= redriven
         return bool(redriven)
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
         params = {"queue": queue, "limit": None if limit < 0 else limit}
-        return [
-            (row_id, read(task_id)) for row_id, task_id in self._cur.execute(Q.dead_ids, params)
-        ]
+        rows = self._opened_cursor.execute(Q.dead_ids, params)
+        return [(row_id, read(task_id)) for row_id, task_id in rows]
 
     def tasks(self, queue: str, state: State | None, limit: int) -> list[TaskRow]:
         if state is None:
-            cur = self._cur.execute(Q.list_tasks, {"queue": queue, "limit": limit})
+            cur = self._opened_cursor.execute(Q.list_tasks, {"queue": queue, "limit": limit})
         else:
             params = {"queue": queue, "state": state.value, "limit": limit}
-            cur = self._cur.execute(Q.list_tasks_in_state, params)
+            cur = self._opened_cursor.execute(Q.list_tasks_in_state, params)
         return [_task_row(row) for row in cur.fetchall()]
 
     def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
         params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
-        return int(self._cur.execute(Q.purge_batch, params).rowcount)
+        return int(self._opened_cursor.execute(Q.purge_batch, params).rowcount)
 
     def stats(self, queue: str) -> Figures:
-        return _figures(self._cur, queue)
+        return _figures(self._opened_cursor, queue)
 
 
 #: (counts per state, front of line available since, next deadline, next run_at).

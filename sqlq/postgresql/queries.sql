@@ -68,25 +68,49 @@ SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(queue
 SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(queue)s, 0))
 
 -- name: open_call
--- The first statement of every call: the high-water mark of passed-in times,
--- the call's time (the later of the mark and the time asked, or the server's
--- clock when none was asked), and whether anything in the queue is due then: a
--- lease whose deadline has passed (inclusive) or a WAITING task whose run_at has
--- come.  Two probes of partial indexes: the IS NOT NULL conditions are what
--- lets the planner choose them (t.now is unknown when it plans; without them it
+-- The first statement of a call that does not start with a write of its own
+-- (see _call, with :now NULL): the high-water mark of passed-in times, the
+-- call's time (the later of the mark and :asked, or of the mark and the
+-- server's clock when nothing was asked), and whether anything in the queue is
+-- due then.
+WITH {{_call}}
+SELECT mark, now, due FROM call
+
+-- name: _call
+-- Fragment: the call's clock, the first CTE of open_call and of each statement
+-- below that writes.  With :now (a call that opened with open_call) it is that
+-- time, and the write goes ahead.  With :now NULL it is open_call folded into
+-- the write, so that a call with nothing due is one round trip: the time is the
+-- later of the high-water mark and :asked (the server's clock if NULL), `due`
+-- says whether in the queue a lease ran out or a WAITING task's run_at came by
+-- then, and the write goes ahead only if nothing is due, no time was asked and
+-- the mark is at most :lag behind; otherwise the statement changes nothing and
+-- the call opens as open_call's callers do, then runs it again with :now.
+-- The probes use the partial indexes: the IS NOT NULL conditions are what lets
+-- the planner choose them (the time is unknown when it plans; without them it
 -- guesses that a third of the table matches and scans it all).
-WITH t AS (
-    SELECT now AS mark,
-           greatest(now, coalesce(%(asked)s::float8,
-                                  extract(epoch FROM clock_timestamp())::float8)) AS now
-    FROM sqlq_clock WHERE id = 1
+call AS (
+    SELECT t.mark, t.now, t.due,
+           %(now)s::float8 IS NOT NULL
+           OR (%(asked)s::float8 IS NULL AND NOT t.due
+               AND t.now <= t.mark + %(lag)s::float8) AS go
+    FROM (SELECT c.now AS mark, x.now,
+                 %(now)s::float8 IS NULL
+                 AND (EXISTS (SELECT 1 FROM sqlq_tasks
+                              WHERE queue = %(queue)s AND deadline IS NOT NULL
+                                AND deadline <= x.now)
+                      OR EXISTS (SELECT 1 FROM sqlq_tasks
+                                 WHERE queue = %(queue)s AND run_at IS NOT NULL
+                                   AND run_at <= x.now)) AS due
+          FROM sqlq_clock AS c
+          CROSS JOIN LATERAL (
+              SELECT coalesce(%(now)s::float8,
+                              greatest(c.now,
+                                       coalesce(%(asked)s::float8,
+                                                extract(epoch FROM clock_timestamp())::float8)))
+                         AS now) AS x
+          WHERE c.id = 1) AS t
 )
-SELECT t.mark, t.now,
-       EXISTS (SELECT 1 FROM sqlq_tasks
-               WHERE queue = %(queue)s AND deadline IS NOT NULL AND deadline <= t.now)
-       OR EXISTS (SELECT 1 FROM sqlq_tasks
-                  WHERE queue = %(queue)s AND run_at IS NOT NULL AND run_at <= t.now)
-FROM t
 
 -- name: due_events
 -- After open_call found something due (and this call has the queue's turn):
@@ -129,24 +153,29 @@ SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND state = 'AVA
                WHERE queue = %(queue)s AND run_at IS NOT NULL AND run_at <= t.now)
 
 -- name: insert_task
--- Add a task, AVAILABLE at the back of the line or WAITING until run_at, taking
+-- Add a task (see _call: the call's time, and (mark, now, due, go) first in the
+-- answer), AVAILABLE at the back of the line or WAITING until run_at, taking
 -- the next counter value as its seq; nothing (and no counter value) if the id
 -- exists in any state.  Announces an AVAILABLE task on :channel (see
--- listen.py) in the same statement.  Returns (added, announced): 1 or 0 each.
-WITH added AS (
+-- listen.py) in the same statement.  Then (added, announced): 1 or 0 each.
+WITH {{_call}}, added AS (
     INSERT INTO sqlq_tasks
         (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
          retry_kind, retry_base, retry_cap, created_at, updated_at, name)
     SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
            %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
-           %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s
-    WHERE NOT EXISTS (SELECT 1 FROM sqlq_tasks
+           %(cap)s::float8, call.now, call.now, %(name)s
+    FROM call
+    WHERE call.go
+      AND NOT EXISTS (SELECT 1 FROM sqlq_tasks
                       WHERE queue = %(queue)s AND task_id = %(task_id)s)
     ON CONFLICT (queue, task_id) DO NOTHING
     RETURNING state
 )
-SELECT count(*), count(pg_notify(%(channel)s, '')) FILTER (WHERE state = 'AVAILABLE')
-FROM added
+SELECT call.mark, call.now, call.due, call.go,
+       (SELECT count(*) FROM added),
+       (SELECT count(pg_notify(%(channel)s, '')) FILTER (WHERE state = 'AVAILABLE') FROM added)
+FROM call
 
 -- name: insert_many
 -- add_many in one statement: insert_task for each element of the arrays, in
@@ -181,24 +210,34 @@ SELECT task_id, (SELECT n FROM announced) FROM added
 SELECT task_id FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = ANY (%(ids)s::text[])
 
 -- name: claim_front
--- Reserve the front of the queue's line: count an attempt, take the next
--- counter value as the lease's token, set its deadline.  A front row that
--- another transaction is claiming is skipped (the next one is taken).
-UPDATE sqlq_tasks
-SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
-    deadline = %(deadline)s::float8, updated_at = %(now)s::float8
-WHERE id = (SELECT id FROM sqlq_tasks
-            WHERE queue = %(queue)s AND state = 'AVAILABLE'
-            ORDER BY seq LIMIT 1
-            FOR UPDATE SKIP LOCKED)
-RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
+-- Reserve the front of the queue's line (see _call: the call's time, and (mark,
+-- now, due, go) first in the answer): count an attempt, take the next counter
+-- value as the lease's token, set its deadline :seconds after the call's time
+-- (at most :max_time).  A front row that another transaction is claiming is
+-- skipped (the next one is taken).  Then the task, or NULLs.
+WITH {{_call}}, claimed AS (
+    UPDATE sqlq_tasks
+    SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
+        deadline = least(call.now + %(seconds)s::float8, %(max_time)s::float8),
+        updated_at = call.now
+    FROM call
+    WHERE call.go
+      AND id = (SELECT id FROM sqlq_tasks
+                WHERE queue = %(queue)s AND state = 'AVAILABLE'
+                ORDER BY seq LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+    RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
+)
+SELECT call.mark, call.now, call.due, call.go, claimed.*
+FROM call LEFT JOIN claimed ON true
 
 -- name: claim_front_many
--- Reserve up to :n tasks from the front of the line in one statement; tokens
--- increase along the line.  Returns them in no particular order.
-WITH line AS (
+-- claim_front up to :n times in one statement; tokens increase along the line.
+-- One answer row per task claimed, in no particular order (one row of NULLs
+-- after (mark, now, due, go) if none).
+WITH {{_call}}, line AS (
     SELECT id, seq FROM sqlq_tasks
-    WHERE queue = %(queue)s AND state = 'AVAILABLE'
+    WHERE queue = %(queue)s AND state = 'AVAILABLE' AND (SELECT go FROM call)
     ORDER BY seq LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), ranked AS (
@@ -206,13 +245,17 @@ WITH line AS (
 ), tokens AS (
     SELECT g AS rank, nextval('sqlq_counter') AS token
     FROM generate_series(1, (SELECT count(*) FROM line)) AS g
+), claimed AS (
+    UPDATE sqlq_tasks
+    SET state = 'RESERVED', attempts = attempts + 1, lease_id = tokens.token,
+        deadline = least(call.now + %(seconds)s::float8, %(max_time)s::float8),
+        updated_at = call.now
+    FROM call, ranked JOIN tokens USING (rank)
+    WHERE sqlq_tasks.id = ranked.id
+    RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
 )
-UPDATE sqlq_tasks
-SET state = 'RESERVED', attempts = attempts + 1, lease_id = tokens.token,
-    deadline = %(deadline)s::float8, updated_at = %(now)s::float8
-FROM ranked JOIN tokens USING (rank)
-WHERE sqlq_tasks.id = ranked.id
-RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
+SELECT call.mark, call.now, call.due, call.go, claimed.*
+FROM call LEFT JOIN claimed ON true
 
 -- name: get_task
 -- One task by queue and id, every column the queue logic and inspection need.
@@ -236,26 +279,34 @@ WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
 FOR UPDATE
 
 -- name: complete_task
--- RESERVED -> COMPLETED at :now, under the lease :token if it is not NULL, and
--- only while the lease runs (deadline after :now): a lease that ran out is
--- refused even before a call has applied its expiry.
-UPDATE sqlq_tasks
-SET state = 'COMPLETED', deadline = NULL, finished_at = %(now)s::float8,
-    updated_at = %(now)s::float8
-WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
-  AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
-  AND deadline > %(now)s::float8
+-- RESERVED -> COMPLETED at the call's time (see _call; (mark, now, due, go)
+-- first in the answer), under the lease :token if it is not NULL, and only
+-- while the lease runs (deadline after the call's time): a lease that ran out is
+-- refused even before a call has applied its expiry.  Then 1 or 0.
+WITH {{_call}}, done AS (
+    UPDATE sqlq_tasks
+    SET state = 'COMPLETED', deadline = NULL, finished_at = call.now, updated_at = call.now
+    FROM call
+    WHERE call.go AND queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
+      AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
+      AND deadline > call.now
+    RETURNING 1
+)
+SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM done) FROM call
 
 -- name: complete_many
 -- complete_task for each (id, token) pair of the arrays, in one statement.
--- Returns how many completed.
-UPDATE sqlq_tasks
-SET state = 'COMPLETED', deadline = NULL, finished_at = %(now)s::float8,
-    updated_at = %(now)s::float8
-FROM unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS done(task_id, token)
-WHERE sqlq_tasks.queue = %(queue)s AND sqlq_tasks.task_id = done.task_id
-  AND sqlq_tasks.state = 'RESERVED' AND sqlq_tasks.lease_id = done.token
-  AND sqlq_tasks.deadline > %(now)s::float8
+-- Then how many completed.
+WITH {{_call}}, done AS (
+    UPDATE sqlq_tasks
+    SET state = 'COMPLETED', deadline = NULL, finished_at = call.now, updated_at = call.now
+    FROM call, unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS item(task_id, token)
+    WHERE call.go AND sqlq_tasks.queue = %(queue)s AND sqlq_tasks.task_id = item.task_id
+      AND sqlq_tasks.state = 'RESERVED' AND sqlq_tasks.lease_id = item.token
+      AND sqlq_tasks.deadline > call.now
+    RETURNING 1
+)
+SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM done) FROM call
 
 -- name: end_lease
 -- End a lease that failed, ran out or was given back: AVAILABLE (the next
@@ -273,12 +324,19 @@ WHERE id = %(id)s AND state = 'RESERVED' AND lease_id = %(token)s
 RETURNING seq
 
 -- name: extend_lease
--- Heartbeat: move the deadline of the task's current lease, if it is :token and
--- still runs at :now.
-UPDATE sqlq_tasks
-SET deadline = %(deadline)s::float8, updated_at = %(now)s::float8
-WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
-  AND lease_id = %(token)s AND deadline > %(now)s::float8
+-- Heartbeat (see _call; (mark, now, due, go) first in the answer): the lease's
+-- deadline :seconds after the call's time (at most :max_time), if :token is the
+-- task's current lease and it still runs then.  Then 1 or 0.
+WITH {{_call}}, moved AS (
+    UPDATE sqlq_tasks
+    SET deadline = least(call.now + %(seconds)s::float8, %(max_time)s::float8),
+        updated_at = call.now
+    FROM call
+    WHERE call.go AND queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
+      AND lease_id = %(token)s AND deadline > call.now
+    RETURNING 1
+)
+SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM moved) FROM call
 
 -- name: wake_task
 -- WAITING -> AVAILABLE at the back of the line when run_at has come.

@@ -45,7 +45,7 @@ from sqlalchemy.pool import NullPool
 
 from ..backend import Claimed, Opened, TaskRow
 from ..clock import kernel_time
-from ..contract import Number, State
+from ..contract import Number, State, time_after
 from ..errors import (
     Busy,
     CannotOpen,
@@ -871,12 +871,12 @@ class SqliteTransaction:
         cur.execute(Q.release_batch)
         return added
 
-    def claim_many(self, queue: str, n: int, deadline: Number) -> list[Claimed]:
+    def claim_many(self, queue: str, n: int, seconds: Number) -> list[Claimed]:
         params = {
             "queue": queue,
             "n": n,
             "base": self._counter,
-            "deadline": deadline,
+            "deadline": time_after(self.now, seconds),
             "now": self.now,
         }
         rows: list[Claimed] = self._cur.execute(Q.claim_front_many, params).fetchall()
@@ -889,9 +889,10 @@ class SqliteTransaction:
         rows = [(queue, task_id, token, now) for task_id, token in items]
         return int(self._cur.executemany(Q.complete_task, rows).rowcount)
 
-    def claim(self, queue: str, deadline: Number) -> Claimed | None:
-        token = self._counter + 1
-        row = self._cur.execute(Q.claim_front, (queue, token, deadline, self.now)).fetchone()
+    def claim(self, queue: str, seconds: Number) -> Claimed | None:
+        token, now = self._counter + 1, self.now
+        params = (queue, token, time_after(now, seconds), now)
+        row = self._cur.execute(Q.claim_front, params).fetchone()
         if row is None:
             return None
         self._counter = token
@@ -940,12 +941,12 @@ class SqliteTransaction:
         self._expect_one(Q.end_lease, params, task, "RESERVED under its lease")
         return seq
 
-    def extend(self, queue: str, task_id: str, token: int, deadline: Number) -> bool:
+    def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool:
         params = {
             "queue": queue,
             "task_id": task_id,
             "token": token,
-            "deadline": deadline,
+            "deadline": time_after(self.now, seconds),
             "now": self.now,
         }
         return bool(self._cur.execute(Q.extend_lease, params).rowcount == 1)
