@@ -399,7 +399,7 @@ MUTANTS = [
         "sqlq/postgresql/backend.py",
         "        if self._poller.poll(0):\n",
         "        if False:\n",
-        POSTGRESQL,
+        ("tests/test_postgresql_faults.py",),
     ),
 ]
 
