@@ -93,6 +93,7 @@ def test_migrations_are_recorded_with_their_checksums_and_run_once(pg: str) -> N
 #: released, a migration's text never changes (a database applied it as it was).
 RELEASED = [
     (1, "initial", "ff33ca8c7c186ec372c44ed3c20062de7702788f6ca7b55eee4759b505df520d"),
+    (2, "schedules", "77c42d082f39dcafc30451c0ed1b6037e0f86921a0e9af1ea9351dadaa75edb9"),
 ]
 
 
