@@ -174,7 +174,24 @@ class Schedule:
         until = min(until, _LAST_TIME)
         if self.every is not None:
             return math.floor(until / self.every) * self.every
-        start = datetime.fromtimestamp(math.floor(until) + 1, self.zone)
+        # cronsim's reverse iteration counts a fixed-time expression's times on the
+        # naive wall clock, so in an hour that repeats it may land a tick early: its
+        # answer is a tick at or before the latest, from which the ticks forward lead
+        # to the latest one.
+        found = self._tick_before(math.floor(until) + 1)
+        while found is not None and found > until:
+            found = self._tick_before(found)
+        if found is None:
+            return None
+        for tick in self._ticks_after(found):
+            if tick > until:
+                break
+            found = tick
+        return found
+
+    def _tick_before(self, moment: int) -> int | None:
+        """A tick of the cron expression before ``moment`` (cronsim, backwards)."""
+        start = datetime.fromtimestamp(moment, self.zone)
         return _first(CronSim(self.cron or "", start, reverse=True))
 
     def _ticks_after(self, after: Number) -> Iterator[int]:

@@ -219,29 +219,41 @@ class Tasks:
         is ``kwargs``, and the tick (Unix seconds) if the function has a ``tick``
         parameter.  The schedule is named ``schedule`` (default: the task's name); a
         Worker given this registry runs it.  Bad arguments are InvalidConfig."""
-        given = {} if kwargs is None else kwargs
+        options = {
+            "cron": cron, "every": every, "tz": tz, "catch_up": catch_up, "grace": grace,
+            "kwargs": {} if kwargs is None else kwargs,
+        }  # fmt: skip
 
         def register(fn: Callable[P, R]) -> Task[P, R]:
-            task = fn if isinstance(fn, Task) and self._tasks.get(fn.name) is fn else None
-            if task is None:
+            if isinstance(fn, Task) and self._tasks.get(fn.name) is fn:
+                task: Task[P, R] = fn
+            else:
                 task = self.task(name=name, max_attempts=max_attempts, retry=retry)(fn)
-            found = periodic_schedule(
-                task.fn,
-                task.name,
-                schedule,
-                {"cron": cron, "every": every, "tz": tz, "catch_up": catch_up, "grace": grace,
-                 "kwargs": given, "max_attempts": task.max_attempts, "retry": task.retry},
-            )  # fmt: skip
             try:
-                task.arguments(found.payload(0))
-            except InvalidTask as exc:
-                raise InvalidConfig(f"schedule {found.name!r}: {exc}") from None
-            if found.name in self._schedules:
-                raise InvalidConfig(f"a schedule named {found.name!r} is registered already")
-            self._schedules[found.name] = found
+                self._schedule(task, schedule, options)
+            except InvalidConfig:
+                if task is not fn:  # registered here: not kept without its schedule
+                    del self._tasks[task.name]
+                raise
             return task
 
         return register
+
+    def _schedule(self, task: Task[Any, Any], name: str | None, options: dict[str, Any]) -> None:
+        """Add the schedule of ``periodic`` for ``task``."""
+        found = periodic_schedule(
+            task.fn,
+            task.name,
+            name,
+            {**options, "max_attempts": task.max_attempts, "retry": task.retry},
+        )
+        try:
+            task.arguments(found.payload(0))
+        except InvalidTask as exc:
+            raise InvalidConfig(f"schedule {found.name!r}: {exc}") from None
+        if found.name in self._schedules:
+            raise InvalidConfig(f"a schedule named {found.name!r} is registered already")
+        self._schedules[found.name] = found
 
     @property
     def schedules(self) -> list[Schedule]:

@@ -457,8 +457,8 @@ class Worker:
         """Claim and report until stopped (False) or idle as run() was asked (True)."""
         idle: float | None = None  # the current idle wait, or None if not idle
         while True:
-            if self._ticks:
-                self._tick_schedules()
+            if self._ticks and self._tick_schedules():
+                idle = None  # claim the tasks just added at once
             with self._cond:
                 while (
                     not self._stopping
@@ -496,10 +496,11 @@ class Worker:
             elif idle is None:
                 idle = self.poll_min
 
-    def _tick_schedules(self) -> None:
+    def _tick_schedules(self) -> bool:
         """Add the tasks of the schedules due by the worker's clock (queue.tick), and
-        note when each is due next.  A transient error is logged and the schedule
-        tried again after BUSY_PAUSE."""
+        note when each is due next; True if tasks were added.  A transient error is
+        logged and the schedule tried again after BUSY_PAUSE."""
+        added = False
         for i, schedule in enumerate(self.schedules):
             now = self.clock.monotonic()
             if now < self._ticks[i]:
@@ -512,8 +513,10 @@ class Worker:
                 continue
             for task_id in ticked.added:
                 self.log.info("periodic task added: %s (schedule %r)", task_id, schedule.name)
+            added |= bool(ticked.added)
             wait = math.inf if ticked.next_at is None else max(0, ticked.next_at - ticked.now)
             self._ticks[i] = now + wait
+        return added
 
     def _next_tick(self) -> float | None:
         """When the next schedule is due, by the worker's clock (None: no schedules)."""

@@ -164,7 +164,7 @@ def _foreign(path: Path, kind: str) -> None:
 
 def test_subcommands_are_the_documented_set() -> None:
     expected = ["add", "backup", "dead", "demo", "list", "migrate", "purge", "redrive", "show"]
-    expected.append("stats")
+    expected += ["schedules", "stats"]
     assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 
