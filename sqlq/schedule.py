@@ -108,10 +108,14 @@ class Schedule:
                 f"a schedule name is at most {MAX_ID_LENGTH - _TICK_SUFFIX} characters "
                 "(its task ids add the tick's time)"
             )
-        check_task_name(self.task, InvalidConfig)
+        object.__setattr__(self, "zone", _zone(self.tz))
+        self._check_timing(name)
+        self._check_tasks(name)
+
+    def _check_timing(self, name: str) -> None:
+        """When it fires and what happens to missed ticks."""
         if (self.cron is None) == (self.every is None):
             raise InvalidConfig(f"schedule {name!r}: give cron or every, exactly one of them")
-        object.__setattr__(self, "zone", _zone(self.tz))
         if self.cron is not None:
             _check_cron(self.cron, name)
         else:
@@ -121,12 +125,15 @@ class Schedule:
                 f"schedule {name!r}: catch_up must be one of {', '.join(POLICIES)}, "
                 f"not {self.catch_up!r}"
             )
-        if (
-            isinstance(self.grace, bool)
-            or not isinstance(self.grace, int | float)
-            or not 0 <= self.grace <= MAX_LEASE_SECONDS
-        ):
+        grace = self.grace
+        if isinstance(grace, bool) or not isinstance(grace, int | float):
             raise InvalidConfig(f"schedule {name!r}: grace must be a number of seconds")
+        if not 0 <= grace <= MAX_LEASE_SECONDS:
+            raise InvalidConfig(f"schedule {name!r}: grace must be from 0 to {MAX_LEASE_SECONDS}")
+
+    def _check_tasks(self, name: str) -> None:
+        """The tasks it adds: their name, options and payload (kwargs kept as a dict)."""
+        check_task_name(self.task, InvalidConfig)
         if not isinstance(self.with_tick, bool):
             raise InvalidConfig(f"schedule {name!r}: with_tick must be True or False")
         if self.max_attempts is not None:
