@@ -182,19 +182,20 @@ class Schedule:
         if self.every is not None:
             return math.floor(until / self.every) * self.every
         # cronsim's reverse iteration counts a fixed-time expression's times on the
-        # naive wall clock, so in an hour that repeats it may land a tick early: its
-        # answer is a tick at or before the latest, from which the ticks forward lead
-        # to the latest one.
-        found = self._tick_before(math.floor(until) + 1)
-        while found is not None and found > until:
-            found = self._tick_before(found)
-        if found is None:
-            return None
-        for tick in self._ticks_after(found):
-            if tick > until:
-                break
-            found = tick
-        return found
+        # naive wall clock, so in an hour that repeats it may land a day early (or on
+        # a time the forward iteration does not give): the latest tick is the last of
+        # the ticks forward from its answer, or from an earlier answer if none is.
+        moment = math.floor(until) + 1
+        while (found := self._tick_before(moment)) is not None:
+            latest = None
+            for tick in self._ticks_after(found - 1):
+                if tick > until:
+                    break
+                latest = tick
+            if latest is not None:
+                return latest
+            moment = found
+        return None
 
     def _tick_before(self, moment: int) -> int | None:
         """A tick of the cron expression before ``moment`` (cronsim, backwards)."""

@@ -256,11 +256,21 @@ def test_an_expression_with_a_wildcard_hour_follows_the_real_time_across_dst() -
     ]
 
 
-@pytest.mark.parametrize("cron", ["30 2 * * *", "*/30 * * * *", "0 3 * * 0"])
-@pytest.mark.parametrize("day", ["2026-03-29", "2026-10-25"])
-def test_the_latest_tick_is_the_last_of_the_ticks_forward_across_dst(cron: str, day: str) -> None:
+@pytest.mark.parametrize("cron", ["30 2 * * *", "45 1 * * *", "*/30 * * * *", "0 3 * * 0"])
+@pytest.mark.parametrize(
+    ("zone", "day"),
+    [
+        ("Europe/Paris", "2026-03-29"),
+        ("Europe/Paris", "2026-10-25"),
+        ("Australia/Lord_Howe", "2026-04-05"),  # the clock goes back 30 minutes
+        ("Australia/Lord_Howe", "2026-10-04"),
+    ],
+)
+def test_the_latest_tick_is_the_last_of_the_ticks_forward_across_dst(
+    cron: str, zone: str, day: str
+) -> None:
     """Policy "latest" looks backwards from now; it finds what going forward finds."""
-    schedule = Schedule("s", cron=cron, tz="Europe/Paris")
+    schedule = Schedule("s", cron=cron, tz=zone)
     start = _at(f"{day}T00:00") - 86400
     forward, at = [], start - 8 * 86400  # before the last weekly tick
     while (tick := schedule.next_tick(at)) is not None and tick <= start + 3 * 86400:
