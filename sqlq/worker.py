@@ -511,9 +511,14 @@ class Worker:
                 self._log_busy(exc)
                 self._ticks[i] = now + BUSY_PAUSE
                 continue
-            for task_id in ticked.added:
-                self.log.info("periodic task added: %s (schedule %r)", task_id, schedule.name)
-            added |= bool(ticked.added)
+            if ticked.added:
+                added = True
+                self.log.info(
+                    "schedule %r: %d periodic task(s) added, %s",
+                    schedule.name,
+                    len(ticked.added),
+                    " to ".join(dict.fromkeys((ticked.added[0], ticked.added[-1]))),
+                )
             wait = math.inf if ticked.next_at is None else max(0, ticked.next_at - ticked.now)
             self._ticks[i] = now + wait
         return added
