@@ -489,9 +489,10 @@ class Queue:
                 continue
 
     def _tick(self, tx: Transaction, schedule: Schedule, limit: int, policy: Retry) -> Ticked:
+        now = tx.now  # first: the call's time (and what fell due) before its reads
         found = tx.schedule(self.queue, schedule.name)
         seen = None if found is None else found.handled_until
-        todo = plan(schedule, seen, tx.now)
+        todo = plan(schedule, seen, now)
         added = [
             task_id
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
@@ -500,11 +501,11 @@ class Queue:
         last = todo.ticks[-1] if todo.ticks else None if found is None else found.last_enqueued
         state = ScheduleState(
             self.queue, schedule.name, schedule.task, schedule.spec, schedule.tz,
-            schedule.catch_up, todo.cursor, last, tx.now,
+            schedule.catch_up, todo.cursor, last, now,
         )  # fmt: skip
         if (found is None or found[:-1] != state[:-1]) and not tx.save_schedule(state, seen):
             raise _Moved
-        return Ticked(added, schedule.next_tick(todo.cursor), tx.now)
+        return Ticked(added, schedule.next_tick(todo.cursor), now)
 
     def stats(self, now: Number | None = None) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""
