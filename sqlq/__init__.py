@@ -13,6 +13,7 @@ from .durable import Queue
 from .memory import WorkQueue
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
+from .schedule import Schedule
 from .tasks import Task, Tasks
 from .worker import Worker, WorkerStats
 
@@ -23,6 +24,7 @@ __all__ = [
     "Queue",
     "QueueStats",
     "Retry",
+    "Schedule",
     "State",
     "Task",
     "TaskInfo",

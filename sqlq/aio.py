@@ -110,6 +110,7 @@ class AsyncQueue:
     ready = _twin(Queue.ready)
     counts = _twin(Queue.counts)
     checkpoint = _twin(Queue.checkpoint)
+    tick = _twin(Queue.tick)
 
     async def close(self) -> None:
         """Close the Queue, then end the AsyncQueue's thread."""

@@ -38,7 +38,14 @@ import sqlalchemy as sa
 
 from .contract import Number, State
 from .payload import Encoded
-from .records import Checkpoint, Compaction, QueueOverview, SchemaVersions, StorageFacts
+from .records import (
+    Checkpoint,
+    Compaction,
+    QueueOverview,
+    ScheduleState,
+    SchemaVersions,
+    StorageFacts,
+)
 from .retry import Retry
 
 
@@ -194,6 +201,18 @@ class Transaction(Protocol):
         """(counts per state, front of line available since, next deadline, next run_at)."""
         ...
 
+    # --- periodic tasks (sqlq.schedule) -----------------------------------------------
+
+    def schedule(self, queue: str, name: str) -> ScheduleState | None:
+        """The schedule ``name`` of ``queue`` as stored, or None if it is not."""
+        ...
+
+    def save_schedule(self, state: ScheduleState, seen: Number | None) -> bool:
+        """Store ``state`` (its queue and name say which schedule) if the stored
+        ``handled_until`` is still ``seen`` (None: if the schedule is not stored
+        yet): a compare-and-set.  False, and no change, otherwise."""
+        ...
+
 
 #: Called by a transaction once it has read the clock, with the time the call asked
 #: for, if something fell due or that time was behind the mark (see Backend.transaction).
@@ -329,4 +348,9 @@ class Backend(Protocol):
         is a sqlq database that no queue has open; returns the copy's size in bytes.
         InvalidConfig, naming the alternative, from a backend that keeps no database
         in a file."""
+        ...
+
+    def schedules(self) -> list[ScheduleState]:
+        """Every schedule the database keeps, by queue and name: read only, without
+        the write lock."""
         ...

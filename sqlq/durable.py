@@ -55,8 +55,9 @@ from .contract import (
     undecodable_error,
 )
 from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload, SchemaError
-from .records import Checkpoint, Lease, QueueStats, TaskInfo
+from .records import Checkpoint, Lease, QueueStats, ScheduleState, TaskInfo
 from .retry import Retry
+from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
 
 #: Tasks deleted per transaction by ``purge``, so that no call holds the write lock long.
 PURGE_BATCH = 1000
@@ -476,6 +477,38 @@ class Queue:
                     break
         return removed
 
+    def tick(self, schedule: Schedule, now: Number | None = None) -> Ticked:
+        """Add the tasks of ``schedule``'s ticks due at ``now`` (see sqlq.schedule), one
+        per tick however many processes tick it, and move its stored state on, in one
+        transaction.  A Worker given schedules calls this when they are due."""
+        schedule = check_schedule(schedule)
+        limit, policy = self._policy(schedule.max_attempts, schedule.retry)
+        while True:
+            try:
+                with self._call(now) as tx:
+                    return self._tick(tx, schedule, limit, policy)
+            except _Moved:  # another process moved the schedule on first: read it again
+                continue
+
+    def _tick(self, tx: Transaction, schedule: Schedule, limit: int, policy: Retry) -> Ticked:
+        now = tx.now  # first: the call's time (and what fell due) before its reads
+        found = tx.schedule(self.queue, schedule.name)
+        seen = None if found is None else found.handled_until
+        todo = plan(schedule, seen, now)
+        added = [
+            task_id
+            for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
+            if tx.insert(self.queue, task_id, limit, policy, encoded, None, schedule.task)
+        ]
+        last = todo.ticks[-1] if todo.ticks else None if found is None else found.last_enqueued
+        state = ScheduleState(
+            self.queue, schedule.name, schedule.task, schedule.spec, schedule.tz,
+            schedule.catch_up, todo.cursor, last, now,
+        )  # fmt: skip
+        if (found is None or found[:-1] != state[:-1]) and not tx.save_schedule(state, seen):
+            raise _Moved
+        return Ticked(added, schedule.next_tick(todo.cursor), now)
+
     def stats(self, now: Number | None = None) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""
         with self._call(now) as tx:
@@ -704,6 +737,11 @@ class Queue:
             assert task is not None  # claimed in this transaction
             _kill(tx, task, undecodable_error(exc))
             return None
+
+
+class _Moved(Exception):
+    """Another process moved a schedule on after this call read it: the call is
+    rolled back and tried again."""
 
 
 def _kill(tx: Transaction, task: TaskRow, error: str | None) -> None:

@@ -73,6 +73,7 @@ from .contract import (
 from .errors import InvalidPayload
 from .records import Lease, QueueStats, TaskInfo
 from .retry import Retry
+from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
 
 # States are kept as their plain str values: compared with ``is``, returned as they are.
 _WAITING: Final = State.WAITING.value
@@ -130,6 +131,7 @@ class WorkQueue:
         self._counter = 0
         self._now: Number = 0
         self._due: Number = MAX_TIME
+        self._schedules: dict[str, Number] = {}  # schedule name -> ticks handled up to
 
     # --- the core contract --------------------------------------------------------
 
@@ -434,6 +436,21 @@ class WorkQueue:
         for task_id in doomed:
             del self._tasks[task_id]
         return len(doomed)
+
+    def tick(self, schedule: Schedule, now: Number) -> Ticked:
+        """Add the tasks of ``schedule``'s ticks due at ``now`` (see sqlq.schedule), one
+        per tick, and move the schedule on (its state is kept in memory)."""
+        schedule = check_schedule(schedule)
+        policy = self._policy(schedule.max_attempts, schedule.retry)
+        now = self._advance(now)
+        todo = plan(schedule, self._schedules.get(schedule.name), now)
+        added = [
+            task_id
+            for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
+            if self._insert(task_id, (encoded, schedule.task, *policy), now, now)
+        ]
+        self._schedules[schedule.name] = todo.cursor
+        return Ticked(added, schedule.next_tick(todo.cursor), now)
 
     def stats(self, now: Number) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""

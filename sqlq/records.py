@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .contract import Number
 
@@ -177,3 +177,20 @@ def overviews(
         queue: QueueOverview(found, *fronts(queue), names=named.get(queue, {}))
         for queue, found in counts.items()
     }
+
+
+class ScheduleState(NamedTuple):
+    """A schedule as a database keeps it (see sqlq.schedule): every tick up to
+    ``handled_until`` is handled; ``last_enqueued`` is the latest tick a task was
+    added for (None before the first); ``spec`` is ``"cron <expression>"`` or
+    ``"every <seconds>"``."""
+
+    queue: str
+    name: str
+    task: str | None
+    spec: str
+    tz: str
+    catch_up: str
+    handled_until: Number
+    last_enqueued: Number | None
+    updated_at: Number

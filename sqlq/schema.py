@@ -139,5 +139,26 @@ Index(
     sqlite_where=text("finished_at IS NOT NULL"),
 )
 
+schedules = Table(
+    "sqlq_schedules",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("task", Text, nullable=True),
+    Column("spec", Text, nullable=False),
+    Column("tz", Text, nullable=False),
+    Column("catch_up", Text, nullable=False),
+    Column("handled_until", REAL, nullable=False),
+    Column("last_enqueued", REAL, nullable=True),
+    Column("updated_at", REAL, nullable=False),
+    CheckConstraint("length(queue) > 0"),
+    CheckConstraint("length(name) > 0"),
+    CheckConstraint("length(task) > 0"),
+    CheckConstraint("length(spec) > 0"),
+    CheckConstraint("length(tz) > 0"),
+    CheckConstraint("catch_up = 'all' OR catch_up = 'latest' OR catch_up = 'none'"),
+    sqlite_strict=True,
+)
+
 #: Read-only views for people at the sqlite3 shell (their SQL is in the migrations).
 VIEWS = ("sqlq_dead_letters", "sqlq_leases", "sqlq_queue_stats")

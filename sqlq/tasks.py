@@ -33,6 +33,7 @@ from .errors import InvalidConfig, InvalidPayload, InvalidTask, NotRetryable, Pa
 from .memory import WorkQueue
 from .records import Lease
 from .retry import Retry
+from .schedule import Schedule, periodic_schedule
 
 __all__ = ["Task", "Tasks", "failure", "runner"]
 
@@ -155,6 +156,7 @@ class Tasks:
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task[Any, Any]] = {}
+        self._schedules: dict[str, Schedule] = {}
 
     @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
@@ -196,6 +198,67 @@ class Tasks:
             return task
 
         return register if fn is None else register(fn)
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: int | None = None,
+        tz: str = "UTC",
+        catch_up: str = "latest",
+        grace: Number = 60,
+        kwargs: Mapping[str, Any] | None = None,
+        schedule: str | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a function as a task (as ``task`` does, unless it is a Task of this
+        registry already) and run it periodically: ``@tasks.periodic(cron="*/5 * * *
+        *", tz="Europe/Paris")`` or ``every=`` seconds (see sqlq.schedule).  Its payload
+        is ``kwargs``, and the tick (Unix seconds) if the function has a ``tick``
+        parameter.  The schedule is named ``schedule`` (default: the task's name); a
+        Worker given this registry runs it.  Bad arguments are InvalidConfig."""
+        options = {
+            "cron": cron, "every": every, "tz": tz, "catch_up": catch_up, "grace": grace,
+            "kwargs": {} if kwargs is None else kwargs,
+        }  # fmt: skip
+
+        def register(fn: Callable[P, R]) -> Task[P, R]:
+            if isinstance(fn, Task) and self._tasks.get(fn.name) is fn:
+                task: Task[P, R] = fn
+            else:
+                task = self.task(name=name, max_attempts=max_attempts, retry=retry)(fn)
+            try:
+                self._schedule(task, schedule, options)
+            except InvalidConfig:
+                if task is not fn:  # registered here: not kept without its schedule
+                    del self._tasks[task.name]
+                raise
+            return task
+
+        return register
+
+    def _schedule(self, task: Task[Any, Any], name: str | None, options: dict[str, Any]) -> None:
+        """Add the schedule of ``periodic`` for ``task``."""
+        found = periodic_schedule(
+            task.fn,
+            task.name,
+            name,
+            {**options, "max_attempts": task.max_attempts, "retry": task.retry},
+        )
+        try:
+            task.arguments(found.payload(0))
+        except InvalidTask as exc:
+            raise InvalidConfig(f"schedule {found.name!r}: {exc}") from None
+        if found.name in self._schedules:
+            raise InvalidConfig(f"a schedule named {found.name!r} is registered already")
+        self._schedules[found.name] = found
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The schedules of ``periodic``, in the order they were declared."""
+        return list(self._schedules.values())
 
     def __getitem__(self, name: str) -> Task[Any, Any]:
         return self._tasks[name]

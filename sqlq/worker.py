@@ -69,6 +69,14 @@
   blocking call inside an async handler blocks the whole loop: await instead
   (``asyncio.to_thread``, and :class:`sqlq.AsyncQueue` for the queue).  The
   threads and the loop are sqlq.executors.
+* **Periodic tasks.**  ``schedules`` (:class:`sqlq.Schedule`), and those a
+  :class:`sqlq.Tasks` registry declares with ``@tasks.periodic``, are ticked by
+  the claim loop: ``queue.tick(schedule)`` adds the tasks of the ticks due (one
+  per tick, however many workers tick the same schedule; see sqlq.schedule),
+  once when the worker starts and then whenever the next tick comes by the
+  queue's time (waited for with the worker's ``clock``).  No separate process
+  to run: every worker of the queue ticks them, and the queue refuses the
+  duplicates.
 * **Time.**  ``clock`` (a :class:`Clock`) gives the worker's time and waits:
   :class:`SystemClock` by default, ``sqlq.testing.ManualClock`` in tests, which
   then need no sleeps.
@@ -113,7 +121,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol, TypeVar
@@ -125,6 +133,7 @@ from .events import event, task_fields
 from .executors import Executor
 from .monitor import ACTIVE, Monitor, Phase, Running
 from .records import Lease
+from .schedule import Schedule, check_schedule
 from .tasks import Tasks, failure, runner
 
 __all__ = [
@@ -238,7 +247,8 @@ class Worker:
     the time it measures heartbeats, time limits, the grace period and idle waits
     with (the queue keeps its own clock for leases).  ``summary_every`` (seconds
     of that clock; None or 0, the default: never) is how often it logs a summary
-    line (``sqlq worker`` does every 60 s).
+    line (``sqlq worker`` does every 60 s).  ``schedules`` are periodic tasks the
+    worker adds (see the module docstring), besides a registry's own.
     """
 
     def __init__(
@@ -256,6 +266,7 @@ class Worker:
         logger: logging.Logger | None = None,
         clock: Clock | None = None,
         summary_every: float | None = None,
+        schedules: Iterable[Schedule] = (),
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidConfig(f"concurrency must be an int of at least 1, got {concurrency!r}")
@@ -335,6 +346,9 @@ class Worker:
         self._monitor = Monitor(self)  # heartbeats, time limits, the summary
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
+        self.schedules = _schedules(handler, schedules)
+        # When each schedule is due next, by the worker's clock (-inf: at once).
+        self._ticks = [-math.inf] * len(self.schedules)
 
     # --- the public face ----------------------------------------------------------
 
@@ -443,9 +457,16 @@ class Worker:
         """Claim and report until stopped (False) or idle as run() was asked (True)."""
         idle: float | None = None  # the current idle wait, or None if not idle
         while True:
+            if self._ticks and self._tick_schedules():
+                idle = None  # claim the tasks just added at once
             with self._cond:
-                while not self._stopping and not self._outcomes and self._free == 0:
-                    self._wait()
+                while (
+                    not self._stopping
+                    and not self._outcomes
+                    and self._free == 0
+                    and not self._tick_due()
+                ):
+                    self._wait(self._next_tick())
                 if self._stopping:
                     return False  # _drain reports what is left
                 reporting = bool(self._outcomes)
@@ -474,6 +495,41 @@ class Worker:
                 return True
             elif idle is None:
                 idle = self.poll_min
+
+    def _tick_schedules(self) -> bool:
+        """Add the tasks of the schedules due by the worker's clock (queue.tick), and
+        note when each is due next; True if tasks were added.  A transient error is
+        logged and the schedule tried again after BUSY_PAUSE."""
+        added = False
+        for i, schedule in enumerate(self.schedules):
+            now = self.clock.monotonic()
+            if now < self._ticks[i]:
+                continue
+            try:
+                ticked = self.queue.tick(schedule)
+            except TRANSIENT as exc:
+                self._log_busy(exc)
+                self._ticks[i] = now + BUSY_PAUSE
+                continue
+            if ticked.added:
+                added = True
+                self.log.info(
+                    "schedule %r: %d periodic task(s) added, %s",
+                    schedule.name,
+                    len(ticked.added),
+                    " to ".join(dict.fromkeys((ticked.added[0], ticked.added[-1]))),
+                )
+            wait = math.inf if ticked.next_at is None else max(0, ticked.next_at - ticked.now)
+            self._ticks[i] = now + wait
+        return added
+
+    def _next_tick(self) -> float | None:
+        """When the next schedule is due, by the worker's clock (None: no schedules)."""
+        return min(self._ticks, default=None)
+
+    def _tick_due(self) -> bool:
+        due = self._next_tick()
+        return due is not None and self.clock.monotonic() >= due
 
     def _idle_end(self) -> bool:
         """Nothing to claim and no handler running: True if run() returns now (it
@@ -886,6 +942,19 @@ class Worker:
             event(self.log, logging.WARNING, "task lost", fields, outcome="lost", refused="release")
 
 
+def _schedules(handler: object, given: Iterable[Schedule]) -> list[Schedule]:
+    """The schedules a worker runs: those given, and a Tasks registry's."""
+    if isinstance(given, Schedule) or not isinstance(given, Iterable):
+        raise InvalidConfig("schedules must be an iterable of sqlq.Schedule")
+    found = [check_schedule(schedule) for schedule in given]
+    if isinstance(handler, Tasks):
+        found += handler.schedules
+    names = [schedule.name for schedule in found]
+    if len(set(names)) != len(names):
+        raise InvalidConfig(f"two schedules of a worker have the same name: {sorted(names)}")
+    return found
+
+
 def _pending_text(pending: tuple[int, int] | None) -> str:
     if pending is None:
         return "tasks the queue could not be read for"
@@ -989,7 +1058,7 @@ def serve(
     with Queue(
         db,
         lease_seconds=lease_seconds,
-        max_attempts=1,  # of the tasks this queue adds: a worker adds none
+        max_attempts=1,  # of the periodic tasks this worker adds, unless their task says
         queue=queue,
         **options,
     ) as opened:

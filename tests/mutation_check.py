@@ -43,6 +43,7 @@ CORE = (
 WORKER = ("tests/test_worker.py",)
 ASYNC = ("tests/test_async.py",)
 POSTGRESQL = ("tests/test_postgresql.py", *CORE)
+SCHEDULES = ("tests/test_schedules.py",)
 
 
 @dataclass(frozen=True)
@@ -400,6 +401,21 @@ MUTANTS = [
         "        if self._poller.poll(0):\n",
         "        if False:\n",
         ("tests/test_postgresql_faults.py",),
+    ),
+    # --- periodic tasks: the schedule's state moves by compare-and-set only
+    Mutant(
+        "schedule-state-moved-from-a-stale-read",
+        "sqlq/sqlite/queries.sql",
+        "WHERE queue = :queue AND name = :name AND handled_until = :seen",
+        "WHERE queue = :queue AND name = :name",
+        SCHEDULES,
+    ),
+    Mutant(
+        "pg-schedule-state-moved-from-a-stale-read",
+        "sqlq/postgresql/queries.sql",
+        "WHERE queue = %(queue)s AND name = %(name)s AND handled_until = %(seen)s",
+        "WHERE queue = %(queue)s AND name = %(name)s",
+        SCHEDULES,
     ),
 ]
 

@@ -6,7 +6,7 @@
   written to be obviously correct rather than fast.
 * ``FeaturesDurableVsMemory``: Queue against WorkQueue again, with the worker
   features too: tokens, heartbeats, release, delays, retry backoff, payloads,
-  errors, dead letters, purge, batches and inspection.
+  errors, dead letters, purge, batches, inspection and periodic tasks.
 * ``test_long_histories_...``: Queue against WorkQueue again without hypothesis:
   long seeded random histories, rich in calls that find lease expiries and
   wake-ups due together (the order of those is where the faces could differ).
@@ -40,6 +40,7 @@ from hypothesis.stateful import (
 
 import sqlq
 from sqlq.errors import InvalidTaskId
+from sqlq.schedule import Schedule
 
 #: Every run explores the same examples: hypothesis derives its seed from the
 #: test's name (derandomize) and keeps no example database, and the plain
@@ -378,6 +379,16 @@ payloads = st.one_of(
 )
 
 
+#: Periodic tasks ticked by FeaturesDurableVsMemory: short periods, so that calls find
+#: ticks due, missed ones (each policy), and the tasks of ticks among the others.
+SCHEDULES = [
+    Schedule("s3", every=3, catch_up="all"),
+    Schedule("s5", every=5, task="t", kwargs={"k": 1}, with_tick=True, max_attempts=2),
+    Schedule("s7", every=7, catch_up="none", grace=2),
+    Schedule("m", cron="* * * * *", catch_up="all"),
+]
+
+
 class FeaturesDurableVsMemory(OnDurable):
     @initialize(lease_seconds=leases, max_attempts=attempt_limits, retry=retry_policies)
     def open_queues(self, lease_seconds: int, max_attempts: int, retry: sqlq.Retry) -> None:
@@ -563,6 +574,10 @@ class FeaturesDurableVsMemory(OnDurable):
     @rule(move=time_moves)
     def ready(self, move: Any) -> None:
         self._same("ready", self._time(move))
+
+    @rule(schedule=st.sampled_from(SCHEDULES), move=time_moves)
+    def tick(self, schedule: Schedule, move: Any) -> None:
+        self._same("tick", schedule, self._time(move))
 
 
 def test_features_durable_vs_memory(

@@ -3,6 +3,7 @@
 Subcommands, one module per kind:
 
 * reading.py: `stats`, `list`, `show`, `dead` (never create or migrate a file)
+* schedules.py: `schedules` (reads only)
 * adding.py: `add` (creates a missing file)
 * maintenance.py: `redrive`, `purge`, `migrate`
 * running.py: `worker`, `demo`
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import SqlqError
-from . import adding, maintenance, reading, running
+from . import adding, maintenance, reading, running, schedules
 from .common import (
     DURATION_SYNTAX,
     EXIT_ERROR,
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     adding.register_add(commands)
     running.register(commands)
     reading.register(commands)
+    schedules.register(commands)
     maintenance.register(commands)
     maintenance.register_migrate(commands)
     running.register_demo(commands)

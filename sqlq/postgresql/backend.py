@@ -54,6 +54,7 @@ from ..records import (
     Checkpoint,
     Compaction,
     QueueOverview,
+    ScheduleState,
     SchemaVersions,
     StorageFacts,
     overviews,
@@ -490,6 +491,10 @@ class PostgresBackend:
             "whole database)"
         )
 
+    def schedules(self) -> list[ScheduleState]:
+        rows = self._read(lambda cur: cur.execute(Q.list_schedules).fetchall())
+        return [ScheduleState(*row) for row in rows]
+
 
 class PostgresTransaction:
     """One call's transaction and statements; see sqlq.backend.Transaction.
@@ -889,6 +894,15 @@ class PostgresTransaction:
 
     def stats(self, queue: str) -> Figures:
         return _figures(self._opened_cursor, queue)
+
+    def schedule(self, queue: str, name: str) -> ScheduleState | None:
+        row = self._opened_cursor.execute(Q.get_schedule, {"queue": queue, "name": name}).fetchone()
+        return None if row is None else ScheduleState(*row)
+
+    def save_schedule(self, state: ScheduleState, seen: Number | None) -> bool:
+        params = {**state._asdict(), "seen": seen}
+        sql = Q.insert_schedule if seen is None else Q.update_schedule
+        return bool(self._opened_cursor.execute(sql, params).rowcount == 1)
 
 
 #: (counts per state, front of line available since, next deadline, next run_at).

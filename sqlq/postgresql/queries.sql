@@ -460,7 +460,8 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'sqlq_migrations'
                  AND relnamespace = current_schema()::regnamespace),
        EXISTS (SELECT 1 FROM pg_class
                WHERE relname IN ('sqlq_tasks', 'sqlq_clock', 'sqlq_counter',
-                                 'sqlq_queue_stats', 'sqlq_dead_letters', 'sqlq_leases')
+                                 'sqlq_queue_stats', 'sqlq_dead_letters', 'sqlq_leases',
+                                 'sqlq_schedules')
                  AND relnamespace = current_schema()::regnamespace)
 
 -- name: create_migrations_table
@@ -480,3 +481,38 @@ SELECT version, name, checksum FROM sqlq_migrations ORDER BY version
 -- Record a migration, in the same transaction as its statements.
 INSERT INTO sqlq_migrations (version, name, checksum, applied_at)
 VALUES (%(version)s, %(name)s, %(checksum)s, extract(epoch FROM clock_timestamp()))
+
+-- name: get_schedule
+-- A schedule's stored state (sqlq/postgresql/migrations/0002), read by the call
+-- that ticks it, before it adds the tasks of the ticks that are due.  Not locked:
+-- two schedulers may read the same state; the compare-and-set of update_schedule
+-- lets one of them move it.
+SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at
+FROM sqlq_schedules
+WHERE queue = %(queue)s AND name = %(name)s
+
+-- name: insert_schedule
+-- A schedule seen for the first time; nothing if another call stored it first
+-- (the caller then tries again with what that call stored).
+INSERT INTO sqlq_schedules
+    (queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at)
+VALUES (%(queue)s, %(name)s, %(task)s, %(spec)s, %(tz)s, %(catch_up)s, %(handled_until)s,
+        %(last_enqueued)s, %(updated_at)s)
+ON CONFLICT (queue, name) DO NOTHING
+
+-- name: update_schedule
+-- Move a schedule on, in the transaction that added its ticks' tasks: a
+-- compare-and-set on the handled_until the call read.  A concurrent call that
+-- moved it first holds the row until it commits; this update then finds the new
+-- value, changes nothing, and the call is rolled back and tried again.
+UPDATE sqlq_schedules
+SET task = %(task)s, spec = %(spec)s, tz = %(tz)s, catch_up = %(catch_up)s,
+    handled_until = %(handled_until)s, last_enqueued = %(last_enqueued)s,
+    updated_at = %(updated_at)s
+WHERE queue = %(queue)s AND name = %(name)s AND handled_until = %(seen)s
+
+-- name: list_schedules
+-- Every schedule the database keeps (sqlq schedules), by queue and name.
+SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at
+FROM sqlq_schedules
+ORDER BY queue, name

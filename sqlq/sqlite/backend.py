@@ -60,6 +60,7 @@ from ..records import (
     Checkpoint,
     Compaction,
     QueueOverview,
+    ScheduleState,
     SchemaVersions,
     StorageFacts,
     overviews,
@@ -644,6 +645,12 @@ class SqliteBackend:
         if os.path.getsize(dest) > 0:  # refuses anything but a sqlq database, unchanged
             SqliteBackend(dest, migrate=False, busy_timeout=self.busy_timeout).close()
 
+    def schedules(self) -> list[ScheduleState]:
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            rows = self._waiting(lambda: conn.execute(Q.list_schedules).fetchall(), deadline)
+        return [ScheduleState(*row) for row in rows]
+
 
 class SqliteTransaction:
     """One call's transaction and statements; see sqlq.backend.Transaction.
@@ -980,6 +987,15 @@ class SqliteTransaction:
 
     def stats(self, queue: str) -> Figures:
         return _figures(self._cur, queue)
+
+    def schedule(self, queue: str, name: str) -> ScheduleState | None:
+        row = self._cur.execute(Q.get_schedule, {"queue": queue, "name": name}).fetchone()
+        return None if row is None else ScheduleState(*row)
+
+    def save_schedule(self, state: ScheduleState, seen: Number | None) -> bool:
+        params = {**state._asdict(), "seen": seen}
+        sql = Q.insert_schedule if seen is None else Q.update_schedule
+        return bool(self._cur.execute(sql, params).rowcount == 1)
 
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
         if self._cur.execute(sql, params).rowcount != 1:

@@ -350,3 +350,34 @@ PRAGMA synchronous = FULL
 -- Commits skip the fsync: survives a process crash; power loss may undo the
 -- last commits, never corrupt.
 PRAGMA synchronous = NORMAL
+
+-- name: get_schedule
+-- A schedule's stored state (sqlq/sqlite/migrations/0006), read by the call that
+-- ticks it, before it adds the tasks of the ticks that are due.
+SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at
+FROM sqlq_schedules
+WHERE queue = :queue AND name = :name
+
+-- name: insert_schedule
+-- A schedule seen for the first time; nothing if another call stored it first
+-- (the caller then tries again with what that call stored).
+INSERT INTO sqlq_schedules
+    (queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at)
+VALUES (:queue, :name, :task, :spec, :tz, :catch_up, :handled_until, :last_enqueued,
+        :updated_at)
+ON CONFLICT (queue, name) DO NOTHING
+
+-- name: update_schedule
+-- Move a schedule on, in the transaction that added its ticks' tasks: a
+-- compare-and-set on the handled_until the call read, so that a call that read
+-- a state another call has moved since changes nothing (and is tried again).
+UPDATE sqlq_schedules
+SET task = :task, spec = :spec, tz = :tz, catch_up = :catch_up,
+    handled_until = :handled_until, last_enqueued = :last_enqueued, updated_at = :updated_at
+WHERE queue = :queue AND name = :name AND handled_until = :seen
+
+-- name: list_schedules
+-- Every schedule the database keeps (sqlq schedules), by queue and name.
+SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at
+FROM sqlq_schedules
+ORDER BY queue, name

@@ -1,0 +1,82 @@
+"""`sqlq schedules`: the periodic tasks a database knows, and when each runs next.
+
+It reads what the database stores with each schedule (its spec, zone and catch-up
+policy: see sqlq.schedule), so it needs none of the user's code; it only reads,
+and never takes the write lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from ..errors import InvalidConfig
+from ..records import ScheduleState
+from ..schedule import Schedule
+from .common import (
+    EXIT_OK,
+    add_database,
+    add_json,
+    inspected,
+    moment,
+    print_json,
+    printable,
+    table,
+)
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    schedules = commands.add_parser(
+        "schedules",
+        help="the periodic tasks the database knows, their last tick and next run",
+        description=(
+            "List the schedules of periodic tasks that workers have ticked in this "
+            "database (per queue): the cron expression or interval, the time zone, the "
+            "catch-up policy, the last tick a task was added for, and the next tick. A "
+            "next tick in the past means no worker with the schedule has run since. Only "
+            "reads, and needs none of your code."
+        ),
+    )
+    add_database(
+        schedules, "it must exist and be a sqlq database at the current schema; not created"
+    )
+    add_json(schedules, "the schedules (times as Unix seconds)")
+    schedules.set_defaults(handler=_schedules)
+
+
+def _schedules(args: argparse.Namespace) -> int:
+    now = time.time()
+    with inspected(args.db, allow_older=False) as (_, backend):
+        found = [(state, _next_run(state)) for state in backend.schedules()]
+    if args.json:
+        print_json([{**state._asdict(), "next_run": run} for state, run in found])
+        return EXIT_OK
+    if not found:
+        print("no schedules (a worker stores each schedule when it first ticks it)")
+        return EXIT_OK
+    rows = [
+        [
+            printable(state.queue),
+            printable(state.name),
+            "-" if state.task is None else printable(state.task),
+            printable(state.spec),
+            printable(state.tz),
+            state.catch_up,
+            moment(state.last_enqueued, now),
+            "?" if run is None else moment(run, now),
+        ]
+        for state, run in found
+    ]
+    table(["queue", "schedule", "task", "spec", "zone", "catch-up", "last tick", "next run"], rows)
+    return EXIT_OK
+
+
+def _next_run(state: ScheduleState) -> Any:
+    """The schedule's first tick after those it handled; None if there is none or
+    this machine cannot read it (a zone it does not know)."""
+    try:
+        schedule = Schedule.stored(state.name, state.spec, state.tz, state.catch_up, state.task)
+    except (InvalidConfig, ValueError):
+        return None
+    return schedule.next_tick(state.handled_until)
