@@ -8,17 +8,20 @@
 
 from . import errors
 from .aio import AsyncQueue
-from .contract import State
+from .contract import Cancel, State
 from .durable import Queue
+from .executors import stop_requested
 from .memory import WorkQueue
-from .records import Checkpoint, Lease, QueueStats, TaskInfo
+from .records import Checkpoint, Heartbeat, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .tasks import Task, Tasks
 from .worker import Worker, WorkerStats
 
 __all__ = [
     "AsyncQueue",
+    "Cancel",
     "Checkpoint",
+    "Heartbeat",
     "Lease",
     "Queue",
     "QueueStats",
@@ -31,5 +34,6 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "errors",
+    "stop_requested",
 ]
 __version__ = "0.2.0"

@@ -5,6 +5,7 @@ Subcommands, one module per kind:
 * reading.py: `stats`, `list`, `show`, `dead` (never create or migrate a file)
 * adding.py: `add` (creates a missing file)
 * maintenance.py: `redrive`, `purge`, `migrate`
+* control.py: `cancel`, `pause`, `resume`
 * running.py: `worker`, `demo`
 
 Exit codes: 0 success; 1 a sqlq error (sqlq.errors.SqlqError: the database
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import SqlqError
-from . import adding, maintenance, reading, running
+from . import adding, control, maintenance, reading, running
 from .common import (
     DURATION_SYNTAX,
     EXIT_ERROR,
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     running.register(commands)
     reading.register(commands)
     maintenance.register(commands)
+    control.register(commands)
     maintenance.register_migrate(commands)
     running.register_demo(commands)
     return parser
