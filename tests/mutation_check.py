@@ -41,6 +41,7 @@ CORE = (
     "tests/test_stateful.py",
 )
 WORKER = ("tests/test_worker.py",)
+CONTROL = ("tests/test_control.py", *CORE)
 ASYNC = ("tests/test_async.py",)
 POSTGRESQL = ("tests/test_postgresql.py", *CORE)
 
@@ -77,7 +78,8 @@ MUTANTS = [
     Mutant(
         "durable-fail-without-retry-retries",
         "sqlq/durable.py",
-        "        if not retry:\n            _kill(tx, task, text)",
+        "        if not retry and task.stop_requested_at is None:\n"
+        "            _kill(tx, task, text)",
         "        if False:\n            _kill(tx, task, text)",
     ),
     Mutant(
@@ -386,6 +388,22 @@ MUTANTS = [
         "SELECT count(*), count(pg_notify(%(channel)s, '')) FILTER",
         "SELECT count(*), count(NULL::text) FILTER",
         POSTGRESQL,
+    ),
+    # --- cancel and pause
+    Mutant(
+        "sql-claim-ignores-the-pause",
+        "sqlq/sqlite/queries.sql",
+        "WHERE queue = ?1 AND state = 'AVAILABLE'\n"
+        "              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)\n",
+        "WHERE queue = ?1 AND state = 'AVAILABLE'\n",
+        CONTROL,
+    ),
+    Mutant(
+        "memory-cancel-ends-a-running-task-at-once",
+        "sqlq/memory.py",
+        "            if record[_STOP] is None:\n                record[_STOP] = now\n",
+        "            _finish(record, _CANCELLED, now, record[_ERROR])\n",
+        CONTROL,
     ),
 ]
 

@@ -1128,6 +1128,7 @@ def test_purge_dead_and_both_json(db: Path, capsys: pytest.CaptureFixture[str]) 
             "RESERVED": 1,
             "COMPLETED": 0,
             "DEAD": 0,
+            "CANCELLED": 0,
         }
 
 
@@ -1229,6 +1230,7 @@ def test_worker_drains_the_queue_and_exits(tmp_path: Path) -> None:
             "RESERVED": 0,
             "COMPLETED": 18,
             "DEAD": 2,
+            "CANCELLED": 0,
         }
         dead = {t.task_id: t for t in q.dead()}
     assert set(dead) == {"t3", "t7"}
@@ -1361,6 +1363,7 @@ def test_backup_copies_every_queue_and_replaces_an_earlier_backup(
             "RESERVED": 1,
             "COMPLETED": 0,
             "DEAD": 0,
+            "CANCELLED": 0,
         }
     with _queue(dest) as copy:
         assert copy.tasks(limit=100) == before["default"]

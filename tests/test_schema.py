@@ -65,7 +65,12 @@ def _expected() -> dict[str, Any]:
                 (
                     c.name,
                     str(c.type.compile(dialect=sa.dialects.sqlite.dialect())),
-                    bool(c.nullable) or (c.primary_key and len(table.primary_key.columns) == 1),
+                    bool(c.nullable)
+                    or (
+                        c.primary_key
+                        and len(table.primary_key.columns) == 1
+                        and isinstance(c.type, sa.Integer)
+                    ),
                     None if c.server_default is None else str(c.server_default.arg),  # type: ignore[attr-defined]
                 )
                 for c in table.columns
@@ -482,7 +487,7 @@ def test_a_version_4_database_keeps_every_task_through_migration_5(
         kept = conn.execute(f"SELECT {columns}, name FROM sqlq_tasks ORDER BY id").fetchall()
         version = conn.execute("SELECT max(version) FROM sqlq_migrations").fetchone()
     conn.close()
-    assert version == (5,)
+    assert version == (migrate.latest_version(),)
     claimed = ("avail", "RESERVED", 2, 1, 3, 6, 70.0, None, None, None, "immediate", 0.0, 0.0,
                1.0, 60.0, None)  # fmt: skip
     assert kept == [
@@ -490,3 +495,50 @@ def test_a_version_4_database_keeps_every_task_through_migration_5(
         ("default", *claimed, None),
         *((*row, None) for row in rows[2:]),
     ]
+
+
+def test_a_version_5_database_keeps_every_task_through_migration_7(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 7 rebuilds sqlq_tasks (a new state in its CHECKs): tasks in every
+    state, as version 5 stored them, keep every column (no stop requested), and the
+    queue goes on with them: cancel works, the views answer, nothing is paused."""
+    with monkeypatch.context() as m:
+        old = migrate.migrations()[:5]
+        m.setattr(migrate, "migrations", lambda: old)
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=3).close()
+    columns = (
+        "queue, task_id, state, seq, attempts, max_attempts, lease_id, deadline, run_at,"
+        " payload, last_error, retry_kind, retry_base, retry_cap, created_at, updated_at,"
+        " finished_at, name"
+    )
+    rows = [
+        ("default", "wait", "WAITING", 1, 1, 3, 1, None, 90.0, '{"k": 1}', "e", "fixed", 5.0,
+         5.0, 1.0, 2.0, None, "n"),
+        ("default", "avail", "AVAILABLE", 2, 0, 3, None, None, None, None, None, "immediate",
+         0.0, 0.0, 1.0, 1.0, None, None),
+        ("default", "held", "RESERVED", 3, 1, 3, 3, 100.0, None, b"raw", None, "immediate",
+         0.0, 0.0, 1.0, 3.0, None, "n"),
+        ("default", "done", "COMPLETED", 4, 1, 3, 4, None, None, '"x"', None, "exponential",
+         1.0, 8.0, 1.0, 4.0, 4.0, None),
+        ("default", "dead", "DEAD", 5, 2, 2, 5, None, None, None, "boom", "immediate", 0.0, 0.0,
+         1.0, 5.0, 5.0, None),
+    ]  # fmt: skip
+    with sqlite3.connect(db_path) as conn:
+        conn.executemany(f"INSERT INTO sqlq_tasks ({columns}) VALUES ({', '.join('?' * 18)})", rows)
+        conn.execute("UPDATE sqlq_clock SET now = 50, counter = 5")
+    conn.close()
+
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
+        assert not q.paused
+        assert q.cancel("held", 60) == "STOPPING" and q.cancel("avail", 60) == "CANCELLED"
+    with sqlite3.connect(db_path) as conn:
+        kept = conn.execute(f"SELECT {columns}, stop_requested_at FROM sqlq_tasks ORDER BY id")
+        kept = kept.fetchall()
+        views = conn.execute("SELECT cancelled, paused FROM sqlq_queue_stats").fetchall()
+        stopping = conn.execute("SELECT task_id FROM sqlq_leases WHERE stop_requested").fetchall()
+    conn.close()
+    cancelled = ("default", "avail", "CANCELLED", 2, 0, 3, None, None, None, None, None,
+                 "immediate", 0.0, 0.0, 1.0, 60.0, 60.0, None, None)  # fmt: skip
+    assert kept == [(*rows[0], None), cancelled, (*rows[2], 60.0), *((*r, None) for r in rows[3:])]
+    assert views == [(1, 0)] and stopping == [("held",)]

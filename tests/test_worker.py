@@ -146,6 +146,7 @@ def test_drains_the_queue_with_threads_and_retries_failures(
         "RESERVED": 0,
         "COMPLETED": 30,
         "DEAD": 1,
+        "CANCELLED": 0,
     }
     bad = queue.info("bad")
     assert bad is not None
