@@ -359,12 +359,13 @@ class Queue:
         """Hand out no leases (in any process) until ``resume``: claims find nothing
         and ``ready`` says False; adds, and the leases already out, work as before.
         False if the queue was paused already."""
-        with self._call(now, one_write=True) as tx:
+        with self._call(now) as tx:
             return tx.set_paused(self.queue, True)
 
     def resume(self, now: Number | None = None) -> bool:
-        """Hand out leases again; False if the queue was not paused."""
-        with self._call(now, one_write=True) as tx:
+        """Hand out leases again (announced to idle workers where the database announces
+        new tasks); False if the queue was not paused."""
+        with self._call(now) as tx:  # not one write: the announcement is a statement too
             return tx.set_paused(self.queue, False)
 
     @property

@@ -55,7 +55,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "resume",
             False,
             "resume a paused queue",
-            "Resume a paused queue: workers get its tasks again.",
+            "Resume a paused queue (see `sqlq pause`): from now on workers get its tasks "
+            "again, those added while it was paused included.",
         ),
     ):
         command = commands.add_parser(name, help=summary, description=text)

@@ -305,10 +305,15 @@ def _show(args: argparse.Namespace) -> int:
         return EXIT_OK
     for name, value in _fields(info, args.queue, time.time()):
         lines = value.splitlines() or [""]
-        print(f"{name + ':':<14}{lines[0]}")
+        print(f"{name + ':':<{SHOW_LABELS - 1}} {lines[0]}")
         for line in lines[1:]:
-            print(" " * 14 + line)
+            print(" " * SHOW_LABELS + line)
     return EXIT_OK
+
+
+#: The width of the labels of `sqlq show` and the space after them (one longer label,
+#: "stop_requested_at:", takes just more room).
+SHOW_LABELS = 14
 
 
 def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
@@ -335,7 +340,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("created_at", moment(info.created_at, now)),
         ("updated_at", moment(info.updated_at, now)),
         ("finished_at", moment(info.finished_at, now)),
-        ("stop_asked_at", moment(info.stop_requested_at, now)),
+        ("stop_requested_at", moment(info.stop_requested_at, now)),
         ("last_error", "-" if info.last_error is None else _lines(info.last_error)),
         ("payload", payload),
     ]
@@ -485,7 +490,8 @@ def _watch_line(
             part += f" ({(counts.get(state, 0) - earlier) / (now - before[0]):+.1f}/s)"
         parts.append(part)
     age = "-" if front is None else span(max(0.0, now - front))
-    line = f"{printable(queue)}: {', '.join(parts)}; oldest available {age}"
+    paused = " (PAUSED)" if figures.paused else ""
+    line = f"{printable(queue)}{paused}: {', '.join(parts)}; oldest available {age}"
     available = counts.get(State.AVAILABLE.value, 0)
     drain = drains.get(queue)
     if drain is None or available >= drain.peak:
