@@ -232,6 +232,8 @@ def test_stats_shows_cancelled_tasks_and_paused_queues(queue_url: str) -> None:
         "-",
         "PAUSED",
     ]
+    watch = _sqlq("stats", queue_url, "--watch", "--count", "1", "--interval", "1ms").stdout
+    assert "] default: " in watch and "] idle (PAUSED): " in watch
 
 
 def test_the_cli_cancels_pauses_and_resumes(queue_url: str) -> None:
