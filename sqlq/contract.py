@@ -13,7 +13,8 @@ A task is in exactly one of six states::
 exactly like ``fail``.  ``redrive`` sends DEAD tasks back to the line with their
 attempts reset; ``release`` gives a lease back without counting its attempt.
 Nothing else leaves COMPLETED or DEAD.  Without delays and retry backoff no task
-is ever WAITING, and the four states of the core contract are all there is.
+is ever WAITING, without ``cancel`` none is CANCELLED, and the four states of the
+core contract are all there is.
 
 Cancel and pause (see ``Queue.cancel``, ``Queue.pause``):
 
