@@ -5,11 +5,13 @@ handler that learns at a heartbeat that its task was cancelled."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +21,9 @@ import pytest
 from databases import cli_options, queue_options
 
 import sqlq
-from sqlq import Cancel, Retry
+from sqlq import Cancel, Retry, Worker, WorkerStats
 from sqlq.errors import InvalidTaskId, InvalidTime
+from sqlq.testing import ManualClock
 
 Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
 
@@ -260,6 +263,59 @@ def _sqlq(*args: object) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+# --- a worker's handler learns of a stop request ------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["registered", "async"])
+def test_a_handler_sees_the_stop_request_after_the_next_heartbeat(
+    queue_url: str, kind: str
+) -> None:
+    """A registered task's function, or an async handler, asks sqlq.stop_requested()
+    as it works: False until the worker's heartbeat after the cancel, then True; it
+    raises, and the task ends CANCELLED (counted as cancelled, not failed)."""
+    clock = ManualClock()
+    started = threading.Event()
+    seen: list[bool] = []
+
+    def working() -> bool:
+        """One step of work: whether the task is asked to stop (True within 30 s)."""
+        started.set()
+        seen.append(sqlq.stop_requested())
+        assert len(seen) < 3000, "the stop request never reached the handler"
+        return seen[-1]
+
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="export")
+    def export() -> None:
+        while not working():
+            time.sleep(0.01)
+        raise RuntimeError("asked to stop")
+
+    async def handler(payload: None) -> None:
+        while not working():
+            await asyncio.sleep(0.01)
+        raise RuntimeError("asked to stop")
+
+    with _queue(queue_url, clock=clock.time) as q:  # lease 10 s: a heartbeat every 10/3 s
+        q.add("job", name="export" if kind == "registered" else None)
+        worker = Worker(q, tasks if kind == "registered" else handler, clock=clock)
+        out: list[WorkerStats] = []
+        thread = threading.Thread(target=lambda: out.append(worker.run(stop_when_idle=True)))
+        thread.start()
+        try:
+            assert started.wait(30)
+            assert q.cancel("job") == Cancel.STOPPING
+            assert not any(seen)  # told at the next heartbeat, not before
+            clock.step(2)  # the claim loop (waiting for its slot) and the heartbeat thread
+        finally:
+            thread.join(30)
+        assert out == [WorkerStats(claimed=1, cancelled=1)]
+        info = q.info("job")
+        assert info is not None and (info.state, info.attempts) == ("CANCELLED", 1)
+    assert seen[-1] and not sqlq.stop_requested()  # False outside a handler
 
 
 # --- real worker processes -----------------------------------------------------------
