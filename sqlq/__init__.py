@@ -8,10 +8,11 @@
 
 from . import errors
 from .aio import AsyncQueue
-from .contract import State
+from .contract import Cancel, State
 from .durable import Queue
+from .executors import stop_requested
 from .memory import WorkQueue
-from .records import Checkpoint, Lease, QueueStats, TaskInfo
+from .records import Checkpoint, Heartbeat, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .schedule import Schedule
 from .tasks import Task, Tasks
@@ -19,7 +20,9 @@ from .worker import Worker, WorkerStats
 
 __all__ = [
     "AsyncQueue",
+    "Cancel",
     "Checkpoint",
+    "Heartbeat",
     "Lease",
     "Queue",
     "QueueStats",
@@ -33,5 +36,6 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "errors",
+    "stop_requested",
 ]
 __version__ = "0.2.0"

@@ -68,10 +68,16 @@ class TaskRow(NamedTuple):
     updated_at: Number = 0
     finished_at: Number | None = None
     name: str | None = None
+    stop_requested_at: Number | None = None
 
 
 #: What a claim hands back: (task id, token, attempt, payload, task name).
 Claimed = tuple[str, int, int, Encoded, str | None]
+
+
+#: What stats and snapshot read: (counts per state, front of line available since,
+#: next deadline, next run_at, paused).
+Figures = tuple[dict[str, int], Number | None, Number | None, Number | None, bool]
 
 
 #: A due event: (time, counter, task).  A RESERVED task's lease ran out at that
@@ -170,9 +176,10 @@ class Transaction(Protocol):
         """
         ...
 
-    def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool:
-        """Move the deadline of the lease ``token`` to ``time_after(now, seconds)``;
-        False if it is not the current lease, or no longer runs at ``now``."""
+    def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool | None:
+        """Move the deadline of the lease ``token`` to ``time_after(now, seconds)``; None
+        if it is not the current lease, or no longer runs at ``now``; else whether the
+        task was asked to stop."""
         ...
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
@@ -195,10 +202,26 @@ class Transaction(Protocol):
         """Delete up to ``batch`` tasks in ``state`` finished at or before ``cutoff``."""
         ...
 
-    def stats(
-        self, queue: str
-    ) -> tuple[dict[str, int], Number | None, Number | None, Number | None]:
-        """(counts per state, front of line available since, next deadline, next run_at)."""
+    def stats(self, queue: str) -> Figures:
+        """(counts per state, front of line available since, next deadline, next run_at,
+        paused)."""
+        ...
+
+    # --- cancel and pause (see sqlq.contract) ---------------------------------------------
+
+    def cancel_unstarted(self, queue: str, task_id: str) -> bool:
+        """AVAILABLE or WAITING -> CANCELLED at ``now``; False and no change otherwise."""
+        ...
+
+    def request_stop(self, queue: str, task_id: str) -> bool:
+        """Record at ``now`` that the task is asked to stop (a request already recorded
+        keeps its time), if it is RESERVED with a lease running past ``now``; False and
+        no change otherwise."""
+        ...
+
+    def set_paused(self, queue: str, paused: bool) -> bool:
+        """Pause the queue (claims then find nothing) or resume it; False if it was so
+        already."""
         ...
 
     # --- periodic tasks (sqlq.schedule) -----------------------------------------------
@@ -275,9 +298,7 @@ class Backend(Protocol):
         """Tasks per state, per queue name."""
         ...
 
-    def snapshot(
-        self, queue: str
-    ) -> tuple[dict[str, int], Number | None, Number | None, Number | None]:
+    def snapshot(self, queue: str) -> Figures:
         """Read only, in one snapshot and without the write lock: what
         Transaction.stats gives, as last written (nothing due is applied)."""
         ...
@@ -312,6 +333,10 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release the connection(s).  Calls after close raise QueueClosed."""
+        ...
+
+    def paused(self, queue: str) -> bool:
+        """Read only, without the write lock: is the queue paused?"""
         ...
 
     # --- inspection and maintenance (sqlq's commands) -----------------------------------

@@ -1,6 +1,6 @@
 """What both faces of the queue agree on: states, transitions, limits, input checks.
 
-A task is in exactly one of five states::
+A task is in exactly one of six states::
 
     add(delay) ──> WAITING ──(run_at reached)──┐
                       ^                        v
@@ -13,7 +13,23 @@ A task is in exactly one of five states::
 exactly like ``fail``.  ``redrive`` sends DEAD tasks back to the line with their
 attempts reset; ``release`` gives a lease back without counting its attempt.
 Nothing else leaves COMPLETED or DEAD.  Without delays and retry backoff no task
-is ever WAITING, and the four states of the core contract are all there is.
+is ever WAITING, without ``cancel`` none is CANCELLED, and the four states of the
+core contract are all there is.
+
+Cancel and pause (see ``Queue.cancel``, ``Queue.pause``):
+
+* ``cancel`` of an AVAILABLE or WAITING task ends it CANCELLED at once, a third
+  finished state (finished_at set, attempts as they were; nothing leaves it but
+  ``purge``).  ``cancel`` of a RESERVED task whose lease runs records a *stop
+  request* and changes nothing else: its worker learns it at its next heartbeat
+  (``heartbeat`` says so), and the task runs no more.  Its lease ends COMPLETED
+  if its worker completes it (the work was done), and CANCELLED however else it
+  ends: a failure (with or without retry), the lease running out, a release.
+  The attempt counts.  ``cancel`` of anything else changes nothing.
+* A paused queue hands out no lease (``reserve``, ``claim``, ``claim_many``
+  find nothing and ``ready`` says False) until ``resume``; everything else
+  works as before: adds, and the leases already out (complete, fail, extend,
+  expiries, wake-ups).
 """
 
 from __future__ import annotations
@@ -37,6 +53,21 @@ class State(StrEnum):
     RESERVED = "RESERVED"
     COMPLETED = "COMPLETED"
     DEAD = "DEAD"
+    CANCELLED = "CANCELLED"
+
+
+#: The states a task ends in: finished_at is set exactly in these, and only purge
+#: removes a task from them (redrive takes DEAD ones back).
+FINISHED: Final = (State.COMPLETED, State.DEAD, State.CANCELLED)
+
+
+class Cancel(StrEnum):
+    """What ``cancel`` did (it returns None when it did nothing)."""
+
+    #: The task had not started (AVAILABLE or WAITING): it is CANCELLED now.
+    CANCELLED = "CANCELLED"
+    #: The task runs (RESERVED): its worker is asked to stop (see the module docstring).
+    STOPPING = "STOPPING"
 
 
 def after_failure(attempts: int, max_attempts: int, delay: Number = 0) -> State:

@@ -22,12 +22,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from . import payload as payloads
-from .backend import Backend, Claimed, Event, TaskRow, Transaction
+from .backend import Backend, Claimed, Event, Figures, TaskRow, Transaction
 from .backends import open_backend
 from .contract import (
+    FINISHED,
     LEASE_EXPIRED,
     MAX_LEASE_SECONDS,
     NO_START,
+    Cancel,
     Number,
     State,
     after_failure,
@@ -55,7 +57,7 @@ from .contract import (
     undecodable_error,
 )
 from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload, SchemaError
-from .records import Checkpoint, Lease, QueueStats, ScheduleState, TaskInfo
+from .records import Checkpoint, Heartbeat, Lease, QueueStats, ScheduleState, TaskInfo
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
 
@@ -274,7 +276,7 @@ class Queue:
         task = tx.lease(self.queue, task_id, token)
         if task is None:
             return None
-        if not retry:
+        if not retry and task.stop_requested_at is None:
             _kill(tx, task, text)
             return State.DEAD.value
         return self._end_lease(tx, task, tx.now, text)[0].value
@@ -306,13 +308,25 @@ class Queue:
         Returns the new deadline, or None if ``token`` is not the task's current
         lease (it ran out, ended, or another worker holds the task now).
         """
+        beat = self.heartbeat(task_id, token, now, seconds=seconds)
+        return None if beat is None else beat.deadline
+
+    def heartbeat(
+        self,
+        task_id: str,
+        token: int,
+        now: Number | None = None,
+        *,
+        seconds: Number | None = None,
+    ) -> Heartbeat | None:
+        """``extend``, answering also whether the task was asked to stop (``cancel``):
+        what a Worker's heartbeats call."""
         task_id = check_task_id(task_id)
         token = check_token(token)
         length = self.lease_seconds if seconds is None else check_seconds(seconds, "seconds")
         with self._call(now, one_write=True) as tx:
-            if tx.extend(self.queue, task_id, token, length):
-                return time_after(tx.now, length)
-            return None
+            stop = tx.extend(self.queue, task_id, token, length)
+            return None if stop is None else Heartbeat(time_after(tx.now, length), stop)
 
     def release(self, task_id: str, token: int, now: Number | None = None) -> bool:
         """Give a lease back without counting its attempt: the task goes to the back of the line."""
@@ -322,8 +336,43 @@ class Queue:
             task = tx.lease(self.queue, task_id, token)
             if task is None:
                 return False
-            tx.end_lease(task, State.AVAILABLE, tx.now, task.last_error, attempts_delta=-1)
+            if task.stop_requested_at is not None:  # asked to stop: it runs no more
+                tx.end_lease(task, State.CANCELLED, tx.now, task.last_error)
+            else:
+                tx.end_lease(task, State.AVAILABLE, tx.now, task.last_error, attempts_delta=-1)
             return True
+
+    # --- cancel and pause (see sqlq.contract) ---------------------------------------
+
+    def cancel(self, task_id: str, now: Number | None = None) -> Cancel | None:
+        """Cancel a task: one not started (AVAILABLE or WAITING) is CANCELLED at once
+        (``Cancel.CANCELLED``); a running one (RESERVED) is asked to stop
+        (``Cancel.STOPPING``): its worker learns it at its next heartbeat, and the
+        task ends CANCELLED unless the worker completes it.  None, and no change, for
+        anything else (an unknown id, a finished task)."""
+        task_id = check_task_id(task_id)
+        with self._call(now) as tx:
+            if tx.cancel_unstarted(self.queue, task_id):
+                return Cancel.CANCELLED
+            return Cancel.STOPPING if tx.request_stop(self.queue, task_id) else None
+
+    def pause(self, now: Number | None = None) -> bool:
+        """Hand out no leases (in any process) until ``resume``: claims find nothing
+        and ``ready`` says False; adds, and the leases already out, work as before.
+        False if the queue was paused already."""
+        with self._call(now) as tx:
+            return tx.set_paused(self.queue, True)
+
+    def resume(self, now: Number | None = None) -> bool:
+        """Hand out leases again (announced to idle workers where the database announces
+        new tasks); False if the queue was not paused."""
+        with self._call(now) as tx:  # not one write: the announcement is a statement too
+            return tx.set_paused(self.queue, False)
+
+    @property
+    def paused(self) -> bool:
+        """Is the queue paused (by any process)?"""
+        return self._backend.paused(self.queue)
 
     # --- batches --------------------------------------------------------------------
 
@@ -455,13 +504,14 @@ class Queue:
         older_than: Number = 0,
         batch_size: int = PURGE_BATCH,
     ) -> int:
-        """Forget COMPLETED (and/or DEAD) tasks finished at least ``older_than`` seconds ago.
+        """Forget COMPLETED (and/or DEAD, CANCELLED) tasks finished at least
+        ``older_than`` seconds ago.
 
         Deletes in transactions of at most ``batch_size`` tasks, so that workers
         are never held up for long.  Returns how many were removed; their ids
         can be added again.
         """
-        chosen = check_states(states, (State.COMPLETED, State.DEAD))
+        chosen = check_states(states, FINISHED)
         age = check_seconds(older_than, "older_than")
         batch = check_count(batch_size, "batch_size")
         removed = 0
@@ -522,18 +572,15 @@ class Queue:
         at = check_time(self._clock() if now is None else now)
         return self._stats(self._backend.snapshot(self.queue), at)
 
-    def _stats(
-        self,
-        figures: tuple[dict[str, int], Number | None, Number | None, Number | None],
-        now: Number,
-    ) -> QueueStats:
-        counts, front, deadline, run_at = figures
+    def _stats(self, figures: Figures, now: Number) -> QueueStats:
+        counts, front, deadline, run_at, paused = figures
         return QueueStats(
             counts=counts,
             oldest_available_age=None if front is None else max(0, now - front),
             next_deadline=deadline,
             next_run_at=run_at,
             wal_bytes=self._backend.storage_facts().wal_bytes,
+            paused=paused,
         )
 
     def checkpoint(self) -> Checkpoint:
@@ -702,10 +749,13 @@ class Queue:
     def _end_lease(
         self, tx: Transaction, task: TaskRow, at: Number, error: str | None
     ) -> tuple[State, int, Number | None]:
-        """A failed or expired attempt at time ``at``: retry now, retry later, or DEAD.
+        """A failed or expired attempt at time ``at``: retry now, retry later, or DEAD;
+        CANCELLED if the task was asked to stop.
 
         Returns the new state, the task's new seq, and when it wakes if WAITING.
         """
+        if task.stop_requested_at is not None:  # asked to stop: it runs no more
+            return State.CANCELLED, tx.end_lease(task, State.CANCELLED, at, error), None
         delay = task.retry.delay(task.attempts, self._rng)
         state = after_failure(task.attempts, task.max_attempts, delay)
         run_at = time_after(at, delay) if state is State.WAITING else None
@@ -770,4 +820,5 @@ def _info(task: TaskRow) -> TaskInfo:
         updated_at=task.updated_at,
         finished_at=task.finished_at,
         name=task.name,
+        stop_requested_at=task.stop_requested_at,
     )

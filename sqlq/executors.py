@@ -23,11 +23,15 @@ handler and gives back the outcome (None, or the exception the handler raised).
   never starts) and ends with ``CancelledError``; a thread cannot be stopped and
   runs on until its call returns.  The job's ``cancelled`` flag tells the
   worker that a ``CancelledError`` outcome was its own doing.
+* **Stop requests.**  A handler's call (and its coroutine) runs with its job as
+  the current one, so that :func:`stop_requested` tells the handler whether its
+  task was asked to stop (``Queue.cancel``; the worker's heartbeats learn it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import logging
@@ -39,7 +43,7 @@ from typing import Generic, TypeVar
 
 from .records import Lease
 
-__all__ = ["Executor", "Job"]
+__all__ = ["Executor", "Job", "stop_requested"]
 
 
 @dataclass(eq=False)
@@ -49,6 +53,23 @@ class Job:
     lease: Lease
     #: Set by Executor.cancel: the worker gave up on the call.
     cancelled: bool = field(default=False, init=False)
+    #: Set by the worker when a heartbeat finds that ``cancel`` asked the task to stop.
+    stop_requested: bool = field(default=False, init=False)
+
+
+#: The job whose handler runs in this thread (or coroutine), if any.
+_current: contextvars.ContextVar[Job | None] = contextvars.ContextVar("sqlq_job", default=None)
+
+
+def stop_requested() -> bool:
+    """In a Worker's handler: was the task it runs asked to stop (``Queue.cancel``)?
+
+    The worker learns it at its next heartbeat of the task (every ``heartbeat``
+    seconds).  A handler that sees True should stop by raising (any exception):
+    the task then ends CANCELLED and is not retried.  Returning completes it.
+    False outside a handler."""
+    job = _current.get()
+    return job is not None and job.stop_requested
 
 
 J = TypeVar("J", bound=Job)
@@ -109,11 +130,14 @@ class Executor(Generic[J]):
 
     def _thread(self) -> None:
         while (job := self._jobs.get()) is not None:
+            current = _current.set(job)
             try:
                 result = self._call(job.lease)
             except BaseException as exc:  # a handler's SystemExit fails its task too
                 self._report(job, exc)
                 continue
+            finally:
+                _current.reset(current)
             if inspect.isawaitable(result):
                 self._event_loop().submit(job, result)
             else:
@@ -172,7 +196,9 @@ class _Loop(Generic[J]):
                 awaitable.close()
             self._report(job, asyncio.CancelledError())
             return
-        task = self._loop.create_task(_outcome(awaitable))
+        context = contextvars.copy_context()
+        context.run(_current.set, job)
+        task = self._loop.create_task(_outcome(awaitable), context=context)
         self._tasks[job] = task
         task.add_done_callback(functools.partial(self._end, job))
 

@@ -30,7 +30,9 @@ costs about as much as the checks, so the usual cases are written out in place.)
 
 Every call of the core contract is O(log n) amortised: each event pushes one
 entry, and each entry is popped at most once.  Inspection calls (``tasks``,
-``dead``, ``redrive`` of all, ``purge``) walk the tasks: O(n).
+``dead``, ``redrive`` of all, ``purge``) walk the tasks: O(n), and so does
+``cancel`` of a task not started, which takes it out of the line or the heap of
+WAITING tasks (so that neither ever holds an entry of another state).
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ from typing import Any, Final
 
 from . import payload as payloads
 from .contract import (
+    FINISHED,
     LEASE_EXPIRED,
     MAX_ID_LENGTH,
     MAX_TIME,
+    Cancel,
     Number,
     State,
     check_batch,
@@ -71,7 +75,7 @@ from .contract import (
     undecodable_error,
 )
 from .errors import InvalidPayload
-from .records import Lease, QueueStats, TaskInfo
+from .records import Heartbeat, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
 
@@ -81,6 +85,7 @@ _AVAILABLE: Final = State.AVAILABLE.value
 _RESERVED: Final = State.RESERVED.value
 _COMPLETED: Final = State.COMPLETED.value
 _DEAD: Final = State.DEAD.value
+_CANCELLED: Final = State.CANCELLED.value
 
 # A task's record: a list with these fields.
 _STATE: Final = 0
@@ -95,6 +100,7 @@ _FINISHED: Final = 8
 _MAX_ATTEMPTS: Final = 9
 _RETRY: Final = 10  # the task's retry policy; None for Retry.immediate() (no delay to draw)
 _NAME: Final = 11
+_STOP: Final = 12  # when cancel asked the running task to stop; None if it did not
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
@@ -132,6 +138,7 @@ class WorkQueue:
         self._now: Number = 0
         self._due: Number = MAX_TIME
         self._schedules: dict[str, Number] = {}  # schedule name -> ticks handled up to
+        self._paused = False
 
     # --- the core contract --------------------------------------------------------
 
@@ -171,7 +178,7 @@ class WorkQueue:
             if task_id in tasks:
                 return False
             tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                              self.max_attempts, self._retry, None]  # fmt: skip
+                              self.max_attempts, self._retry, None, None]  # fmt: skip
             self._counter += 1
             self._line.append(task_id)
             return True
@@ -252,7 +259,7 @@ class WorkQueue:
             return None
         if token is not None and record[_TOKEN] != token:
             return None
-        if not retry:
+        if not retry and record[_STOP] is None:
             _kill(record, now, text)
             return _DEAD
         return self._end_lease(task_id, record, now, text)
@@ -282,6 +289,13 @@ class WorkQueue:
         Returns the new deadline, or None if ``token`` is not the task's current
         lease (it ran out, ended, or another worker holds the task now).
         """
+        beat = self.heartbeat(task_id, token, now, seconds=seconds)
+        return None if beat is None else beat.deadline
+
+    def heartbeat(
+        self, task_id: str, token: int, now: Number, *, seconds: Number | None = None
+    ) -> Heartbeat | None:
+        """``extend``, answering also whether the task was asked to stop (``cancel``)."""
         task_id = check_task_id(task_id)
         token = check_token(token)
         length = self.lease_seconds if seconds is None else check_seconds(seconds, "seconds")
@@ -293,7 +307,7 @@ class WorkQueue:
         record[_UPDATED] = now
         heapq.heappush(self._extended, (deadline, token, task_id))
         self._due = min(self._due, deadline)
-        return deadline
+        return Heartbeat(deadline, record[_STOP] is not None)
 
     def release(self, task_id: str, token: int, now: Number) -> bool:
         """Give a lease back without counting its attempt: the task goes to the back of the line."""
@@ -303,9 +317,56 @@ class WorkQueue:
         record = self._tasks.get(task_id)
         if record is None or record[_STATE] is not _RESERVED or record[_TOKEN] != token:
             return False
+        if record[_STOP] is not None:  # asked to stop: it runs no more
+            _finish(record, _CANCELLED, now, record[_ERROR])
+            return True
         record[_ATTEMPTS] -= 1
         self._make_available(task_id, record, now)
         return True
+
+    # --- cancel and pause -------------------------------------------------------------
+
+    def cancel(self, task_id: str, now: Number) -> Cancel | None:
+        """Cancel a task: one not started (AVAILABLE or WAITING) is CANCELLED at once;
+        a running one (RESERVED) is asked to stop (see sqlq.contract).  None, and no
+        change, for anything else."""
+        task_id = check_task_id(task_id)
+        now = self._advance(now)
+        record = self._tasks.get(task_id)
+        if record is None:
+            return None
+        state = record[_STATE]
+        if state is _RESERVED:
+            if record[_STOP] is None:
+                record[_STOP] = now
+            return Cancel.STOPPING
+        if state is _AVAILABLE:
+            self._line.remove(task_id)
+        elif state is _WAITING:
+            self._waiting = [entry for entry in self._waiting if entry[2] != task_id]
+            heapq.heapify(self._waiting)
+        else:
+            return None
+        _finish(record, _CANCELLED, now, record[_ERROR])
+        return Cancel.CANCELLED
+
+    def pause(self, now: Number) -> bool:
+        """Hand out no leases until ``resume`` (see sqlq.contract); False if the queue
+        was paused already."""
+        self._advance(now)
+        was, self._paused = self._paused, True
+        return not was
+
+    def resume(self, now: Number) -> bool:
+        """Hand out leases again; False if the queue was not paused."""
+        self._advance(now)
+        was, self._paused = self._paused, False
+        return was
+
+    @property
+    def paused(self) -> bool:
+        """Is the queue paused?"""
+        return self._paused
 
     # --- batches --------------------------------------------------------------------
 
@@ -419,11 +480,12 @@ class WorkQueue:
         states: Iterable[str] = ("COMPLETED",),
         older_than: Number = 0,
     ) -> int:
-        """Forget COMPLETED (and/or DEAD) tasks finished at least ``older_than`` seconds ago.
+        """Forget COMPLETED (and/or DEAD, CANCELLED) tasks finished at least ``older_than``
+        seconds ago.
 
         Returns how many were removed; their ids can be added again.
         """
-        chosen = [s.value for s in check_states(states, (State.COMPLETED, State.DEAD))]
+        chosen = [s.value for s in check_states(states, FINISHED)]
         age = check_seconds(older_than, "older_than")
         now = self._advance(now)
         doomed = [
@@ -463,11 +525,14 @@ class WorkQueue:
             oldest_available_age=None if front is None else now - front[_UPDATED],
             next_deadline=self._next_deadline(),
             next_run_at=waking,
+            paused=self._paused,
         )
 
     def ready(self, now: Number) -> bool:
         """Would ``claim`` find a task now?  Changes nothing (the next call does)."""
         now = max(check_time(now), self._now)
+        if self._paused:
+            return False
         if self._line or (self._waiting and self._waiting[0][0] <= now):
             return True
         deadline = self._next_deadline()
@@ -541,7 +606,7 @@ class WorkQueue:
             return False
         encoded, name, max_attempts, retry = task
         record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None,
-                                   max_attempts, retry, name]  # fmt: skip
+                                   max_attempts, retry, name, None]  # fmt: skip
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
@@ -551,7 +616,7 @@ class WorkQueue:
 
     def _take(self, now: Number) -> str | None:
         """Lease the front of the line: the task's id, or None if the line is empty."""
-        if not self._line:
+        if not self._line or self._paused:
             return None
         task_id = self._line.popleft()
         record = self._tasks[task_id]
@@ -572,7 +637,7 @@ class WorkQueue:
     def _claim(self, now: Number) -> Lease | None:
         """Lease the front of the line; a task whose payload cannot be decoded is
         dead-lettered on the way (see contract.undecodable_error)."""
-        while self._line:
+        while self._line and not self._paused:
             task_id = self._line[0]
             record = self._tasks[task_id]
             try:  # before the lease is taken: a RecursionError (short of stack) changes nothing
@@ -591,6 +656,9 @@ class WorkQueue:
         """A failed or expired attempt at time ``when``: retry now, retry later, or DEAD
         (contract.after_failure's rule and _make_available, written out: this runs
         for every expiry, and each call would cost ~4% of a mixed call)."""
+        if record[_STOP] is not None:  # asked to stop: it runs no more
+            _finish(record, _CANCELLED, when, error)
+            return _CANCELLED
         attempts = record[_ATTEMPTS]
         retry = record[_RETRY]
         delay = 0 if retry is None else retry.delay(attempts, self._rng)
@@ -667,6 +735,7 @@ class WorkQueue:
             updated_at=record[_UPDATED],
             finished_at=record[_FINISHED],
             name=record[_NAME],
+            stop_requested_at=record[_STOP],
         )
 
 
@@ -677,7 +746,12 @@ def _stored(retry: Retry) -> Retry | None:
 
 def _kill(record: Record, now: Number, error: str | None) -> None:
     """A RESERVED task goes DEAD at once, all its attempts used."""
-    record[_STATE] = _DEAD
     record[_ATTEMPTS] = record[_MAX_ATTEMPTS]
+    _finish(record, _DEAD, now, error)
+
+
+def _finish(record: Record, state: str, now: Number, error: str | None) -> None:
+    """The task ends in ``state`` (one of contract.FINISHED) at ``now``."""
+    record[_STATE] = state
     record[_ERROR] = error
     record[_UPDATED] = record[_FINISHED] = now

@@ -218,7 +218,7 @@ class Monitor:
             if entry.state is not Phase.RUNNING:
                 return  # finished, timed out or given back since the round began
         try:
-            deadline = w.queue.extend(lease.task_id, lease.token)
+            beat = w.queue.heartbeat(lease.task_id, lease.token)
         except Exception as exc:
             if isinstance(exc, Busy):
                 w.log.warning("heartbeat of task %r: queue busy (%s)", lease.task_id, exc)
@@ -229,8 +229,13 @@ class Monitor:
             return
         with self._cond:
             entry.next_beat = started + w.heartbeat
-            if deadline is not None or entry.state is not Phase.RUNNING:
-                return  # extended, or the handler finished meanwhile
-            entry.lost = True
-        # Another worker may run the task now; this handler's result will be refused.
-        event(w.log, logging.WARNING, "task lease lost", task_fields(lease), by="heartbeat")
+            # None: the lease is gone, unless the handler finished meanwhile.
+            lost = beat is None and entry.state is Phase.RUNNING
+            asked = beat is not None and beat.stop_requested and not entry.stop_requested
+            entry.lost |= lost
+            entry.stop_requested |= asked  # what sqlq.stop_requested() tells the handler
+        if asked:
+            event(w.log, logging.INFO, "task asked to stop", task_fields(lease), by="cancel")
+        if lost:
+            # Another worker may run the task now; this handler's result will be refused.
+            event(w.log, logging.WARNING, "task lease lost", task_fields(lease), by="heartbeat")

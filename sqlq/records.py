@@ -46,6 +46,15 @@ class Lease:
         fields["name"] = name
 
 
+class Heartbeat(NamedTuple):
+    """What ``heartbeat`` answers for a lease it extended."""
+
+    #: When the lease runs out now.
+    deadline: Number
+    #: ``cancel`` asked the task to stop: its handler should end it (see sqlq.contract).
+    stop_requested: bool
+
+
 @dataclass(frozen=True)
 class TaskInfo:
     """A task as stored, for inspection (``info``, ``tasks``, ``dead``)."""
@@ -64,10 +73,12 @@ class TaskInfo:
     run_at: Number | None
     created_at: Number
     updated_at: Number
-    #: When it became COMPLETED or DEAD.
+    #: When it became COMPLETED, DEAD or CANCELLED.
     finished_at: Number | None
     #: The task's name (see ``sqlq.Tasks``), or None.
     name: str | None = None
+    #: When ``cancel`` asked it to stop while it ran, or None.
+    stop_requested_at: Number | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,8 @@ class QueueStats:
     #: The size of the database's -wal file in bytes (None in memory).  Not part of
     #: the comparison of two QueueStats: it is the storage's, not the queue's.
     wal_bytes: int | None = field(default=None, compare=False)
+    #: The queue is paused: claims find nothing until it is resumed.
+    paused: bool = False
 
     @property
     def leases(self) -> int:
@@ -145,6 +158,8 @@ class QueueOverview:
     next_run_at: Number | None
     #: Named tasks per name and state (empty unless asked for).
     names: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: The queue is paused (see Queue.pause).
+    paused: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,19 +178,25 @@ def overviews(
     states: Iterable[tuple[str, str, int]],
     names: Iterable[tuple[str, str, str, int]],
     fronts: Callable[[str], Fronts],
+    paused: Iterable[str],
 ) -> dict[str, QueueOverview]:
     """Backend.overview from a backend's rows: (queue, state, count) for every queue
-    that has tasks, (queue, name, state, count) for named tasks, and each queue's
-    fronts."""
+    that has tasks, (queue, name, state, count) for named tasks, each queue's
+    fronts, and the paused queues (shown even when they have no tasks)."""
     counts: dict[str, dict[str, int]] = {}
     for queue, state, count in states:
         counts.setdefault(queue, {})[state] = count
+    stopped = set(paused)
+    for queue in stopped:
+        counts.setdefault(queue, {})
     named: dict[str, dict[str, dict[str, int]]] = {}
     for queue, name, state, count in names:
         named.setdefault(queue, {}).setdefault(name, {})[state] = count
     return {
-        queue: QueueOverview(found, *fronts(queue), names=named.get(queue, {}))
-        for queue, found in counts.items()
+        queue: QueueOverview(
+            found, *fronts(queue), names=named.get(queue, {}), paused=queue in stopped
+        )
+        for queue, found in sorted(counts.items())
     }
 
 

@@ -90,6 +90,7 @@ tasks = Table(
     Column("updated_at", REAL, nullable=False),
     Column("finished_at", REAL, nullable=True),
     Column("name", Text, nullable=True),
+    Column("stop_requested_at", REAL, nullable=True),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
     CheckConstraint(STATES_SQL),
@@ -105,7 +106,13 @@ tasks = Table(
     CheckConstraint("state NOT IN ('AVAILABLE', 'WAITING') OR attempts < max_attempts"),
     CheckConstraint("state NOT IN ('RESERVED', 'COMPLETED') OR attempts >= 1"),
     CheckConstraint("state <> 'DEAD' OR attempts = max_attempts"),
-    CheckConstraint("(state IN ('COMPLETED', 'DEAD')) = (finished_at IS NOT NULL)"),
+    CheckConstraint(
+        "(state = 'COMPLETED' OR state = 'DEAD' OR state = 'CANCELLED') = (finished_at IS NOT NULL)"
+    ),
+    CheckConstraint(
+        "stop_requested_at IS NULL OR state = 'RESERVED' OR state = 'COMPLETED' "
+        "OR state = 'CANCELLED'"
+    ),
     CheckConstraint("payload IS NULL OR typeof(payload) IN ('text', 'blob')"),
     CheckConstraint("length(name) > 0"),
     sqlite_strict=True,
@@ -158,6 +165,16 @@ schedules = Table(
     CheckConstraint("length(tz) > 0"),
     CheckConstraint("catch_up = 'all' OR catch_up = 'latest' OR catch_up = 'none'"),
     sqlite_strict=True,
+)
+
+paused = Table(
+    "sqlq_paused",
+    metadata,
+    Column("queue", Text, primary_key=True, nullable=False),
+    Column("paused_at", REAL, nullable=False),
+    CheckConstraint("length(queue) > 0"),
+    sqlite_strict=True,
+    sqlite_with_rowid=False,
 )
 
 #: Read-only views for people at the sqlite3 shell (their SQL is in the migrations).

@@ -29,6 +29,10 @@
   that finds the lease gone (``extend`` returned None: the lease ran out, for
   instance after the process was stopped for longer than a lease) is logged as
   a warning; that task's result will be refused.
+* **Stop requests.**  A heartbeat also learns whether ``queue.cancel`` asked
+  the task to stop; from then on :func:`sqlq.stop_requested` says True in its
+  handler, which should stop by raising: the failure it reports ends the task
+  CANCELLED (not retried; see sqlq.contract), counted as ``cancelled``.
 * **Idle polling.**  With nothing to claim, the worker asks ``queue.ready()``
   (a read that takes no write lock) after waits that double from ``poll_min``
   to ``poll_max``, and claims again only when it says yes.  A new task is thus
@@ -36,7 +40,9 @@
   Where the database announces new tasks (PostgreSQL's LISTEN/NOTIFY, see
   ``Queue.on_new_tasks``) an idle worker claims as soon as one is announced,
   and polls only for what nobody announces (a retry delay or a lease running
-  out), by default every ``PUSHED_POLL_MAX`` seconds at most.
+  out), by default every ``PUSHED_POLL_MAX`` seconds at most.  A paused queue
+  (``queue.pause()``) is idle in the same way: ``ready()`` says False until
+  it is resumed (announced where the database announces tasks).
 * **Time limits.**  A handler that runs longer than ``time_limit`` seconds is
   no longer heartbeated and its task is failed at once with the error "time
   limit of Xs exceeded", so it is retried (or goes DEAD) by the queue's policy:
@@ -208,7 +214,7 @@ class WorkerStats:
     """What a worker did with the leases it claimed.
 
     Once ``run`` has returned, every claimed task is in exactly one of the other
-    five counts, unless reporting it raised an unexpected error or was still
+    six counts, unless reporting it raised an unexpected error or was still
     retrying Busy at shutdown (both logged; its lease then runs out).
     """
 
@@ -224,6 +230,9 @@ class WorkerStats:
     released: int = 0
     #: Failed by the worker because the handler ran past ``time_limit``.
     timed_out: int = 0
+    #: Asked to stop (``queue.cancel``) and ended by its handler short of completing:
+    #: CANCELLED.
+    cancelled: int = 0
     #: Of the failed and timed out, the tasks that used their last attempt and are
     #: DEAD now.  Part of those counts, so left out of comparisons.
     dead: int = field(default=0, compare=False)
@@ -435,7 +444,7 @@ class Worker:
             stats = self.stats
             self.log.info(
                 "worker stopped: %d claimed, %d completed, %d failed, %d lost, %d released, "
-                "%d timed out (%d dead); %d commits%s",
+                "%d timed out (%d dead), %d cancelled; %d commits%s",
                 stats.claimed,
                 stats.completed,
                 stats.failed,
@@ -443,6 +452,7 @@ class Worker:
                 stats.released,
                 stats.timed_out,
                 stats.dead,
+                stats.cancelled,
                 stats.commits,
                 self._left_behind() if idle else "",
             )
@@ -766,6 +776,10 @@ class Worker:
             if self.log.isEnabledFor(logging.DEBUG):  # a line per task: built only if shown
                 fields = self._fields(entry, error)
                 event(self.log, logging.DEBUG, "task completed", fields, outcome="COMPLETED")
+        elif answer == State.CANCELLED:
+            self._stats.cancelled += 1
+            fields = self._fields(entry, error)
+            event(self.log, logging.INFO, "task cancelled", fields, outcome=answer)
         elif answer:
             self._stats.failed += 1
             self._failed(self._fields(entry, error), str(answer), error)

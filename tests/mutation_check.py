@@ -41,6 +41,7 @@ CORE = (
     "tests/test_stateful.py",
 )
 WORKER = ("tests/test_worker.py",)
+CONTROL = ("tests/test_control.py", *CORE)
 ASYNC = ("tests/test_async.py",)
 POSTGRESQL = ("tests/test_postgresql.py", *CORE)
 SCHEDULES = ("tests/test_schedules.py",)
@@ -78,7 +79,8 @@ MUTANTS = [
     Mutant(
         "durable-fail-without-retry-retries",
         "sqlq/durable.py",
-        "        if not retry:\n            _kill(tx, task, text)",
+        "        if not retry and task.stop_requested_at is None:\n"
+        "            _kill(tx, task, text)",
         "        if False:\n            _kill(tx, task, text)",
     ),
     Mutant(
@@ -127,8 +129,8 @@ MUTANTS = [
     Mutant(
         "durable-extend-ignores-seconds",
         "sqlq/durable.py",
-        "if tx.extend(self.queue, task_id, token, length):",
-        "if tx.extend(self.queue, task_id, token, self.lease_seconds):",
+        "stop = tx.extend(self.queue, task_id, token, length)",
+        "stop = tx.extend(self.queue, task_id, token, self.lease_seconds)",
     ),
     # --- tokens
     Mutant(
@@ -416,6 +418,22 @@ MUTANTS = [
         "WHERE queue = %(queue)s AND name = %(name)s AND handled_until = %(seen)s",
         "WHERE queue = %(queue)s AND name = %(name)s",
         SCHEDULES,
+    ),
+    # --- cancel and pause
+    Mutant(
+        "sql-claim-ignores-the-pause",
+        "sqlq/sqlite/queries.sql",
+        "WHERE queue = ?1 AND state = 'AVAILABLE'\n"
+        "              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)\n",
+        "WHERE queue = ?1 AND state = 'AVAILABLE'\n",
+        CONTROL,
+    ),
+    Mutant(
+        "memory-cancel-ends-a-running-task-at-once",
+        "sqlq/memory.py",
+        "            if record[_STOP] is None:\n                record[_STOP] = now\n",
+        "            _finish(record, _CANCELLED, now, record[_ERROR])\n",
+        CONTROL,
     ),
 ]
 

@@ -12,7 +12,8 @@ kills the process meanwhile), sleeps "sleep" seconds, and appends
 and each line is one os.write, so a written line survives a SIGKILL.
 
 ``nap`` sleeps its payload (seconds) and ``fast`` does nothing: for draining
-many short tasks.  ``async_handle`` is an ``async def`` handler.
+many short tasks.  ``async_handle`` is an ``async def`` handler.  ``until_stopped``
+runs until its task is cancelled (tests/test_control.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import asyncio
 import os
 import time
 from typing import Any
+
+import sqlq
 
 
 def _append(path: str, line: str) -> None:
@@ -66,3 +69,12 @@ async def async_handle(payload: dict[str, Any]) -> None:
         await asyncio.Event().wait()
     await asyncio.sleep(0)
     _append(log, f"done {task} {pid}")
+
+
+def until_stopped(payload: dict[str, Any]) -> None:
+    """Append ``start <task>`` to the log at "log", then work in small steps until the
+    worker says the task was asked to stop (sqlq.stop_requested), and stop by raising."""
+    _append(payload["log"], f"start {payload['task']}")
+    while not sqlq.stop_requested():
+        time.sleep(0.01)
+    raise RuntimeError("asked to stop")

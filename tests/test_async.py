@@ -345,6 +345,7 @@ NOT_CALLS = {
     "engine": "a property: SQLAlchemy's engine, for the caller's own transactions",
     "interrupt_waits": "never waits (safe in a signal handler): aq.sync.interrupt_waits",
     "on_new_tasks": "never waits, and calls back in a thread: aq.sync.on_new_tasks",
+    "paused": "a property (one read, no write lock): (await aq.stats()).paused, aq.sync.paused",
 }
 
 

@@ -37,7 +37,7 @@ from sqlq.sqlite.driver import dbapi
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SUBCOMMANDS = sorted(cli.subcommands())
-STATES = ["WAITING", "AVAILABLE", "RESERVED", "COMPLETED", "DEAD"]
+STATES = ["WAITING", "AVAILABLE", "RESERVED", "COMPLETED", "DEAD", "CANCELLED"]
 LONG_ERROR = "ValueError: " + "x" * 100 + "\nsecond line of the error"
 
 
@@ -164,7 +164,7 @@ def _foreign(path: Path, kind: str) -> None:
 
 def test_subcommands_are_the_documented_set() -> None:
     expected = ["add", "backup", "dead", "demo", "list", "migrate", "purge", "redrive", "show"]
-    expected += ["schedules", "stats"]
+    expected += ["schedules", "stats", "cancel", "pause", "resume"]
     assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 
@@ -251,6 +251,9 @@ NEEDS_DB = {
     "dead": [],
     "redrive": ["--all"],
     "purge": [],
+    "cancel": ["d6"],
+    "pause": [],
+    "resume": [],
     "backup": ["copy.db"],
     "worker": ["somewhere.handlers:handle"],
 }
@@ -386,8 +389,8 @@ def test_stats_prints_counts_per_queue_and_state(
     header, rows, details = _stats_tables(out)
     assert header == ["queue", *STATES, "total"]
     assert rows == {
-        "default": ["0", "3", "1", "2", "1", "7"],
-        "emails": ["1", "2", "1", "0", "0", "4"],
+        "default": ["0", "3", "1", "2", "1", "0", "7"],
+        "emails": ["1", "2", "1", "0", "0", "0", "4"],
     }
     assert details["queue"] == [
         "queue",
@@ -395,16 +398,17 @@ def test_stats_prints_counts_per_queue_and_state(
         "leases",
         "next deadline",
         "next run_at",
+        "claims",
     ]
-    assert details["default"][2:] == ["1", "in 59m59s", "-"]
+    assert details["default"][2:] == ["1", "in 59m59s", "-", "-"]
     assert details["emails"][2] == "1"
     assert details["emails"][4] == "in 59m59s"
     assert re.fullmatch(r"\d+\.\ds", details["default"][1])
     named = out.split("\n\n")[3].splitlines()  # the named tasks per queue and name
     assert [line.split() for line in named] == [
         ["queue", "name", *STATES, "total"],
-        ["default", "resize", "0", "1", "0", "0", "0", "1"],
-        ["emails", "mail", "0", "2", "0", "0", "0", "2"],
+        ["default", "resize", "0", "1", "0", "0", "0", "0", "1"],
+        ["emails", "mail", "0", "2", "0", "0", "0", "0", "2"],
     ]
 
 
@@ -419,10 +423,10 @@ def test_stats_json_gives_every_figure(
     wal = Path(f"{db}-wal")
     assert document["wal_bytes"] == (wal.stat().st_size if wal.exists() else 0)
     assert before <= document["now"] <= time.time()
-    # What _fill made, per state: WAITING, AVAILABLE, RESERVED, COMPLETED, DEAD.
+    # What _fill made, per state: WAITING, AVAILABLE, RESERVED, COMPLETED, DEAD, CANCELLED.
     assert document["queues"] == {
-        "default": dict(zip(STATES, [0, 3, 1, 2, 1], strict=True)),
-        "emails": dict(zip(STATES, [1, 2, 1, 0, 0], strict=True)),
+        "default": dict(zip(STATES, [0, 3, 1, 2, 1, 0], strict=True)),
+        "emails": dict(zip(STATES, [1, 2, 1, 0, 0, 0], strict=True)),
     }
     assert document["names"] == {  # named tasks per queue, name and state
         "default": {"resize": {"AVAILABLE": 1}},
@@ -440,6 +444,7 @@ def test_stats_json_gives_every_figure(
         assert details["leases"] == 1
         assert details["next_deadline"] == deadline
         assert details["next_run_at"] == run_at
+        assert details["paused"] is False
         age = document["now"] - available_since
         assert details["oldest_available_age"] == pytest.approx(age, abs=1e-6)
 
@@ -1129,6 +1134,7 @@ def test_purge_dead_and_both_json(db: Path, capsys: pytest.CaptureFixture[str]) 
             "RESERVED": 1,
             "COMPLETED": 0,
             "DEAD": 0,
+            "CANCELLED": 0,
         }
 
 
@@ -1230,6 +1236,7 @@ def test_worker_drains_the_queue_and_exits(tmp_path: Path) -> None:
             "RESERVED": 0,
             "COMPLETED": 18,
             "DEAD": 2,
+            "CANCELLED": 0,
         }
         dead = {t.task_id: t for t in q.dead()}
     assert set(dead) == {"t3", "t7"}
@@ -1362,6 +1369,7 @@ def test_backup_copies_every_queue_and_replaces_an_earlier_backup(
             "RESERVED": 1,
             "COMPLETED": 0,
             "DEAD": 0,
+            "CANCELLED": 0,
         }
     with _queue(dest) as copy:
         assert copy.tasks(limit=100) == before["default"]

@@ -96,8 +96,9 @@ def test_readme_sql_examples_run_with_the_driver(example_db: Path) -> None:
     finally:
         conn.close()
     assert counts == [("default", "AVAILABLE", 4), ("default", "COMPLETED", 1)]
-    # queue, waiting, available, reserved, completed, dead, next deadline, next run_at
-    assert stats == [("default", 0, 4, 0, 1, 0, None, None)]
+    # queue, waiting, available, reserved, completed, dead, next deadline, next run_at,
+    # cancelled, paused
+    assert stats == [("default", 0, 4, 0, 1, 0, None, None, 0, 0)]
 
 
 def test_readme_sql_examples_run_in_the_sqlite3_shell(example_db: Path) -> None:

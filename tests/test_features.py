@@ -373,7 +373,7 @@ def test_purge_forgets_old_finished_tasks(make_queue: Factory) -> None:
     assert q.purge(10, states=["DEAD"], older_than=100) == 0
     assert q.purge(10, states=["COMPLETED", "DEAD"]) == 2
     assert q.stats(10).counts == {
-        "WAITING": 0, "AVAILABLE": 1, "RESERVED": 0, "COMPLETED": 0, "DEAD": 0
+        "WAITING": 0, "AVAILABLE": 1, "RESERVED": 0, "COMPLETED": 0, "DEAD": 0, "CANCELLED": 0
     }  # fmt: skip
     assert q.add("c1", 11) is True  # a purged id can be used again
     with pytest.raises(InvalidArgument):
@@ -390,7 +390,9 @@ def test_stats(make_queue: Factory) -> None:
     q.add("later", 2, run_at=50)
     q.reserve(5)  # a, until 15
     s = q.stats(7)
-    assert s.counts == {"WAITING": 1, "AVAILABLE": 2, "RESERVED": 1, "COMPLETED": 0, "DEAD": 0}
+    assert s.counts == {
+        "WAITING": 1, "AVAILABLE": 2, "RESERVED": 1, "COMPLETED": 0, "DEAD": 0, "CANCELLED": 0
+    }  # fmt: skip
     assert s.leases == 1
     assert s.oldest_available_age == 5  # b has been available since 2
     assert (s.next_deadline, s.next_run_at) == (15, 50)

@@ -95,6 +95,7 @@ RELEASED = [
     (1, "initial", "ff33ca8c7c186ec372c44ed3c20062de7702788f6ca7b55eee4759b505df520d"),
     (2, "fewer_checks", "7904919bc0aa615790ba2bb2261b775b2e13b2525b1d34c5852b51e5101bd839"),
     (3, "schedules", "f87c11ec68a25bd81c056b2ec95c824cb81c0fa410e7c17f2e348fb6b4ff11e3"),
+    (4, "cancel_pause", "13e0cf4da7c5cbdd5351b94a662f3c0a05a9caed4a4ef04b1ec9c8721bebde45"),
 ]
 
 

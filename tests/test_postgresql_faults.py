@@ -165,6 +165,7 @@ def check_drain(queue: sqlq.Queue, names: list[str], drainers: list[Drainer], tm
         "RESERVED": 0,
         "COMPLETED": len(names),
         "DEAD": 0,
+        "CANCELLED": 0,
     }
     final = {info.task_id: info.token for info in queue.tasks(limit=len(names))}
     assert sorted(final) == sorted(names)

@@ -175,6 +175,7 @@ def test_workers_drain_while_being_killed(tmp_path: Path, queue_url: str) -> Non
         "RESERVED": 0,
         "COMPLETED": TASKS,
         "DEAD": 0,
+        "CANCELLED": 0,
     }
     assert set(statuses.values()) == {"COMPLETED"}
 
@@ -275,6 +276,7 @@ def test_demo_command(tmp_path: Path) -> None:
             "RESERVED": 0,
             "COMPLETED": 11,
             "DEAD": 1,
+            "CANCELLED": 0,
         }
         assert [d.task_id for d in queue.dead()] == ["task-012"]
         info = queue.info("task-004")

@@ -65,7 +65,12 @@ def _expected() -> dict[str, Any]:
                 (
                     c.name,
                     str(c.type.compile(dialect=sa.dialects.sqlite.dialect())),
-                    bool(c.nullable) or (c.primary_key and len(table.primary_key.columns) == 1),
+                    bool(c.nullable)
+                    or (
+                        c.primary_key
+                        and len(table.primary_key.columns) == 1
+                        and isinstance(c.type, sa.Integer)
+                    ),
                     None if c.server_default is None else str(c.server_default.arg),  # type: ignore[attr-defined]
                 )
                 for c in table.columns
@@ -152,6 +157,7 @@ RELEASED = [
     (4, "application_id", "2df9a5eb7583d79178f83b5cc5cb657e029398cd9dfccfae3079d3f69c84cb37"),
     (5, "task_names", "54037912fe7bd068cfa6d060c3ae4b2724b498e29e531b2cdd7b795fc4c16ef3"),
     (6, "schedules", "24e3dbce600495a95654f36a83b9eb9bf4db170c6c9b83f2926f43835a873788"),
+    (7, "cancel_pause", "73fda0b73290fce67a4b8e6cdb8fff20d65460a382f11d6549e24fc1e8aa01c2"),
 ]
 
 
@@ -444,37 +450,49 @@ def test_a_version_1_database_keeps_every_task_through_migration_2(
     mail.close()
 
 
+#: The columns of sqlq_tasks up to version 4, and a task in each state as stored then.
+V4_COLUMNS = (
+    "queue, task_id, state, seq, attempts, max_attempts, lease_id, deadline, run_at,"
+    " payload, last_error, retry_kind, retry_base, retry_cap, created_at, updated_at,"
+    " finished_at"
+)
+V4_ROWS = [
+    ("default", "wait", "WAITING", 1, 1, 3, 1, None, 90.0, '{"k": 1}', "e", "fixed", 5.0,
+     5.0, 1.0, 2.0, None),
+    ("default", "avail", "AVAILABLE", 2, 0, 3, None, None, None, None, None, "immediate",
+     0.0, 0.0, 1.0, 1.0, None),
+    ("default", "held", "RESERVED", 3, 1, 3, 3, 100.0, None, b"raw", None, "immediate",
+     0.0, 0.0, 1.0, 3.0, None),
+    ("default", "done", "COMPLETED", 4, 1, 3, 4, None, None, '"x"', None, "exponential",
+     1.0, 8.0, 1.0, 4.0, 4.0),
+    ("mail", "dead", "DEAD", 5, 2, 2, 5, None, None, None, "boom", "immediate", 0.0, 0.0,
+     1.0, 5.0, 5.0),
+]  # fmt: skip
+
+
+def _database_at(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, version: int, columns: str, rows: list[Any]
+) -> None:
+    """A database made by the migrations up to ``version``, holding ``rows`` (of
+    ``columns``) and a clock at 50."""
+    with monkeypatch.context() as m:
+        old = migrate.migrations()[:version]
+        m.setattr(migrate, "migrations", lambda: old)
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=3).close()
+    marks = ", ".join("?" * len(rows[0]))
+    with sqlite3.connect(db_path) as conn:
+        conn.executemany(f"INSERT INTO sqlq_tasks ({columns}) VALUES ({marks})", rows)
+        conn.execute("UPDATE sqlq_clock SET now = 50, counter = 5")
+    conn.close()
+
+
 def test_a_version_4_database_keeps_every_task_through_migration_5(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Tasks in every state, as version 4 stored them, keep every column through the
     migration that adds task names (all None), and the queue goes on with them."""
-    with monkeypatch.context() as m:
-        old = migrate.migrations()[:4]
-        m.setattr(migrate, "migrations", lambda: old)
-        sqlq.Queue(db_path, lease_seconds=10, max_attempts=3).close()
-    columns = (
-        "queue, task_id, state, seq, attempts, max_attempts, lease_id, deadline, run_at,"
-        " payload, last_error, retry_kind, retry_base, retry_cap, created_at, updated_at,"
-        " finished_at"
-    )
-    rows = [
-        ("default", "wait", "WAITING", 1, 1, 3, 1, None, 90.0, '{"k": 1}', "e", "fixed", 5.0,
-         5.0, 1.0, 2.0, None),
-        ("default", "avail", "AVAILABLE", 2, 0, 3, None, None, None, None, None, "immediate",
-         0.0, 0.0, 1.0, 1.0, None),
-        ("default", "held", "RESERVED", 3, 1, 3, 3, 100.0, None, b"raw", None, "immediate",
-         0.0, 0.0, 1.0, 3.0, None),
-        ("default", "done", "COMPLETED", 4, 1, 3, 4, None, None, '"x"', None, "exponential",
-         1.0, 8.0, 1.0, 4.0, 4.0),
-        ("mail", "dead", "DEAD", 5, 2, 2, 5, None, None, None, "boom", "immediate", 0.0, 0.0,
-         1.0, 5.0, 5.0),
-    ]  # fmt: skip
-    with sqlite3.connect(db_path) as conn:
-        conn.executemany(f"INSERT INTO sqlq_tasks ({columns}) VALUES ({', '.join('?' * 17)})", rows)
-        conn.execute("UPDATE sqlq_clock SET now = 50, counter = 5")
-    conn.close()
-
+    columns, rows = V4_COLUMNS, V4_ROWS
+    _database_at(db_path, monkeypatch, 4, columns, rows)
     with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
         assert q.info("held", 60).name is None
         lease = q.claim(60)
@@ -491,3 +509,27 @@ def test_a_version_4_database_keeps_every_task_through_migration_5(
         ("default", *claimed, None),
         *((*row, None) for row in rows[2:]),
     ]
+
+
+def test_a_version_5_database_keeps_every_task_through_migration_7(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 7 rebuilds sqlq_tasks (a new state in its CHECKs): tasks in every
+    state, as version 5 stored them, keep every column (no stop requested), and the
+    queue goes on with them: cancel works, the views answer, nothing is paused."""
+    columns = f"{V4_COLUMNS}, name"
+    rows = [(*row, name) for row, name in zip(V4_ROWS, ["n", None, "n", None, "m"], strict=True)]
+    _database_at(db_path, monkeypatch, 5, columns, rows)
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
+        assert not q.paused
+        assert q.cancel("held", 60) == "STOPPING" and q.cancel("avail", 60) == "CANCELLED"
+    with sqlite3.connect(db_path) as conn:
+        kept = conn.execute(f"SELECT {columns}, stop_requested_at FROM sqlq_tasks ORDER BY id")
+        kept = kept.fetchall()
+        views = conn.execute("SELECT queue, cancelled, paused FROM sqlq_queue_stats").fetchall()
+        stopping = conn.execute("SELECT task_id FROM sqlq_leases WHERE stop_requested").fetchall()
+    conn.close()
+    cancelled = ("default", "avail", "CANCELLED", 2, 0, 3, None, None, None, None, None,
+                 "immediate", 0.0, 0.0, 1.0, 60.0, 60.0, None, None)  # fmt: skip
+    assert kept == [(*rows[0], None), cancelled, (*rows[2], 60.0), *((*r, None) for r in rows[3:])]
+    assert views == [("default", 1, 0), ("mail", 0, 0)] and stopping == [("held",)]

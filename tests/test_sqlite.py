@@ -40,7 +40,9 @@ def test_snapshot_reads_the_stats_as_last_written_without_the_write_lock(db_path
     finally:
         writer.execute("ROLLBACK")
         writer.close()
-    assert snap.counts == {"WAITING": 0, "AVAILABLE": 1, "RESERVED": 1, "COMPLETED": 0, "DEAD": 0}
+    assert snap.counts == {
+        "WAITING": 0, "AVAILABLE": 1, "RESERVED": 1, "COMPLETED": 0, "DEAD": 0, "CANCELLED": 0
+    }  # fmt: skip
     assert (snap.oldest_available_age, snap.next_deadline) == (20.0, 1_010.0)
     assert q.stats().counts["AVAILABLE"] == 2  # a call applies the expiry
     assert q.snapshot().counts["RESERVED"] == 0

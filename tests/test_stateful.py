@@ -6,7 +6,7 @@
   written to be obviously correct rather than fast.
 * ``FeaturesDurableVsMemory``: Queue against WorkQueue again, with the worker
   features too: tokens, heartbeats, release, delays, retry backoff, payloads,
-  errors, dead letters, purge, batches, inspection and periodic tasks.
+  errors, dead letters, purge, batches, inspection, periodic tasks, cancel and pause.
 * ``test_long_histories_...``: Queue against WorkQueue again without hypothesis:
   long seeded random histories, rich in calls that find lease expiries and
   wake-ups due together (the order of those is where the faces could differ).
@@ -544,6 +544,26 @@ class FeaturesDurableVsMemory(OnDurable):
         self._same("release", task_id, self._token(data), self._time(move))
 
     @rule(task_id=task_ids, move=time_moves)
+    def cancel(self, task_id: str, move: Any) -> None:
+        self._same("cancel", task_id, self._time(move))
+
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data(), move=time_moves)
+    def cancel_a_lease(self, data: st.DataObject, move: Any) -> None:
+        """Cancel a task that was leased (running, most likely: a stop request)."""
+        task_id, _ = data.draw(st.sampled_from(self.leases[-3:]))
+        self._same("cancel", task_id, self._time(move))
+
+    @rule(task_id=task_ids, move=time_moves, data=st.data())
+    def heartbeat(self, task_id: str, move: Any, data: st.DataObject) -> None:
+        self._same("heartbeat", task_id, self._token(data), self._time(move))
+
+    @rule(pause=st.booleans(), move=time_moves)
+    def pause_or_resume(self, pause: bool, move: Any) -> None:
+        self._same("pause" if pause else "resume", self._time(move))
+        assert self.left.paused == self.right.paused
+
+    @rule(task_id=task_ids, move=time_moves)
     def info(self, task_id: str, move: Any) -> None:
         self._same("info", task_id, self._time(move))
 
@@ -551,7 +571,10 @@ class FeaturesDurableVsMemory(OnDurable):
     def stats(self, move: Any) -> None:
         self._same("stats", self._time(move))
 
-    @rule(move=time_moves, state=st.sampled_from([None, "WAITING", "AVAILABLE", "DEAD"]))
+    @rule(
+        move=time_moves,
+        state=st.sampled_from([None, "WAITING", "AVAILABLE", "DEAD", "CANCELLED"]),
+    )
     def tasks(self, move: Any, state: Any) -> None:
         self._same("tasks", self._time(move), state=state)
 
@@ -565,7 +588,9 @@ class FeaturesDurableVsMemory(OnDurable):
 
     @rule(
         move=time_moves,
-        states=st.sampled_from([["COMPLETED"], ["DEAD"], ["COMPLETED", "DEAD"]]),
+        states=st.sampled_from(
+            [["COMPLETED"], ["DEAD"], ["COMPLETED", "DEAD"], ["CANCELLED", "COMPLETED"]]
+        ),
         older_than=st.sampled_from([0, 2]),
     )
     def purge(self, move: Any, states: list[str], older_than: int) -> None:
@@ -699,10 +724,11 @@ class _History:
         rng, now = self.rng, self._time()
         task_id = rng.choice(HISTORY_IDS)
         self._count_due()
-        kind = rng.choices(
+        kind = "resume" if self.memory.paused and rng.random() < 0.3 else rng.choices(
             ["add", "add_many", "claim", "claim_many", "complete", "complete_and_claim",
-             "fail", "extend", "release", "status", "tasks", "stats", "redrive", "purge"],
-            weights=[10, 3, 8, 8, 3, 3, 6, 2, 2, 2, 2, 1, 2, 2],
+             "fail", "extend", "release", "status", "tasks", "stats", "redrive", "purge",
+             "cancel", "heartbeat", "pause"],
+            weights=[10, 3, 8, 8, 3, 3, 6, 2, 2, 2, 2, 1, 2, 2, 2, 1, 1],
         )[0]  # fmt: skip
         if kind == "add":
             delay = rng.choice([None, 0, 1, 2, 3, 5])
@@ -737,8 +763,15 @@ class _History:
             self._same("stats", now)
         elif kind == "redrive":
             self._same("redrive", now, task_ids=rng.choice([None, [task_id]]))
-        else:
-            self._same("purge", now, states=["COMPLETED", "DEAD"], older_than=rng.choice([0, 3]))
+        elif kind == "purge":
+            states = ["COMPLETED", "DEAD", "CANCELLED"]
+            self._same("purge", now, states=states, older_than=rng.choice([0, 3]))
+        elif kind == "cancel":
+            self._same("cancel", task_id, now)
+        elif kind == "heartbeat":
+            self._same("heartbeat", task_id, self._token(), now)
+        else:  # pause, or resume: paused for a few calls at a time
+            self._same(kind, now)
 
     def _same(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
         shown = [*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]

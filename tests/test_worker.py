@@ -96,15 +96,15 @@ def _check_timed_out_then_completed(
 
 
 def _count_beats(queue: sqlq.Queue, clock: ManualClock) -> list[float]:
-    """The worker's heartbeats on ``queue``, as they happen: the clock's time of each extend."""
+    """The worker's heartbeats on ``queue``, as they happen: the clock's time of each one."""
     beats: list[float] = []
-    extend = queue.extend
+    heartbeat = queue.heartbeat
 
-    def counting_extend(*args: Any, **kwargs: Any) -> Any:
+    def counting_heartbeat(*args: Any, **kwargs: Any) -> Any:
         beats.append(clock.monotonic())
-        return extend(*args, **kwargs)
+        return heartbeat(*args, **kwargs)
 
-    queue.extend = counting_extend  # type: ignore[method-assign]
+    queue.heartbeat = counting_heartbeat  # type: ignore[method-assign]
     return beats
 
 
@@ -146,6 +146,7 @@ def test_drains_the_queue_with_threads_and_retries_failures(
         "RESERVED": 0,
         "COMPLETED": 30,
         "DEAD": 1,
+        "CANCELLED": 0,
     }
     bad = queue.info("bad")
     assert bad is not None

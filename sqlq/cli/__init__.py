@@ -6,6 +6,7 @@ Subcommands, one module per kind:
 * schedules.py: `schedules` (reads only)
 * adding.py: `add` (creates a missing file)
 * maintenance.py: `redrive`, `purge`, `migrate`
+* control.py: `cancel`, `pause`, `resume`
 * running.py: `worker`, `demo`
 
 Exit codes: 0 success; 1 a sqlq error (sqlq.errors.SqlqError: the database
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import SqlqError
-from . import adding, maintenance, reading, running, schedules
+from . import adding, control, maintenance, reading, running, schedules
 from .common import (
     DURATION_SYNTAX,
     EXIT_ERROR,
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     reading.register(commands)
     schedules.register(commands)
     maintenance.register(commands)
+    control.register(commands)
     maintenance.register_migrate(commands)
     running.register_demo(commands)
     return parser

@@ -104,10 +104,11 @@ def _redrive(args: argparse.Namespace) -> int:
 def _register_purge(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     purge = commands.add_parser(
         "purge",
-        help="delete finished tasks (COMPLETED, and/or DEAD) and optionally shrink the file",
+        help="delete finished tasks (COMPLETED, DEAD, CANCELLED) and optionally shrink the file",
         description=(
             "Delete the finished tasks of a queue: COMPLETED ones by default, DEAD ones with "
-            "--dead, both with --completed --dead. Their ids can be added again. Deletes in "
+            "--dead, CANCELLED ones with --cancelled, several with several of --completed, "
+            "--dead and --cancelled. Their ids can be added again. Deletes in "
             "transactions of 1000 tasks, so workers are never held up for long, and prints "
             "progress on stderr for long runs. Deleting does not shrink the file: SQLite "
             "reuses the free pages; --vacuum gives them back to the operating system."
@@ -117,6 +118,7 @@ def _register_purge(commands: argparse._SubParsersAction[argparse.ArgumentParser
     add_queue(purge)
     purge.add_argument("--completed", action="store_true", help="delete COMPLETED tasks")
     purge.add_argument("--dead", action="store_true", help="delete DEAD tasks (dead letters)")
+    purge.add_argument("--cancelled", action="store_true", help="delete CANCELLED tasks")
     purge.add_argument(
         "--older-than",
         metavar="AGE",
@@ -143,9 +145,12 @@ def _register_purge(commands: argparse._SubParsersAction[argparse.ArgumentParser
 
 def _purge(args: argparse.Namespace) -> int:
     db = sqlq_database(args.db, allow_older=True, creates="purge does not create databases")
-    states = [
-        s for s, wanted in ((State.COMPLETED, args.completed), (State.DEAD, args.dead)) if wanted
-    ] or [State.COMPLETED]
+    chosen = (
+        (State.COMPLETED, args.completed),
+        (State.DEAD, args.dead),
+        (State.CANCELLED, args.cancelled),
+    )
+    states = [state for state, wanted in chosen if wanted] or [State.COMPLETED]
     removed: dict[str, int] = {}
     start = time.time()  # one cutoff for every state: start - older_than
     progress = Progress("purge")

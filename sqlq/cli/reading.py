@@ -57,8 +57,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="tasks per queue and state, the front of each line, leases, the SQLite in use",
         description=(
             "Show every queue in the database: its tasks per state, how long the front of "
-            "its line has waited, its leases in flight, the soonest lease deadline and the "
-            "soonest wake-up of a WAITING task. Also shows the SQLite library in use. "
+            "its line has waited, its leases in flight, the soonest lease deadline, the "
+            "soonest wake-up of a WAITING task, and PAUSED for a paused queue "
+            "(`sqlq pause`). Also shows the SQLite library in use. "
             "stats only reads, in one snapshot, and never takes the write lock, so it is "
             "safe to run in a loop next to busy workers. It shows "
             "the tasks as last written: a lease that ran out is still counted as RESERVED "
@@ -181,6 +182,7 @@ def _stats(args: argparse.Namespace) -> int:
             "leases": counts[State.RESERVED.value],
             "next_deadline": figures.next_deadline,
             "next_run_at": figures.next_run_at,
+            "paused": figures.paused,
         }
     names = {queue: found[queue].names for queue in sorted(found) if found[queue].names}
 
@@ -229,9 +231,10 @@ def _stats(args: argparse.Namespace) -> int:
                 str(d["leases"]),
                 deadline,
                 relative(d["next_run_at"], now),
+                "PAUSED" if d["paused"] else "-",
             ]
         )
-    table(["queue", "oldest available", "leases", "next deadline", "next run_at"], rows)
+    table(["queue", "oldest available", "leases", "next deadline", "next run_at", "claims"], rows)
     if names:
         _name_counts(names, columns)
     return EXIT_OK
@@ -302,10 +305,15 @@ def _show(args: argparse.Namespace) -> int:
         return EXIT_OK
     for name, value in _fields(info, args.queue, time.time()):
         lines = value.splitlines() or [""]
-        print(f"{name + ':':<14}{lines[0]}")
+        print(f"{name + ':':<{SHOW_LABELS - 1}} {lines[0]}")
         for line in lines[1:]:
-            print(" " * 14 + line)
+            print(" " * SHOW_LABELS + line)
     return EXIT_OK
+
+
+#: The width of the labels of `sqlq show` and the space after them (one longer label,
+#: "stop_requested_at:", takes just more room).
+SHOW_LABELS = 14
 
 
 def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
@@ -332,6 +340,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("created_at", moment(info.created_at, now)),
         ("updated_at", moment(info.updated_at, now)),
         ("finished_at", moment(info.finished_at, now)),
+        ("stop_requested_at", moment(info.stop_requested_at, now)),
         ("last_error", "-" if info.last_error is None else _lines(info.last_error)),
         ("payload", payload),
     ]
@@ -481,7 +490,8 @@ def _watch_line(
             part += f" ({(counts.get(state, 0) - earlier) / (now - before[0]):+.1f}/s)"
         parts.append(part)
     age = "-" if front is None else span(max(0.0, now - front))
-    line = f"{printable(queue)}: {', '.join(parts)}; oldest available {age}"
+    paused = " (PAUSED)" if figures.paused else ""
+    line = f"{printable(queue)}{paused}: {', '.join(parts)}; oldest available {age}"
     available = counts.get(State.AVAILABLE.value, 0)
     drain = drains.get(queue)
     if drain is None or available >= drain.peak:

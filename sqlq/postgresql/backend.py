@@ -46,8 +46,8 @@ from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 
-from ..backend import Claimed, Opened, TaskRow
-from ..contract import MAX_TIME, Number, State
+from ..backend import Claimed, Figures, Opened, TaskRow
+from ..contract import FINISHED, MAX_TIME, Number, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
 from ..records import (
@@ -387,6 +387,10 @@ class PostgresBackend:
     def ready(self, queue: str, now: Number | None) -> bool:
         params = {"queue": queue, "now": now}
         return bool(self._read(lambda cur: cur.execute(Q.ready, params).fetchone()[0]))
+
+    def paused(self, queue: str) -> bool:
+        params = {"queue": queue}
+        return bool(self._read(lambda cur: cur.execute(Q.queue_paused, params).fetchone()[0]))
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -841,7 +845,7 @@ class PostgresTransaction:
             "run_at": run_at,
             "attempts_delta": attempts_delta,
             "error": stored_or_none(error),
-            "finished_at": at if state is State.DEAD else None,
+            "finished_at": at if state in FINISHED else None,
             "at": at,
         }
         row = self._opened_cursor.execute(Q.end_lease, params).fetchone()
@@ -852,7 +856,7 @@ class PostgresTransaction:
             )
         return int(row[0])
 
-    def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool:
+    def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool | None:
         params = {
             "queue": queue,
             "task_id": stored(task_id),
@@ -860,8 +864,8 @@ class PostgresTransaction:
             "seconds": seconds,
             "max_time": MAX_TIME,
         }
-        ((moved,),) = self._write(Q.extend_lease, params)
-        return bool(moved)
+        ((stop,),) = self._write(Q.extend_lease, params)
+        return None if stop is None else bool(stop)
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
         params = {"id": task.row_id, "order": order, "at": at}
@@ -904,17 +908,29 @@ class PostgresTransaction:
         sql = Q.insert_schedule if seen is None else Q.update_schedule
         return bool(self._opened_cursor.execute(sql, params).rowcount == 1)
 
+    def cancel_unstarted(self, queue: str, task_id: str) -> bool:
+        params = {"queue": queue, "task_id": stored(task_id), "now": self.now}
+        return bool(self._cur.execute(Q.cancel_unstarted, params).rowcount == 1)
 
-#: (counts per state, front of line available since, next deadline, next run_at).
-Figures = tuple[dict[str, int], Number | None, Number | None, Number | None]
+    def request_stop(self, queue: str, task_id: str) -> bool:
+        params = {"queue": queue, "task_id": stored(task_id), "now": self.now}
+        return bool(self._cur.execute(Q.request_stop, params).rowcount == 1)
+
+    def set_paused(self, queue: str, paused: bool) -> bool:
+        statement = Q.pause_queue if paused else Q.resume_queue
+        changed = bool(self._cur.execute(statement, {"queue": queue, "now": self.now}).rowcount)
+        self._announce |= changed and not paused  # idle listeners claim at once
+        return changed
 
 
 def _figures(cur: Any, queue: str) -> Figures:
     """The figures of Queue.stats, in one statement (one snapshot)."""
-    per_state, front, deadline, run_at = cur.execute(Q.queue_figures, {"queue": queue}).fetchone()
+    per_state, front, deadline, run_at, paused = cur.execute(
+        Q.queue_figures, {"queue": queue}
+    ).fetchone()
     counts = dict.fromkeys((s.value for s in State), 0)
     counts.update(per_state)
-    return counts, front, deadline, run_at
+    return counts, front, deadline, run_at, paused
 
 
 def _in_snapshot(cur: Any, read: Callable[..., T], *args: Any) -> T:
@@ -933,7 +949,8 @@ def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
         queue: (since, deadline, run_at)
         for queue, since, deadline, run_at in cur.execute(Q.queue_fronts)
     }
-    return overviews(states, names, fronts.__getitem__)
+    paused = [queue for (queue,) in cur.execute(Q.paused_queues).fetchall()]
+    return overviews(states, names, lambda queue: fronts.get(queue, (None, None, None)), paused)
 
 
 def _claimed(row: tuple[Any, ...]) -> Claimed:
@@ -943,18 +960,20 @@ def _claimed(row: tuple[Any, ...]) -> Claimed:
 
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
-     run_at, payload, payload_bytes, error, created, updated, finished, name) = row  # fmt: skip
+     run_at, payload, payload_bytes, error, created, updated, finished, name,
+     stop) = row  # fmt: skip
     return TaskRow(
         row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at,
         payload if payload_bytes is None else payload_bytes, read_or_none(error),
-        created, updated, finished, name,
+        created, updated, finished, name, stop,
     )  # fmt: skip
 
 
 def _event_row(row: tuple[Any, ...]) -> TaskRow:
-    _at, _order, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap = row
+    (_at, _order, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
+     stop) = row  # fmt: skip
     return TaskRow(
         row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
-        stored_policy(kind, base, cap),
+        stored_policy(kind, base, cap), stop_requested_at=stop,
     )  # fmt: skip

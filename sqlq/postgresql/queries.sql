@@ -120,7 +120,7 @@ call AS (
 -- change, and the next call looks again).
 SELECT coalesce(deadline, run_at), CASE WHEN state = 'RESERVED' THEN lease_id ELSE seq END,
        id, task_id, state, attempts, max_attempts, lease_id, seq,
-       retry_kind, retry_base, retry_cap
+       retry_kind, retry_base, retry_cap, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = %(queue)s
   AND ((deadline IS NOT NULL AND deadline <= %(now)s::float8)
@@ -138,19 +138,20 @@ UPDATE sqlq_clock SET now = %(now)s::float8
 WHERE id = 1 AND now < %(now)s::float8 - %(lag)s::float8
 
 -- name: ready
--- Read only: would a claim on the queue find a task now?  Something AVAILABLE,
--- a lease run out, or a WAITING task due (at the later of :now, or the server's
--- clock, and the mark).
+-- Read only: would a claim on the queue find a task now?  Not while the queue
+-- is paused; else something AVAILABLE, a lease run out, or a WAITING task due
+-- (at the later of :now, or the server's clock, and the mark).
 WITH t AS (
     SELECT greatest(now, coalesce(%(now)s::float8,
                                   extract(epoch FROM clock_timestamp())::float8)) AS now
     FROM sqlq_clock WHERE id = 1
 )
-SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND state = 'AVAILABLE')
+SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
+   AND (EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND state = 'AVAILABLE')
     OR EXISTS (SELECT 1 FROM sqlq_tasks, t
                WHERE queue = %(queue)s AND deadline IS NOT NULL AND deadline <= t.now)
     OR EXISTS (SELECT 1 FROM sqlq_tasks, t
-               WHERE queue = %(queue)s AND run_at IS NOT NULL AND run_at <= t.now)
+               WHERE queue = %(queue)s AND run_at IS NOT NULL AND run_at <= t.now))
 
 -- name: insert_task
 -- Add a task (see _call: the call's time, and (mark, now, due, go) first in the
@@ -214,7 +215,8 @@ SELECT task_id FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = ANY (%(ids)
 -- now, due, go) first in the answer): count an attempt, take the next counter
 -- value as the lease's token, set its deadline :seconds after the call's time
 -- (at most :max_time).  A front row that another transaction is claiming is
--- skipped (the next one is taken).  Then the task, or NULLs.
+-- skipped (the next one is taken).  Nothing while the queue is paused (a probe
+-- of sqlq_paused's key).  Then the task, or NULLs.
 WITH {{_call}}, claimed AS (
     UPDATE sqlq_tasks
     SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
@@ -224,6 +226,7 @@ WITH {{_call}}, claimed AS (
     WHERE call.go
       AND id = (SELECT id FROM sqlq_tasks
                 WHERE queue = %(queue)s AND state = 'AVAILABLE'
+                  AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
                 ORDER BY seq LIMIT 1
                 FOR UPDATE SKIP LOCKED)
     RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
@@ -234,10 +237,11 @@ FROM call LEFT JOIN claimed ON true
 -- name: claim_front_many
 -- claim_front up to :n times in one statement; tokens increase along the line.
 -- One answer row per task claimed, in no particular order (one row of NULLs
--- after (mark, now, due, go) if none).
+-- after (mark, now, due, go) if none).  Nothing while the queue is paused.
 WITH {{_call}}, line AS (
     SELECT id, seq FROM sqlq_tasks
     WHERE queue = %(queue)s AND state = 'AVAILABLE' AND (SELECT go FROM call)
+      AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
     ORDER BY seq LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), ranked AS (
@@ -261,7 +265,7 @@ FROM call LEFT JOIN claimed ON true
 -- One task by queue and id, every column the queue logic and inspection need.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name
+       created_at, updated_at, finished_at, name, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s
 
@@ -271,7 +275,7 @@ WHERE queue = %(queue)s AND task_id = %(task_id)s
 -- what it returns, so no other call can end the lease in between.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name
+       created_at, updated_at, finished_at, name, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
   AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
@@ -326,7 +330,8 @@ RETURNING seq
 -- name: extend_lease
 -- Heartbeat (see _call; (mark, now, due, go) first in the answer): the lease's
 -- deadline :seconds after the call's time (at most :max_time), if :token is the
--- task's current lease and it still runs then.  Then 1 or 0.
+-- task's current lease and it still runs then.  Then whether the task was asked
+-- to stop (cancel), or NULL if the lease is not current.
 WITH {{_call}}, moved AS (
     UPDATE sqlq_tasks
     SET deadline = least(call.now + %(seconds)s::float8, %(max_time)s::float8),
@@ -334,9 +339,9 @@ WITH {{_call}}, moved AS (
     FROM call
     WHERE call.go AND queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
       AND lease_id = %(token)s AND deadline > call.now
-    RETURNING 1
+    RETURNING stop_requested_at IS NOT NULL AS stop
 )
-SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM moved) FROM call
+SELECT call.mark, call.now, call.due, call.go, (SELECT stop FROM moved) FROM call
 
 -- name: wake_task
 -- WAITING -> AVAILABLE at the back of the line when run_at has come.
@@ -364,7 +369,7 @@ LIMIT %(limit)s
 -- Tasks of a queue in the order they were added (all states).
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name
+       created_at, updated_at, finished_at, name, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = %(queue)s
 ORDER BY id
@@ -374,7 +379,7 @@ LIMIT %(limit)s
 -- Tasks of a queue in one state, in the order they were added.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name
+       created_at, updated_at, finished_at, name, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND state = %(state)s
 ORDER BY id
@@ -392,14 +397,15 @@ WHERE id IN (SELECT id FROM sqlq_tasks
 -- name: queue_figures
 -- What Queue.stats shows, in one statement (one snapshot): tasks per state as
 -- JSON, when the front of the line became AVAILABLE, the next deadline, the
--- next wake-up.
+-- next wake-up, whether the queue is paused.
 SELECT (SELECT coalesce(json_object_agg(state, n), '{}'::json)
         FROM (SELECT state, count(*) AS n FROM sqlq_tasks
               WHERE queue = %(queue)s GROUP BY state) AS per_state),
        (SELECT updated_at FROM sqlq_tasks
         WHERE queue = %(queue)s AND state = 'AVAILABLE' ORDER BY seq LIMIT 1),
        (SELECT min(deadline) FROM sqlq_tasks WHERE queue = %(queue)s AND deadline IS NOT NULL),
-       (SELECT min(run_at) FROM sqlq_tasks WHERE queue = %(queue)s AND run_at IS NOT NULL)
+       (SELECT min(run_at) FROM sqlq_tasks WHERE queue = %(queue)s AND run_at IS NOT NULL),
+       EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
 
 -- name: count_states
 -- Tasks per queue and state, for the whole database (this schema).
@@ -461,7 +467,7 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'sqlq_migrations'
        EXISTS (SELECT 1 FROM pg_class
                WHERE relname IN ('sqlq_tasks', 'sqlq_clock', 'sqlq_counter',
                                  'sqlq_queue_stats', 'sqlq_dead_letters', 'sqlq_leases',
-                                 'sqlq_schedules')
+                                 'sqlq_schedules', 'sqlq_paused')
                  AND relnamespace = current_schema()::regnamespace)
 
 -- name: create_migrations_table
@@ -483,7 +489,7 @@ INSERT INTO sqlq_migrations (version, name, checksum, applied_at)
 VALUES (%(version)s, %(name)s, %(checksum)s, extract(epoch FROM clock_timestamp()))
 
 -- name: get_schedule
--- A schedule's stored state (sqlq/postgresql/migrations/0002), read by the call
+-- A schedule's stored state (sqlq/postgresql/migrations/0003), read by the call
 -- that ticks it, before it adds the tasks of the ticks that are due.  Not locked:
 -- two schedulers may read the same state; the compare-and-set of update_schedule
 -- lets one of them move it.
@@ -516,3 +522,36 @@ WHERE queue = %(queue)s AND name = %(name)s AND handled_until = %(seen)s
 SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at
 FROM sqlq_schedules
 ORDER BY queue, name
+
+-- name: cancel_unstarted
+-- cancel: AVAILABLE or WAITING -> CANCELLED at :now (finished, out of the line).
+UPDATE sqlq_tasks
+SET state = 'CANCELLED', run_at = NULL, finished_at = %(now)s::float8,
+    updated_at = %(now)s::float8
+WHERE queue = %(queue)s AND task_id = %(task_id)s AND state IN ('AVAILABLE', 'WAITING')
+
+-- name: request_stop
+-- cancel of a running task: record that its worker is asked to stop (the first
+-- request's time is kept), if its lease runs past :now.
+UPDATE sqlq_tasks
+SET stop_requested_at = coalesce(stop_requested_at, %(now)s::float8)
+WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
+  AND deadline > %(now)s::float8
+
+-- name: pause_queue
+-- Pause a queue: its row in sqlq_paused, which the claims probe.  No change if
+-- it is paused already.
+INSERT INTO sqlq_paused (queue, paused_at) VALUES (%(queue)s, %(now)s::float8)
+ON CONFLICT (queue) DO NOTHING
+
+-- name: resume_queue
+-- Resume a queue: claims find its tasks again.
+DELETE FROM sqlq_paused WHERE queue = %(queue)s
+
+-- name: queue_paused
+-- Is the queue paused?
+SELECT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
+
+-- name: paused_queues
+-- Every paused queue of the schema (sqlq stats).
+SELECT queue FROM sqlq_paused ORDER BY queue

@@ -43,9 +43,9 @@ from typing import Any, Literal, NoReturn, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from ..backend import Claimed, Opened, TaskRow
+from ..backend import Claimed, Figures, Opened, TaskRow
 from ..clock import kernel_time
-from ..contract import Number, State, time_after
+from ..contract import FINISHED, Number, State, time_after
 from ..errors import (
     Busy,
     CannotOpen,
@@ -416,6 +416,14 @@ class SqliteBackend:
             conn = self._connection()
             row = self._waiting(
                 lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone(), deadline
+            )
+        return bool(row[0])
+
+    def paused(self, queue: str) -> bool:
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            row = self._waiting(
+                lambda: conn.execute(Q.queue_paused, {"queue": queue}).fetchone(), deadline
             )
         return bool(row[0])
 
@@ -942,13 +950,13 @@ class SqliteTransaction:
             "run_at": run_at,
             "attempts_delta": attempts_delta,
             "error": error,
-            "finished_at": at if state is State.DEAD else None,
+            "finished_at": at if state in FINISHED else None,
             "at": at,
         }
         self._expect_one(Q.end_lease, params, task, "RESERVED under its lease")
         return seq
 
-    def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool:
+    def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool | None:
         params = {
             "queue": queue,
             "task_id": task_id,
@@ -956,7 +964,8 @@ class SqliteTransaction:
             "deadline": time_after(self.now, seconds),
             "now": self.now,
         }
-        return bool(self._cur.execute(Q.extend_lease, params).rowcount == 1)
+        row = self._cur.execute(Q.extend_lease, params).fetchone()
+        return None if row is None else bool(row[0])
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
         params = {"id": task.row_id, "order": order, "seq": self._next_id(), "at": at}
@@ -997,20 +1006,29 @@ class SqliteTransaction:
         sql = Q.insert_schedule if seen is None else Q.update_schedule
         return bool(self._cur.execute(sql, params).rowcount == 1)
 
+    def cancel_unstarted(self, queue: str, task_id: str) -> bool:
+        params = {"queue": queue, "task_id": task_id, "now": self.now}
+        return bool(self._cur.execute(Q.cancel_unstarted, params).rowcount == 1)
+
+    def request_stop(self, queue: str, task_id: str) -> bool:
+        params = {"queue": queue, "task_id": task_id, "now": self.now}
+        return bool(self._cur.execute(Q.request_stop, params).rowcount == 1)
+
+    def set_paused(self, queue: str, paused: bool) -> bool:
+        statement = Q.pause_queue if paused else Q.resume_queue
+        return bool(self._cur.execute(statement, {"queue": queue, "now": self.now}).rowcount)
+
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
         if self._cur.execute(sql, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
-
-
-#: (counts per state, front of line available since, next deadline, next run_at).
-Figures = tuple[dict[str, int], Number | None, Number | None, Number | None]
 
 
 def _figures(cur: Any, queue: str) -> Figures:
     """The figures of Queue.stats, read with ``cur`` (in a transaction: one snapshot)."""
     counts = dict.fromkeys((s.value for s in State), 0)
     counts.update(dict(cur.execute(Q.count_queue_states, {"queue": queue}).fetchall()))
-    return counts, *_fronts(cur, queue)
+    (paused,) = cur.execute(Q.queue_paused, {"queue": queue}).fetchone()
+    return counts, *_fronts(cur, queue), bool(paused)
 
 
 def _fronts(cur: Any, queue: str) -> tuple[Number | None, Number | None, Number | None]:
@@ -1036,7 +1054,8 @@ def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
     """SqliteBackend.overview, read with ``cur`` (in a transaction: one snapshot)."""
     states = cur.execute(Q.count_states).fetchall()
     names = cur.execute(Q.count_names).fetchall() if with_names else []
-    return overviews(states, names, lambda queue: _fronts(cur, queue))
+    paused = [queue for (queue,) in cur.execute(Q.paused_queues).fetchall()]
+    return overviews(states, names, lambda queue: _fronts(cur, queue), paused)
 
 
 def _fsync(path: str) -> None:
@@ -1049,17 +1068,18 @@ def _fsync(path: str) -> None:
 
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
-     deadline, run_at, payload, error, created, updated, finished, name) = row  # fmt: skip
+     deadline, run_at, payload, error, created, updated, finished, name, stop) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at, payload, error,
-        created, updated, finished, name,
+        created, updated, finished, name, stop,
     )  # fmt: skip
 
 
 def _event_row(row: tuple[Any, ...]) -> TaskRow:
-    _at, _order, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap = row
+    (_at, _order, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
+     stop) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
-        stored_policy(kind, base, cap),
+        stored_policy(kind, base, cap), stop_requested_at=stop,
     )  # fmt: skip

@@ -69,12 +69,12 @@ FROM sqlq_clock WHERE id = 1
 -- call's time ?2, in the order it fell due (time, then counter: the lease
 -- token or the wake-up order), with the columns the queue logic needs.
 SELECT deadline, lease_id, id, task_id, state, attempts, max_attempts, lease_id, seq,
-       retry_kind, retry_base, retry_cap
+       retry_kind, retry_base, retry_cap, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = ?1 AND deadline <= ?2
 UNION ALL
 SELECT run_at, seq, id, task_id, state, attempts, max_attempts, lease_id, seq,
-       retry_kind, retry_base, retry_cap
+       retry_kind, retry_base, retry_cap, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = ?1 AND run_at <= ?2
 ORDER BY 1, 2
@@ -87,16 +87,17 @@ WHERE id = 1 AND now <= ?1 AND counter <= ?2
 
 -- name: ready
 -- Read only, outside any write transaction: would a claim on the queue find a
--- task now?  Something AVAILABLE, a lease run out, or a WAITING task due (at
--- the later of :now and the database's high-water mark).  Lets idle workers
--- poll without taking the write lock.
-SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = :queue AND state = 'AVAILABLE')
+-- task now?  Not while the queue is paused; else something AVAILABLE, a lease
+-- run out, or a WAITING task due (at the later of :now and the database's
+-- high-water mark).  Lets idle workers poll without taking the write lock.
+SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
+   AND (EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = :queue AND state = 'AVAILABLE')
     OR EXISTS (SELECT 1 FROM sqlq_tasks
                WHERE queue = :queue
                  AND deadline <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)))
     OR EXISTS (SELECT 1 FROM sqlq_tasks
                WHERE queue = :queue
-                 AND run_at <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)))
+                 AND run_at <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1))))
 
 -- name: insert_task
 -- Add a task, AVAILABLE at the back of the line or WAITING until run_at; does
@@ -135,12 +136,14 @@ WHERE queue = :queue AND task_id IN (SELECT value FROM json_each(:ids))
 -- name: claim_front_many
 -- Reserve up to :n tasks from the front of the line in one statement; the
 -- k-th in line gets token :base + k.  Returns them in no particular order.
+-- Nothing while the queue is paused (a probe of sqlq_paused's key).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = :base + line.rank,
     deadline = :deadline, updated_at = :now
 FROM (SELECT id, row_number() OVER (ORDER BY seq) AS rank
       FROM sqlq_tasks
       WHERE queue = :queue AND state = 'AVAILABLE'
+        AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
       ORDER BY seq LIMIT :n) AS line
 WHERE sqlq_tasks.id = line.id AND sqlq_tasks.state = 'AVAILABLE'
 RETURNING task_id, lease_id, attempts, payload, name
@@ -148,11 +151,13 @@ RETURNING task_id, lease_id, attempts, payload, name
 -- name: claim_front
 -- Reserve the front of queue ?1's line in one statement: count an attempt,
 -- record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
--- task (what its lease carries), or no row.
+-- task (what its lease carries), or no row; no row while the queue is paused
+-- (a probe of sqlq_paused's key).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
 WHERE id = (SELECT id FROM sqlq_tasks
             WHERE queue = ?1 AND state = 'AVAILABLE'
+              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)
             ORDER BY seq LIMIT 1)
   AND state = 'AVAILABLE'
 RETURNING task_id, attempts, payload, name
@@ -161,7 +166,7 @@ RETURNING task_id, attempts, payload, name
 -- One task by queue and id, every column the queue logic and inspection need.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at, name
+       created_at, updated_at, finished_at, name, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
@@ -184,9 +189,11 @@ WHERE id = :id AND state = 'RESERVED' AND lease_id = :token
 
 -- name: extend_lease
 -- Heartbeat: move the deadline of the task's current lease, if it is :token.
+-- Returns whether the task was asked to stop, or no row.
 UPDATE sqlq_tasks
 SET deadline = :deadline, updated_at = :now
 WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED' AND lease_id = :token
+RETURNING stop_requested_at IS NOT NULL
 
 -- name: wake_task
 -- WAITING -> AVAILABLE at the back of the line when run_at has come.
@@ -212,7 +219,7 @@ LIMIT :limit
 -- Tasks of a queue in the order they were added (all states).
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at, name
+       created_at, updated_at, finished_at, name, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = :queue
 ORDER BY id
@@ -222,7 +229,7 @@ LIMIT :limit
 -- Tasks of a queue in one state, in the order they were added.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at, name
+       created_at, updated_at, finished_at, name, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = :queue AND state = :state
 ORDER BY id
@@ -381,3 +388,34 @@ WHERE queue = :queue AND name = :name AND handled_until = :seen
 SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at
 FROM sqlq_schedules
 ORDER BY queue, name
+
+-- name: cancel_unstarted
+-- cancel: AVAILABLE or WAITING -> CANCELLED at :now (finished, out of the line).
+UPDATE sqlq_tasks
+SET state = 'CANCELLED', run_at = NULL, finished_at = :now, updated_at = :now
+WHERE queue = :queue AND task_id = :task_id AND (state = 'AVAILABLE' OR state = 'WAITING')
+
+-- name: request_stop
+-- cancel of a running task: record that its worker is asked to stop (the first
+-- request's time is kept), if its lease runs past :now.
+UPDATE sqlq_tasks
+SET stop_requested_at = coalesce(stop_requested_at, :now)
+WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED' AND deadline > :now
+
+-- name: pause_queue
+-- Pause a queue: its row in sqlq_paused, which the claims probe.  No change if
+-- it is paused already.
+INSERT INTO sqlq_paused (queue, paused_at) VALUES (:queue, :now)
+ON CONFLICT (queue) DO NOTHING
+
+-- name: resume_queue
+-- Resume a queue: claims find its tasks again.
+DELETE FROM sqlq_paused WHERE queue = :queue
+
+-- name: queue_paused
+-- Is the queue paused?
+SELECT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
+
+-- name: paused_queues
+-- Every paused queue of the file (sqlq stats).
+SELECT queue FROM sqlq_paused ORDER BY queue

@@ -465,6 +465,7 @@ def test_a_process_frozen_holding_the_write_lock_gives_busy_then_all_continues(
             "RESERVED": 0,
             "COMPLETED": 1,
             "DEAD": 0,
+            "CANCELLED": 0,
         }
         assert other.finish() == 0
     finally:
