@@ -429,6 +429,13 @@ MUTANTS = [
         CONTROL,
     ),
     Mutant(
+        "pg-claim-ignores-the-pause",
+        "sqlq/postgresql/queries.sql",
+        "                  AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)\n",
+        "",
+        ("tests/test_control.py",),
+    ),
+    Mutant(
         "memory-cancel-ends-a-running-task-at-once",
         "sqlq/memory.py",
         "            if record[_STOP] is None:\n                record[_STOP] = now\n",
