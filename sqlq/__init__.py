@@ -14,7 +14,7 @@ from .memory import WorkQueue
 from .records import Checkpoint, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .tasks import Task, Tasks
-from .worker import Worker, WorkerStats
+from .worker import TaskContext, Worker, WorkerStats, current_task
 
 __all__ = [
     "AsyncQueue",
@@ -25,11 +25,13 @@ __all__ = [
     "Retry",
     "State",
     "Task",
+    "TaskContext",
     "TaskInfo",
     "Tasks",
     "WorkQueue",
     "Worker",
     "WorkerStats",
+    "current_task",
     "errors",
 ]
 __version__ = "0.2.0"

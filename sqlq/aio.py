@@ -34,13 +34,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from .contract import Number
 from .durable import Queue
 from .errors import InvalidConfig
+from .results import DEFAULT_POLL, ResultWait
 
 __all__ = ["AsyncQueue"]
 
@@ -110,6 +113,26 @@ class AsyncQueue:
     ready = _twin(Queue.ready)
     counts = _twin(Queue.counts)
     checkpoint = _twin(Queue.checkpoint)
+    result = _twin(Queue.result)
+    progress = _twin(Queue.progress)
+
+    async def wait_for_result(
+        self,
+        task_id: str,
+        timeout: Number,
+        *,
+        poll: Number = DEFAULT_POLL,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> Any:
+        """Queue.wait_for_result as a coroutine: each look at the task runs in the
+        AsyncQueue's thread, and the pauses are ``sleep``'s (``asyncio.sleep``), so
+        the loop and the AsyncQueue's other calls go on while it waits."""
+        waiting = ResultWait(task_id, timeout, poll, clock)
+        look = functools.partial(self.sync._outcome, waiting.task_id)
+        while (pause := waiting.pause(await self._run(look))) is not None:
+            await sleep(pause)
+        return waiting.value
 
     async def close(self) -> None:
         """Close the Queue, then end the AsyncQueue's thread."""

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 
-from .contract import Number, State
+from .contract import Completion, Number, State
 from .payload import Encoded
 from .records import Checkpoint, Compaction, QueueOverview, SchemaVersions, StorageFacts
 from .retry import Retry
@@ -61,6 +61,9 @@ class TaskRow(NamedTuple):
     updated_at: Number = 0
     finished_at: Number | None = None
     name: str | None = None
+    result: str | None = None
+    progress: float | None = None
+    progress_message: str | None = None
 
 
 #: What a claim hands back: (task id, token, attempt, payload, task name).
@@ -123,9 +126,9 @@ class Transaction(Protocol):
         """``claim`` up to ``n`` times, in line order (tokens increasing)."""
         ...
 
-    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> int:
-        """RESERVED -> COMPLETED for each (task id, token) whose lease is current;
-        returns how many completed."""
+    def complete_many(self, queue: str, items: list[Completion]) -> int:
+        """RESERVED -> COMPLETED, storing the result, for each (task id, token, stored
+        result) whose lease is current; returns how many completed."""
         ...
 
     def claim(self, queue: str, seconds: Number) -> Claimed | None:
@@ -142,9 +145,11 @@ class Transaction(Protocol):
         transaction does; None otherwise."""
         ...
 
-    def complete(self, queue: str, task_id: str, token: int | None) -> bool:
+    def complete(
+        self, queue: str, task_id: str, token: int | None, result: str | None = None
+    ) -> bool:
         """RESERVED (under ``token``, if given) with a lease running past ``now`` ->
-        COMPLETED; False and no change otherwise."""
+        COMPLETED with its ``result`` (stored form); False and no change otherwise."""
         ...
 
     def end_lease(
@@ -192,6 +197,18 @@ class Transaction(Protocol):
         self, queue: str
     ) -> tuple[dict[str, int], Number | None, Number | None, Number | None]:
         """(counts per state, front of line available since, next deadline, next run_at)."""
+        ...
+
+    def outcome(self, queue: str, task_id: str) -> tuple[str, str | None, str | None] | None:
+        """(state, stored result, last error) of the task, or None: what ``result``
+        reads, without the payload."""
+        ...
+
+    def progress(
+        self, queue: str, task_id: str, token: int, value: float | None, message: str | None
+    ) -> bool:
+        """Store a progress report if ``token`` is the task's current lease and it still
+        runs at ``now`` (as ``extend`` guards); False and no change otherwise."""
         ...
 
 

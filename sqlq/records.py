@@ -68,6 +68,12 @@ class TaskInfo:
     finished_at: Number | None
     #: The task's name (see ``sqlq.Tasks``), or None.
     name: str | None = None
+    #: What its handler returned (``complete(..., result=...)``), or None.
+    result: Any = None
+    #: The latest progress reported by a lease of the task (``progress``): a
+    #: number and a message, each None if not reported.
+    progress: float | None = None
+    progress_message: str | None = None
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,9 @@ tasks = Table(
     Column("updated_at", REAL, nullable=False),
     Column("finished_at", REAL, nullable=True),
     Column("name", Text, nullable=True),
+    Column("result", Text, nullable=True),
+    Column("progress", REAL, nullable=True),
+    Column("progress_message", Text, nullable=True),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
     CheckConstraint(STATES_SQL),
@@ -108,6 +111,7 @@ tasks = Table(
     CheckConstraint("(state IN ('COMPLETED', 'DEAD')) = (finished_at IS NOT NULL)"),
     CheckConstraint("payload IS NULL OR typeof(payload) IN ('text', 'blob')"),
     CheckConstraint("length(name) > 0"),
+    CheckConstraint("result IS NULL OR state = 'COMPLETED'"),
     sqlite_strict=True,
 )
 

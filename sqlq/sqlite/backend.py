@@ -45,7 +45,7 @@ from sqlalchemy.pool import NullPool
 
 from ..backend import Claimed, Opened, TaskRow
 from ..clock import kernel_time
-from ..contract import Number, State, time_after
+from ..contract import Completion, Number, State, time_after
 from ..errors import (
     Busy,
     CannotOpen,
@@ -884,9 +884,9 @@ class SqliteTransaction:
         rows.sort(key=itemgetter(1))
         return rows
 
-    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> int:
+    def complete_many(self, queue: str, items: list[Completion]) -> int:
         now = self.now
-        rows = [(queue, task_id, token, now) for task_id, token in items]
+        rows = [(queue, task_id, token, now, result) for task_id, token, result in items]
         return int(self._cur.executemany(Q.complete_task, rows).rowcount)
 
     def claim(self, queue: str, seconds: Number) -> Claimed | None:
@@ -912,8 +912,10 @@ class SqliteTransaction:
             return None
         return task if task.deadline is not None and task.deadline > self.now else None
 
-    def complete(self, queue: str, task_id: str, token: int | None) -> bool:
-        params = (queue, task_id, token, self.now)
+    def complete(
+        self, queue: str, task_id: str, token: int | None, result: str | None = None
+    ) -> bool:
+        params = (queue, task_id, token, self.now, result)
         return bool(self._cur.execute(Q.complete_task, params).rowcount == 1)
 
     def end_lease(
@@ -981,6 +983,24 @@ class SqliteTransaction:
     def stats(self, queue: str) -> Figures:
         return _figures(self._cur, queue)
 
+    def outcome(self, queue: str, task_id: str) -> tuple[str, str | None, str | None] | None:
+        params = {"queue": queue, "task_id": task_id}
+        row = self._cur.execute(Q.task_outcome, params).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def progress(
+        self, queue: str, task_id: str, token: int, value: float | None, message: str | None
+    ) -> bool:
+        params = {
+            "queue": queue,
+            "task_id": task_id,
+            "token": token,
+            "value": value,
+            "message": message,
+            "now": self.now,
+        }
+        return bool(self._cur.execute(Q.report_progress, params).rowcount == 1)
+
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
         if self._cur.execute(sql, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
@@ -1033,11 +1053,12 @@ def _fsync(path: str) -> None:
 
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
-     deadline, run_at, payload, error, created, updated, finished, name) = row  # fmt: skip
+     deadline, run_at, payload, error, created, updated, finished, name,
+     result, progress, message) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at, payload, error,
-        created, updated, finished, name,
+        created, updated, finished, name, result, progress, message,
     )  # fmt: skip
 
 
