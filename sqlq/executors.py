@@ -28,6 +28,7 @@ handler and gives back the outcome (None, or the exception the handler raised).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import logging
@@ -49,6 +50,8 @@ class Job:
     lease: Lease
     #: Set by Executor.cancel: the worker gave up on the call.
     cancelled: bool = field(default=False, init=False)
+    #: What the handler returned (awaited, for an async one), once it returned.
+    result: object = field(default=None, init=False)
 
 
 J = TypeVar("J", bound=Job)
@@ -109,14 +112,18 @@ class Executor(Generic[J]):
 
     def _thread(self) -> None:
         while (job := self._jobs.get()) is not None:
+            # A context of the job's own, which an async handler's task runs in too:
+            # what the call sets in it (the worker's current_task) is the job's alone.
+            context = contextvars.copy_context()
             try:
-                result = self._call(job.lease)
+                result = context.run(self._call, job.lease)
             except BaseException as exc:  # a handler's SystemExit fails its task too
                 self._report(job, exc)
                 continue
             if inspect.isawaitable(result):
-                self._event_loop().submit(job, result)
+                self._event_loop().submit(job, result, context)
             else:
+                job.result = result
                 self._report(job, None)
 
     def _event_loop(self) -> _Loop[J]:
@@ -149,8 +156,8 @@ class _Loop(Generic[J]):
         self._closing = False
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
-    def submit(self, job: J, awaitable: Awaitable[object]) -> None:
-        self._loop.call_soon_threadsafe(self._start, job, awaitable)
+    def submit(self, job: J, awaitable: Awaitable[object], context: contextvars.Context) -> None:
+        self._loop.call_soon_threadsafe(self._start, job, awaitable, context)
 
     def cancel(self, job: J) -> None:
         self._loop.call_soon_threadsafe(self._cancel, job)
@@ -166,13 +173,13 @@ class _Loop(Generic[J]):
         finally:
             self._loop.close()
 
-    def _start(self, job: J, awaitable: Awaitable[object]) -> None:
+    def _start(self, job: J, awaitable: Awaitable[object], context: contextvars.Context) -> None:
         if job.cancelled:  # given up before it reached the loop: it never starts
             if inspect.iscoroutine(awaitable):
                 awaitable.close()
             self._report(job, asyncio.CancelledError())
             return
-        task = self._loop.create_task(_outcome(awaitable))
+        task = self._loop.create_task(_outcome(job, awaitable), context=context)
         self._tasks[job] = task
         task.add_done_callback(functools.partial(self._end, job))
 
@@ -194,11 +201,12 @@ class _Loop(Generic[J]):
             self._loop.stop()
 
 
-async def _outcome(awaitable: Awaitable[object]) -> BaseException | None:
-    """Await a handler's awaitable: None, or what it raised (a CancelledError, or a
-    SystemExit, which would otherwise escape the loop and end its thread)."""
+async def _outcome(job: Job, awaitable: Awaitable[object]) -> BaseException | None:
+    """Await a handler's awaitable: None (what it returned is ``job.result``), or what
+    it raised (a CancelledError, or a SystemExit, which would otherwise escape the
+    loop and end its thread)."""
     try:
-        await awaitable
+        job.result = await awaitable
     except BaseException as exc:
         return exc
     return None
