@@ -12,7 +12,8 @@ kills the process meanwhile), sleeps "sleep" seconds, and appends
 and each line is one os.write, so a written line survives a SIGKILL.
 
 ``nap`` sleeps its payload (seconds) and ``fast`` does nothing: for draining
-many short tasks.  ``async_handle`` is an ``async def`` handler.
+many short tasks.  ``async_handle`` is an ``async def`` handler.  ``square``
+reports progress and returns a result (tests/test_results.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import asyncio
 import os
 import time
 from typing import Any
+
+import sqlq
 
 
 def _append(path: str, line: str) -> None:
@@ -66,3 +69,9 @@ async def async_handle(payload: dict[str, Any]) -> None:
         await asyncio.Event().wait()
     await asyncio.sleep(0)
     _append(log, f"done {task} {pid}")
+
+
+def square(payload: dict[str, int]) -> dict[str, int]:
+    """Report progress (0.5, "squaring"), then return the square of payload["n"]."""
+    sqlq.current_task().progress(0.5, "squaring")
+    return {"square": payload["n"] ** 2}
