@@ -6,7 +6,9 @@ Queue.  Every public call of Queue is a coroutine here, with the same
 signature and answers (``await aq.add("t", payload=...)``, ``await
 aq.claim()``), and ``async with AsyncQueue(...) as aq`` closes the queue at the
 end.  There is no second copy of the queue's logic: each twin is made from
-the Queue method of the same name by ``_twin`` and runs it as it is.
+the Queue method of the same name by ``_twin`` and runs it as it is, but for
+``wait_for_result``, whose looks at the task run that way and whose pauses are
+awaited (``asyncio.sleep``), with sqlq.results deciding as for Queue.
 
 * **The event loop never waits.**  A twin runs its Queue call in a thread of
   the AsyncQueue's own (one, made at the first call): waits for the write lock,

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 
-from .contract import Completion, Number, State
+from .contract import Completion, Number, Outcome, State
 from .payload import Encoded
 from .records import Checkpoint, Compaction, QueueOverview, SchemaVersions, StorageFacts
 from .retry import Retry
@@ -199,7 +199,7 @@ class Transaction(Protocol):
         """(counts per state, front of line available since, next deadline, next run_at)."""
         ...
 
-    def outcome(self, queue: str, task_id: str) -> tuple[str, str | None, str | None] | None:
+    def outcome(self, queue: str, task_id: str) -> Outcome | None:
         """(state, stored result, last error) of the task, or None: what ``result``
         reads, without the payload."""
         ...

@@ -401,14 +401,12 @@ def check_leases(leases: object, limit: int, what: str = "complete_many") -> lis
 # TaskDead (a NoResult, with the last error) for a DEAD one.
 #
 # Progress is what a lease's holder reports while it works: a finite number on a
-# scale of its own (a fraction, a count) and/or a message, each None to clear it.
+# scale of its own (a fraction, a count) and/or a message (a name's rules: up to
+# MAX_ID_LENGTH characters, no NUL), each None to clear it.
 # Like ``extend`` it is a compare-and-set on the current lease: a holder whose
 # lease ran out, ended or passed to another worker is refused (False).  The latest
 # report stays with the task, whatever happens to the task afterwards, until
 # another lease reports (a retry shows the last attempt's progress until then).
-
-#: Longest progress message, in characters (no NUL, as in names).
-MAX_PROGRESS_MESSAGE: Final = MAX_ID_LENGTH
 
 
 def check_result(result: object, limit: int) -> str | None:
@@ -436,7 +434,11 @@ def check_progress(value: object, message: object) -> tuple[float | None, str | 
     return value, message
 
 
-def result_of(task_id: str, found: tuple[str, str | None, str | None] | None) -> Any:
+#: A task as ``result`` reads it: (state, stored result, last error).
+Outcome = tuple[str, str | None, str | None]
+
+
+def result_of(task_id: str, found: Outcome | None) -> Any:
     """What ``result`` answers for a task found as (state, stored result, last error),
     or None if the id is unknown; see the section's comment."""
     if found is None:

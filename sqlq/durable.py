@@ -30,6 +30,7 @@ from .contract import (
     NO_START,
     Completion,
     Number,
+    Outcome,
     State,
     after_failure,
     check_batch,
@@ -429,7 +430,8 @@ class Queue:
         """The result stored with a COMPLETED task (None if it was completed without
         one).  NoResult if the id is unknown or the task is not COMPLETED; TaskDead
         (a NoResult with the last error) if it is DEAD."""
-        return result_of(task_id, self._outcome(check_task_id(task_id), now))
+        task_id = check_task_id(task_id)
+        return result_of(task_id, self._outcome(task_id, now))
 
     def wait_for_result(
         self,
@@ -445,9 +447,7 @@ class Queue:
         double up to ``poll`` seconds (see sqlq.results)."""
         return wait(ResultWait(task_id, timeout, poll, clock), self._outcome, sleep)
 
-    def _outcome(
-        self, task_id: str, now: Number | None = None
-    ) -> tuple[str, str | None, str | None] | None:
+    def _outcome(self, task_id: str, now: Number | None = None) -> Outcome | None:
         """(state, stored result, last error) of the task after due events, or None."""
         with self._call(now, one_write=True) as tx:
             return tx.outcome(self.queue, task_id)

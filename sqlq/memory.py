@@ -49,6 +49,7 @@ from .contract import (
     MAX_TIME,
     Completion,
     Number,
+    Outcome,
     State,
     check_batch,
     check_count,
@@ -419,7 +420,7 @@ class WorkQueue:
         latest time a call gave: only calls of other threads change the answer."""
         return wait(ResultWait(task_id, timeout, poll, clock), self._outcome, sleep)
 
-    def _outcome(self, task_id: str) -> tuple[str, str | None, str | None] | None:
+    def _outcome(self, task_id: str) -> Outcome | None:
         record = self._tasks.get(task_id)
         if record is None:
             return None

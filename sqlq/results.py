@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from .contract import Number, State, check_seconds, check_task_id, result_of
+from .contract import Number, Outcome, State, check_seconds, check_task_id, result_of
 from .errors import InvalidArgument, ResultTimeout
 
 #: The first pause between two looks, in seconds (or ``poll`` if that is shorter).
@@ -24,8 +24,8 @@ FIRST_POLL: Final = 0.01
 #: The longest pause between two looks by default, in seconds.
 DEFAULT_POLL: Final = 0.5
 
-#: A look at a task: (state, stored result, last error), or None for an unknown id.
-Found = tuple[str, str | None, str | None] | None
+#: A look at a task, or None for an unknown id.
+Found = Outcome | None
 
 
 class ResultWait:

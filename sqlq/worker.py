@@ -23,6 +23,13 @@
   a handler's slot stays reserved until its outcome is reported.  A lease
   that arrives once the worker is stopping is released at once, so none is
   left to run out.
+* **Results and progress.**  What a handler returns (a registered task's
+  function too; awaited, for an async one) is stored as its task's result by
+  the completion that reports it (``Queue.result``).  A value that cannot be
+  stored (not JSON, too large) fails the task with NotRetryable instead: DEAD
+  at once, as it would return the same again.  A handler reports progress with
+  ``current_task().progress(value, message)``: the job's own context (see
+  sqlq.executors) tells it its queue and lease.
 * **Heartbeats.**  One monitor thread extends the lease of every running task
   every ``heartbeat`` seconds (default ``lease_seconds / 3``), so a handler may
   run far longer than ``lease_seconds`` while its worker lives.  A heartbeat

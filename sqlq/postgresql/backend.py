@@ -47,7 +47,7 @@ from typing import Any, NoReturn, TypeVar
 import sqlalchemy as sa
 
 from ..backend import Claimed, Opened, TaskRow
-from ..contract import MAX_TIME, Completion, Number, State
+from ..contract import MAX_TIME, Completion, Number, Outcome, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
 from ..records import (
@@ -893,7 +893,7 @@ class PostgresTransaction:
     def stats(self, queue: str) -> Figures:
         return _figures(self._opened_cursor, queue)
 
-    def outcome(self, queue: str, task_id: str) -> tuple[str, str | None, str | None] | None:
+    def outcome(self, queue: str, task_id: str) -> Outcome | None:
         params = {"queue": queue, "task_id": stored(task_id)}
         row = self._opened_cursor.execute(Q.task_outcome, params).fetchone()
         return None if row is None else (row[0], row[1], read_or_none(row[2]))

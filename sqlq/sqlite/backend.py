@@ -45,7 +45,7 @@ from sqlalchemy.pool import NullPool
 
 from ..backend import Claimed, Opened, TaskRow
 from ..clock import kernel_time
-from ..contract import Completion, Number, State, time_after
+from ..contract import Completion, Number, Outcome, State, time_after
 from ..errors import (
     Busy,
     CannotOpen,
@@ -983,7 +983,7 @@ class SqliteTransaction:
     def stats(self, queue: str) -> Figures:
         return _figures(self._cur, queue)
 
-    def outcome(self, queue: str, task_id: str) -> tuple[str, str | None, str | None] | None:
+    def outcome(self, queue: str, task_id: str) -> Outcome | None:
         params = {"queue": queue, "task_id": task_id}
         row = self._cur.execute(Q.task_outcome, params).fetchone()
         return None if row is None else (row[0], row[1], row[2])
