@@ -383,7 +383,8 @@ def check_leases(leases: object, limit: int, what: str = "complete_many") -> lis
             task_id, token, result = item
         else:
             raise InvalidArgument(wrong)
-        items.append((check_task_id(task_id), check_token(token), check_result(result, limit)))
+        task_id, token = check_task_id(task_id), check_token(token)
+        items.append((task_id, token, None if result is None else check_result(result, limit)))
         _check_size(items)
     return items
 

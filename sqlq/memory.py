@@ -369,7 +369,12 @@ class WorkQueue:
         """complete each (id, token, stored result), all checked already (a result is
         decoded for complete to store again: only a completion with one pays)."""
         return [
-            self.complete(task_id, now, token=token, result=payloads.decode(stored))
+            self.complete(
+                task_id,
+                now,
+                token=token,
+                result=None if stored is None else payloads.decode(stored),
+            )
             for task_id, token, stored in items
         ]
 
