@@ -16,7 +16,7 @@ from .records import Checkpoint, Heartbeat, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .schedule import Schedule
 from .tasks import Task, Tasks
-from .worker import Worker, WorkerStats
+from .worker import TaskContext, Worker, WorkerStats, current_task
 
 __all__ = [
     "AsyncQueue",
@@ -30,11 +30,13 @@ __all__ = [
     "Schedule",
     "State",
     "Task",
+    "TaskContext",
     "TaskInfo",
     "Tasks",
     "WorkQueue",
     "Worker",
     "WorkerStats",
+    "current_task",
     "errors",
     "stop_requested",
 ]

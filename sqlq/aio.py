@@ -6,7 +6,9 @@ Queue.  Every public call of Queue is a coroutine here, with the same
 signature and answers (``await aq.add("t", payload=...)``, ``await
 aq.claim()``), and ``async with AsyncQueue(...) as aq`` closes the queue at the
 end.  There is no second copy of the queue's logic: each twin is made from
-the Queue method of the same name by ``_twin`` and runs it as it is.
+the Queue method of the same name by ``_twin`` and runs it as it is, but for
+``wait_for_result``, whose looks at the task run that way and whose pauses are
+awaited (``asyncio.sleep``), with sqlq.results deciding as for Queue.
 
 * **The event loop never waits.**  A twin runs its Queue call in a thread of
   the AsyncQueue's own (one, made at the first call): waits for the write lock,
@@ -34,13 +36,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from .contract import Number
 from .durable import Queue
 from .errors import InvalidConfig
+from .results import DEFAULT_POLL, ResultWait
 
 __all__ = ["AsyncQueue"]
 
@@ -115,6 +120,26 @@ class AsyncQueue:
     counts = _twin(Queue.counts)
     checkpoint = _twin(Queue.checkpoint)
     tick = _twin(Queue.tick)
+    result = _twin(Queue.result)
+    progress = _twin(Queue.progress)
+
+    async def wait_for_result(
+        self,
+        task_id: str,
+        timeout: Number,
+        *,
+        poll: Number = DEFAULT_POLL,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> Any:
+        """Queue.wait_for_result as a coroutine: each look at the task runs in the
+        AsyncQueue's thread, and the pauses are ``sleep``'s (``asyncio.sleep``), so
+        the loop and the AsyncQueue's other calls go on while it waits."""
+        waiting = ResultWait(task_id, timeout, poll, clock)
+        look = functools.partial(self.sync._outcome, waiting.task_id)
+        while (pause := waiting.pause(await self._run(look))) is not None:
+            await sleep(pause)
+        return waiting.value
 
     async def close(self) -> None:
         """Close the Queue, then end the AsyncQueue's thread."""

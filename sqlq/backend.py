@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 
-from .contract import Number, State
+from .contract import Completion, Number, Outcome, State
 from .payload import Encoded
 from .records import (
     Checkpoint,
@@ -69,6 +69,9 @@ class TaskRow(NamedTuple):
     finished_at: Number | None = None
     name: str | None = None
     stop_requested_at: Number | None = None
+    result: str | None = None
+    progress: float | None = None
+    progress_message: str | None = None
 
 
 #: What a claim hands back: (task id, token, attempt, payload, task name).
@@ -136,9 +139,9 @@ class Transaction(Protocol):
         """``claim`` up to ``n`` times, in line order (tokens increasing)."""
         ...
 
-    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> int:
-        """RESERVED -> COMPLETED for each (task id, token) whose lease is current;
-        returns how many completed."""
+    def complete_many(self, queue: str, items: list[Completion]) -> int:
+        """RESERVED -> COMPLETED, storing the result, for each (task id, token, stored
+        result) whose lease is current; returns how many completed."""
         ...
 
     def claim(self, queue: str, seconds: Number) -> Claimed | None:
@@ -155,9 +158,11 @@ class Transaction(Protocol):
         transaction does; None otherwise."""
         ...
 
-    def complete(self, queue: str, task_id: str, token: int | None) -> bool:
+    def complete(
+        self, queue: str, task_id: str, token: int | None, result: str | None = None
+    ) -> bool:
         """RESERVED (under ``token``, if given) with a lease running past ``now`` ->
-        COMPLETED; False and no change otherwise."""
+        COMPLETED with its ``result`` (stored form); False and no change otherwise."""
         ...
 
     def end_lease(
@@ -234,6 +239,18 @@ class Transaction(Protocol):
         """Store ``state`` (its queue and name say which schedule) if the stored
         ``handled_until`` is still ``seen`` (None: if the schedule is not stored
         yet): a compare-and-set.  False, and no change, otherwise."""
+        ...
+
+    def outcome(self, queue: str, task_id: str) -> Outcome | None:
+        """(state, stored result, last error) of the task, or None: what ``result``
+        reads, without the payload."""
+        ...
+
+    def progress(
+        self, queue: str, task_id: str, token: int, value: float | None, message: str | None
+    ) -> bool:
+        """Store a progress report if ``token`` is the task's current lease and it still
+        runs at ``now`` (as ``extend`` guards); False and no change otherwise."""
         ...
 
 

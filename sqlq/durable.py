@@ -30,7 +30,9 @@ from .contract import (
     MAX_LEASE_SECONDS,
     NO_START,
     Cancel,
+    Completion,
     Number,
+    Outcome,
     State,
     after_failure,
     check_batch,
@@ -40,7 +42,9 @@ from .contract import (
     check_flag,
     check_leases,
     check_max_attempts,
+    check_progress,
     check_queue_name,
+    check_result,
     check_retry,
     check_rng,
     check_seconds,
@@ -53,11 +57,13 @@ from .contract import (
     check_time,
     check_token,
     first_run,
+    result_of,
     time_after,
     undecodable_error,
 )
 from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload, SchemaError
 from .records import Checkpoint, Heartbeat, Lease, QueueStats, ScheduleState, TaskInfo
+from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
 
@@ -212,18 +218,22 @@ class Queue:
         *,
         token: int | None = None,
         conn: sa.Connection | None = None,
+        result: Any = None,
     ) -> bool:
         """Mark a RESERVED task COMPLETED; False if it is not RESERVED right now.
 
         With ``token``, only that lease may complete the task; asked again with
         the token of the lease that completed it, the answer is True again (so a
-        retry after an unknown outcome is safe).  With ``conn``, the completion
-        commits or rolls back with the caller's transaction.
+        retry after an unknown outcome is safe; the first ``result`` stays).  With
+        ``conn``, the completion commits or rolls back with the caller's
+        transaction.  ``result`` (a JSON value) is stored with the task: see
+        ``result``.
         """
         task_id = check_task_id(task_id)
         token = None if token is None else check_token(token)
+        stored = None if result is None else check_result(result, self.max_payload_bytes)
         with self._call(now, conn, one_write=True) as tx:
-            if tx.complete(self.queue, task_id, token):
+            if tx.complete(self.queue, task_id, token, stored):
                 return True
             return token is not None and self._completed_by(tx, task_id, token)
 
@@ -233,9 +243,10 @@ class Queue:
         return task is not None and task.state is State.COMPLETED and task.token == token
 
     def complete_and_claim(
-        self, task_id: str, now: Number | None = None, *, token: int
+        self, task_id: str, now: Number | None = None, *, token: int, result: Any = None
     ) -> tuple[bool, Lease | None]:
-        """``complete(task_id, token=token)`` and ``claim()`` in one transaction.
+        """``complete(task_id, token=token, result=result)`` and ``claim()`` in one
+        transaction.
 
         A worker that finishes a task and wants the next pays for one commit
         instead of two (one fsync per task under ``synchronous="full"``).  Returns
@@ -243,8 +254,11 @@ class Queue:
         """
         task_id = check_task_id(task_id)
         token = check_token(token)
+        stored = None if result is None else check_result(result, self.max_payload_bytes)
         with self._call(now) as tx:
-            done = tx.complete(self.queue, task_id, token) or self._completed_by(tx, task_id, token)
+            done = tx.complete(self.queue, task_id, token, stored) or self._completed_by(
+                tx, task_id, token
+            )
             return done, self._claim(tx)
 
     def fail(
@@ -413,35 +427,39 @@ class Queue:
                 return leases
 
     def complete_many(
-        self, leases: Iterable[Lease | tuple[str, int]], now: Number | None = None
+        self,
+        leases: Iterable[Lease | tuple[str, int] | tuple[str, int, Any]],
+        now: Number | None = None,
     ) -> list[bool]:
-        """``complete(task_id, token=token)`` for each lease (or (id, token) pair), in
-        one transaction; the answers in the same order."""
-        items = check_leases(leases)
+        """``complete(task_id, token=token)`` for each lease (or (id, token) pair, or
+        (id, token, result) triple), in one transaction; the answers in the same
+        order."""
+        items = check_leases(leases, self.max_payload_bytes)
         with self._call(now) as tx:
             return self._complete_many(tx, items)
 
-    def _complete_many(self, tx: Transaction, items: list[tuple[str, int]]) -> list[bool]:
+    def _complete_many(self, tx: Transaction, items: list[Completion]) -> list[bool]:
         if not items or tx.complete_many(self.queue, items) == len(items):
             return [True] * len(items)
         # Some were not completed now: each is done if its lease completed it, now
         # or in an earlier call (a retry); one item completes one row at most.
-        return [self._completed_by(tx, task_id, token) for task_id, token in items]
+        return [self._completed_by(tx, task_id, token) for task_id, token, _ in items]
 
     def settle_and_claim(
         self,
         n: int,
         now: Number | None = None,
         *,
-        completed: Iterable[Lease | tuple[str, int]] = (),
+        completed: Iterable[Lease | tuple[str, int] | tuple[str, int, Any]] = (),
         failed: Iterable[tuple[str, int, object] | tuple[str, int, object, bool]] = (),
     ) -> tuple[list[bool], list[str | None], list[Lease]]:
         """Report the outcomes of finished leases and claim up to ``n`` (0 to MAX_BATCH)
         new ones, in one transaction: one commit for a worker's every outcome and
         its next tasks.
 
-        ``completed`` holds Leases or (task id, token) pairs, each answered as
-        ``complete(task_id, token=token)`` would (a retry answers True again);
+        ``completed`` holds Leases, (task id, token) pairs or (task id, token,
+        result) triples, each answered as ``complete(task_id, token=token,
+        result=result)`` would (a retry answers True again);
         ``failed`` holds (task id, token, error) triples or (task id, token, error,
         retry) quadruples, each answered as ``fail`` would.  The completions happen
         first, then the failures, then the claim, which may thus take a task failed
@@ -449,12 +467,59 @@ class Queue:
         leases.
         """
         n = check_count(n, "n", least=0)
-        done_items = check_leases(completed, "completed")
+        done_items = check_leases(completed, self.max_payload_bytes, "completed")
         fail_items = check_failures(failed)
         with self._call(now) as tx:
             done = self._complete_many(tx, done_items)
             states = [self._fail(tx, *item) for item in fail_items]
             return done, states, self._claim_many(tx, n) if n else []
+
+    # --- results and progress (see contract.check_result) ---------------------------
+
+    def result(self, task_id: str, now: Number | None = None) -> Any:
+        """The result stored with a COMPLETED task (None if it was completed without
+        one).  NoResult if the id is unknown or the task is not COMPLETED; TaskDead
+        (a NoResult with the last error) if it is DEAD."""
+        task_id = check_task_id(task_id)
+        return result_of(task_id, self._outcome(task_id, now))
+
+    def wait_for_result(
+        self,
+        task_id: str,
+        timeout: Number,
+        *,
+        poll: Number = DEFAULT_POLL,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Any] = time.sleep,
+    ) -> Any:
+        """Block until the task is COMPLETED (its result) or DEAD (TaskDead), or
+        ``timeout`` seconds have passed (ResultTimeout); looks with pauses that
+        double up to ``poll`` seconds (see sqlq.results)."""
+        return wait(ResultWait(task_id, timeout, poll, clock), self._outcome, sleep)
+
+    def _outcome(self, task_id: str, now: Number | None = None) -> Outcome | None:
+        """(state, stored result, last error) of the task after due events, or None."""
+        with self._call(now, one_write=True) as tx:
+            return tx.outcome(self.queue, task_id)
+
+    def progress(
+        self,
+        task_id: str,
+        token: int,
+        value: Number | None = None,
+        message: str | None = None,
+        *,
+        now: Number | None = None,
+    ) -> bool:
+        """Report the progress of a running task: a number (on a scale of the
+        handler's own) and/or a message, shown by ``info``, ``sqlq show`` and
+        ``sqlq list``.  False, and no change, if ``token`` is not the task's current
+        lease (as ``extend``)."""
+        task_id = check_task_id(task_id)
+        token = check_token(token)
+        number, text = check_progress(value, message)
+        with self._call(now, one_write=True) as tx:
+            return tx.progress(self.queue, task_id, token, number, text)
 
     # --- dead letters, retention, inspection ---------------------------------------
 
@@ -821,4 +886,7 @@ def _info(task: TaskRow) -> TaskInfo:
         finished_at=task.finished_at,
         name=task.name,
         stop_requested_at=task.stop_requested_at,
+        result=payloads.readable(task.result),
+        progress=task.progress,
+        progress_message=task.progress_message,
     )

@@ -128,6 +128,35 @@ class QueueClosed(SqlqError):
     """The queue was closed; open a new one."""
 
 
+class NoResult(SqlqError, LookupError):
+    """``result`` of a task that has none: the id is unknown (``state`` None) or the
+    task is not COMPLETED (``state`` says what it is)."""
+
+    def __init__(self, message: str, task_id: str, state: str | None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.state = state
+
+
+class TaskDead(NoResult):
+    """``result`` or ``wait_for_result`` of a DEAD task: it will have no result
+    unless redriven; ``error`` is its last error."""
+
+    def __init__(self, message: str, task_id: str, error: str | None) -> None:
+        super().__init__(message, task_id, "DEAD")
+        self.error = error
+
+
+class ResultTimeout(SqlqError, TimeoutError):
+    """``wait_for_result``'s timeout passed before the task was COMPLETED or DEAD;
+    ``state`` is what it was at the last look (None: unknown id)."""
+
+    def __init__(self, message: str, task_id: str, state: str | None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.state = state
+
+
 #: Errors a long-running caller (a worker) outlives: each left the queue unchanged (but
 #: see Unavailable), and a taken lock, a full disk, a failing write, a lost server or a
 #: wrong clock may pass (the lock freed, space freed, the device or the server back, the

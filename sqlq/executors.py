@@ -55,6 +55,8 @@ class Job:
     cancelled: bool = field(default=False, init=False)
     #: Set by the worker when a heartbeat finds that ``cancel`` asked the task to stop.
     stop_requested: bool = field(default=False, init=False)
+    #: What the handler returned (awaited, for an async one), once it returned.
+    result: object = field(default=None, init=False)
 
 
 #: The job whose handler runs in this thread (or coroutine), if any.
@@ -130,17 +132,20 @@ class Executor(Generic[J]):
 
     def _thread(self) -> None:
         while (job := self._jobs.get()) is not None:
-            current = _current.set(job)
+            # A context of the job's own, which an async handler's task runs in too:
+            # what the call sets in it (the worker's current_task) is the job's alone,
+            # and stop_requested() finds the job in it.
+            context = contextvars.copy_context()
+            context.run(_current.set, job)
             try:
-                result = self._call(job.lease)
+                result = context.run(self._call, job.lease)
             except BaseException as exc:  # a handler's SystemExit fails its task too
                 self._report(job, exc)
                 continue
-            finally:
-                _current.reset(current)
             if inspect.isawaitable(result):
-                self._event_loop().submit(job, result)
+                self._event_loop().submit(job, result, context)
             else:
+                job.result = result
                 self._report(job, None)
 
     def _event_loop(self) -> _Loop[J]:
@@ -173,8 +178,8 @@ class _Loop(Generic[J]):
         self._closing = False
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
-    def submit(self, job: J, awaitable: Awaitable[object]) -> None:
-        self._loop.call_soon_threadsafe(self._start, job, awaitable)
+    def submit(self, job: J, awaitable: Awaitable[object], context: contextvars.Context) -> None:
+        self._loop.call_soon_threadsafe(self._start, job, awaitable, context)
 
     def cancel(self, job: J) -> None:
         self._loop.call_soon_threadsafe(self._cancel, job)
@@ -190,15 +195,13 @@ class _Loop(Generic[J]):
         finally:
             self._loop.close()
 
-    def _start(self, job: J, awaitable: Awaitable[object]) -> None:
+    def _start(self, job: J, awaitable: Awaitable[object], context: contextvars.Context) -> None:
         if job.cancelled:  # given up before it reached the loop: it never starts
             if inspect.iscoroutine(awaitable):
                 awaitable.close()
             self._report(job, asyncio.CancelledError())
             return
-        context = contextvars.copy_context()
-        context.run(_current.set, job)
-        task = self._loop.create_task(_outcome(awaitable), context=context)
+        task = self._loop.create_task(_outcome(job, awaitable), context=context)
         self._tasks[job] = task
         task.add_done_callback(functools.partial(self._end, job))
 
@@ -220,11 +223,12 @@ class _Loop(Generic[J]):
             self._loop.stop()
 
 
-async def _outcome(awaitable: Awaitable[object]) -> BaseException | None:
-    """Await a handler's awaitable: None, or what it raised (a CancelledError, or a
-    SystemExit, which would otherwise escape the loop and end its thread)."""
+async def _outcome(job: Job, awaitable: Awaitable[object]) -> BaseException | None:
+    """Await a handler's awaitable: None (what it returned is ``job.result``), or what
+    it raised (a CancelledError, or a SystemExit, which would otherwise escape the
+    loop and end its thread)."""
     try:
-        await awaitable
+        job.result = await awaitable
     except BaseException as exc:
         return exc
     return None

@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import heapq
 import random
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from . import payload as payloads
@@ -50,7 +51,9 @@ from .contract import (
     MAX_ID_LENGTH,
     MAX_TIME,
     Cancel,
+    Completion,
     Number,
+    Outcome,
     State,
     check_batch,
     check_count,
@@ -59,6 +62,8 @@ from .contract import (
     check_flag,
     check_leases,
     check_max_attempts,
+    check_progress,
+    check_result,
     check_retry,
     check_rng,
     check_seconds,
@@ -71,11 +76,13 @@ from .contract import (
     check_time,
     check_token,
     first_run,
+    result_of,
     time_after,
     undecodable_error,
 )
 from .errors import InvalidPayload
 from .records import Heartbeat, Lease, QueueStats, TaskInfo
+from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
 
@@ -139,6 +146,9 @@ class WorkQueue:
         self._due: Number = MAX_TIME
         self._schedules: dict[str, Number] = {}  # schedule name -> ticks handled up to
         self._paused = False
+        # Kept apart from the records, so that tasks without them cost nothing more:
+        self._results: dict[str, str] = {}  # task id -> stored result, if not None
+        self._progress: dict[str, tuple[float | None, str | None]] = {}  # latest report
 
     # --- the core contract --------------------------------------------------------
 
@@ -196,16 +206,22 @@ class WorkQueue:
             now = self._advance(now)
         return self._take(now)
 
-    def complete(self, task_id: str, now: Number, *, token: int | None = None) -> bool:
+    def complete(
+        self, task_id: str, now: Number, *, token: int | None = None, result: Any = None
+    ) -> bool:
         """Mark a RESERVED task COMPLETED; False if it is not RESERVED right now.
 
         With ``token``, only that lease may complete the task; asked again with
-        the token of the lease that completed it, the answer is True again.
+        the token of the lease that completed it, the answer is True again (the
+        first ``result`` stays).  ``result`` (a JSON value) is stored with the
+        task: see ``result``.
         """
         record = self._tasks.get(task_id) if type(task_id) is str else None
         if record is None:
-            record = self._tasks.get(check_task_id(task_id))
+            task_id = check_task_id(task_id)
+            record = self._tasks.get(task_id)
         token = None if token is None else check_token(token)
+        stored = None if result is None else check_result(result, self.max_payload_bytes)
         if (type(now) is int or type(now) is float) and self._now <= now < self._due:
             self._now = now
         else:
@@ -219,14 +235,16 @@ class WorkQueue:
             return False
         record[_STATE] = _COMPLETED
         record[_UPDATED] = record[_FINISHED] = now
+        if stored is not None:
+            self._results[task_id] = stored
         return True
 
     def complete_and_claim(
-        self, task_id: str, now: Number, *, token: int
+        self, task_id: str, now: Number, *, token: int, result: Any = None
     ) -> tuple[bool, Lease | None]:
-        """``complete(task_id, token=token)`` and ``claim()`` as one call."""
+        """``complete(task_id, token=token, result=result)`` and ``claim()`` as one call."""
         token = check_token(token)
-        done = self.complete(task_id, now, token=token)
+        done = self.complete(task_id, now, token=token, result=result)
         return done, self._claim(self._now)
 
     def fail(
@@ -401,32 +419,103 @@ class WorkQueue:
             leases.append(lease)
         return leases
 
-    def complete_many(self, leases: Iterable[Lease | tuple[str, int]], now: Number) -> list[bool]:
-        """``complete(task_id, token=token)`` for each lease (or (id, token) pair), as one call."""
-        items = check_leases(leases)
+    def complete_many(
+        self, leases: Iterable[Lease | tuple[str, int] | tuple[str, int, Any]], now: Number
+    ) -> list[bool]:
+        """``complete(task_id, token=token)`` for each lease (or (id, token) pair, or
+        (id, token, result) triple), as one call."""
+        items = check_leases(leases, self.max_payload_bytes)
         now = self._advance(now)
-        return [self.complete(task_id, now, token=token) for task_id, token in items]
+        return self._complete_many(items, now)
+
+    def _complete_many(self, items: list[Completion], now: Number) -> list[bool]:
+        """complete each (id, token, stored result), all checked already (a result is
+        decoded for complete to store again: only a completion with one pays)."""
+        return [
+            self.complete(
+                task_id,
+                now,
+                token=token,
+                result=None if stored is None else payloads.decode(stored),
+            )
+            for task_id, token, stored in items
+        ]
 
     def settle_and_claim(
         self,
         n: int,
         now: Number,
         *,
-        completed: Iterable[Lease | tuple[str, int]] = (),
+        completed: Iterable[Lease | tuple[str, int] | tuple[str, int, Any]] = (),
         failed: Iterable[tuple[str, int, object] | tuple[str, int, object, bool]] = (),
     ) -> tuple[list[bool], list[str | None], list[Lease]]:
-        """``complete`` each of ``completed``, ``fail`` each of ``failed`` (id, token,
-        error), then claim up to ``n`` (0 to MAX_BATCH), as one call."""
+        """``complete`` each of ``completed`` (Leases, (id, token) pairs or (id, token,
+        result) triples), ``fail`` each of ``failed`` (id, token, error), then claim
+        up to ``n`` (0 to MAX_BATCH), as one call."""
         n = check_count(n, "n", least=0)
-        done_items = check_leases(completed, "completed")
+        done_items = check_leases(completed, self.max_payload_bytes, "completed")
         fail_items = check_failures(failed)
         now = self._advance(now)
-        done = [self.complete(task_id, now, token=token) for task_id, token in done_items]
+        done = self._complete_many(done_items, now)
         states = [
             self.fail(task_id, now, token=token, error=text, retry=retry)
             for task_id, token, text, retry in fail_items
         ]
         return done, states, self.claim_many(n, now) if n else []
+
+    # --- results and progress (see contract.check_result) ---------------------------
+
+    def result(self, task_id: str, now: Number) -> Any:
+        """The result stored with a COMPLETED task (None if it was completed without
+        one).  NoResult if the id is unknown or the task is not COMPLETED; TaskDead
+        (a NoResult with the last error) if it is DEAD."""
+        task_id = check_task_id(task_id)
+        self._advance(now)
+        return result_of(task_id, self._outcome(task_id))
+
+    def wait_for_result(
+        self,
+        task_id: str,
+        timeout: Number,
+        *,
+        poll: Number = DEFAULT_POLL,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Any] = time.sleep,
+    ) -> Any:
+        """``result``, once the task is COMPLETED or DEAD (TaskDead), looking again
+        with pauses that double up to ``poll`` seconds until ``timeout`` seconds of
+        ``clock`` have passed (ResultTimeout); see sqlq.results.  Each look is at the
+        latest time a call gave: only calls of other threads change the answer."""
+        return wait(ResultWait(task_id, timeout, poll, clock), self._outcome, sleep)
+
+    def _outcome(self, task_id: str) -> Outcome | None:
+        record = self._tasks.get(task_id)
+        if record is None:
+            return None
+        return record[_STATE], self._results.get(task_id), record[_ERROR]
+
+    def progress(
+        self,
+        task_id: str,
+        token: int,
+        value: Number | None = None,
+        message: str | None = None,
+        *,
+        now: Number,
+    ) -> bool:
+        """Report the progress of a running task: a number (on a scale of the
+        handler's own) and/or a message, shown by ``info``.  False, and no change,
+        if ``token`` is not the task's current lease (as ``extend``)."""
+        task_id = check_task_id(task_id)
+        token = check_token(token)
+        report = check_progress(value, message)
+        now = self._advance(now)
+        record = self._tasks.get(task_id)
+        if record is None or record[_STATE] is not _RESERVED or record[_TOKEN] != token:
+            return False
+        self._progress[task_id] = report
+        record[_UPDATED] = now
+        return True
 
     # --- dead letters, retention, inspection ---------------------------------------
 
@@ -497,6 +586,8 @@ class WorkQueue:
         ]
         for task_id in doomed:
             del self._tasks[task_id]
+            self._results.pop(task_id, None)
+            self._progress.pop(task_id, None)
         return len(doomed)
 
     def tick(self, schedule: Schedule, now: Number) -> Ticked:
@@ -721,6 +812,7 @@ class WorkQueue:
 
     def _info(self, task_id: str, record: Record) -> TaskInfo:
         state = record[_STATE]
+        progress, message = self._progress.get(task_id, (None, None))
         return TaskInfo(
             task_id=task_id,
             state=state,
@@ -736,6 +828,9 @@ class WorkQueue:
             finished_at=record[_FINISHED],
             name=record[_NAME],
             stop_requested_at=record[_STOP],
+            result=payloads.readable(self._results.get(task_id)),
+            progress=progress,
+            progress_message=message,
         )
 
 

@@ -79,6 +79,12 @@ class TaskInfo:
     name: str | None = None
     #: When ``cancel`` asked it to stop while it ran, or None.
     stop_requested_at: Number | None = None
+    #: What its handler returned (``complete(..., result=...)``), or None.
+    result: Any = None
+    #: The latest progress reported by a lease of the task (``progress``): a
+    #: number and a message, each None if not reported.
+    progress: float | None = None
+    progress_message: str | None = None
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,9 @@ tasks = Table(
     Column("finished_at", REAL, nullable=True),
     Column("name", Text, nullable=True),
     Column("stop_requested_at", REAL, nullable=True),
+    Column("result", Text, nullable=True),
+    Column("progress", REAL, nullable=True),
+    Column("progress_message", Text, nullable=True),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
     CheckConstraint(STATES_SQL),
@@ -115,6 +118,7 @@ tasks = Table(
     ),
     CheckConstraint("payload IS NULL OR typeof(payload) IN ('text', 'blob')"),
     CheckConstraint("length(name) > 0"),
+    CheckConstraint("result IS NULL OR state = 'COMPLETED'"),
     sqlite_strict=True,
 )
 

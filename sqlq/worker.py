@@ -23,6 +23,13 @@
   a handler's slot stays reserved until its outcome is reported.  A lease
   that arrives once the worker is stopping is released at once, so none is
   left to run out.
+* **Results and progress.**  What a handler returns (a registered task's
+  function too; awaited, for an async one) is stored as its task's result by
+  the completion that reports it (``Queue.result``).  A value that cannot be
+  stored (not JSON, too large) fails the task with NotRetryable instead: DEAD
+  at once, as it would return the same again.  A handler reports progress with
+  ``current_task().progress(value, message)``: the job's own context (see
+  sqlq.executors) tells it its queue and lease.
 * **Heartbeats.**  One monitor thread extends the lease of every running task
   every ``heartbeat`` seconds (default ``lease_seconds / 3``), so a handler may
   run far longer than ``lease_seconds`` while its worker lives.  A heartbeat
@@ -128,13 +135,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol, TypeVar
 
-from .contract import MAX_BATCH, MAX_LEASE_SECONDS, State
+from .contract import MAX_BATCH, MAX_LEASE_SECONDS, Number, State, check_result
 from .durable import Queue
-from .errors import TRANSIENT, InvalidConfig
+from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable
 from .events import event, task_fields
 from .executors import Executor
 from .monitor import ACTIVE, Monitor, Phase, Running
@@ -145,14 +153,42 @@ from .tasks import Tasks, failure, runner
 __all__ = [
     "Clock",
     "SystemClock",
+    "TaskContext",
     "Worker",
     "WorkerStats",
+    "current_task",
     "resolve_target",
     "serve",
     "task_fields",
 ]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a handler that a Worker runs can reach of its task: ``current_task()``."""
+
+    queue: Queue
+    lease: Lease
+
+    def progress(self, value: Number | None = None, message: str | None = None) -> bool:
+        """Report the task's progress (``Queue.progress`` under this lease): False once
+        the lease is lost.  One queue call: report at a human pace, not per item."""
+        return self.queue.progress(self.lease.task_id, self.lease.token, value, message)
+
+
+_current: ContextVar[TaskContext] = ContextVar("sqlq_current_task")
+
+
+def current_task() -> TaskContext:
+    """The task of the handler that calls it (sync or async), while a Worker runs it;
+    InvalidArgument anywhere else."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise InvalidArgument("current_task() is for a handler that a sqlq.Worker runs") from None
+
 
 #: Pause before a queue call that raised Busy is tried again, in seconds.
 BUSY_PAUSE = 0.2
@@ -346,7 +382,7 @@ class Worker:
         self._warned: dict[str, float] = {}  # transient error kind -> last warning
         self._started = False
         self._executor = Executor(
-            self._run,  # the handler's call on a lease (an awaitable, if it is async)
+            self._handle,  # the handler's call on a lease (an awaitable, if it is async)
             self._finished,
             threads=concurrency,
             name=f"sqlq-worker-{queue.queue}",
@@ -360,6 +396,12 @@ class Worker:
         self._ticks = [-math.inf] * len(self.schedules)
 
     # --- the public face ----------------------------------------------------------
+
+    def _handle(self, lease: Lease) -> object:
+        """The handler's call on a lease, in the job's own context (see Executor), where
+        ``current_task()`` finds the task."""
+        _current.set(TaskContext(self.queue, lease))
+        return self._run(lease)
 
     @property
     def stats(self) -> WorkerStats:
@@ -593,7 +635,7 @@ class Worker:
             reserved = min(self._free, MAX_BATCH - len(batch)) if claim else 0
             self._free -= reserved
         slots = reserved + len(batch)
-        completed = [(e.lease.task_id, e.lease.token) for e, x, _ in batch if x is None]
+        completed = [(e.lease.task_id, e.lease.token, e.result) for e, x, _ in batch if x is None]
         failed = [
             (e.lease.task_id, e.lease.token, *failure(x)) for e, x, _ in batch if x is not None
         ]
@@ -745,6 +787,8 @@ class Worker:
         with the CancelledError of the worker's cancel is reported no more."""
         lease = entry.lease
         entry.ended = self.clock.monotonic()
+        if error is None and entry.result is not None:
+            error = self._unstorable(entry.result)
         cancelled = entry.cancelled and isinstance(error, asyncio.CancelledError)
         with self._cond:
             if self._returned or entry.state is Phase.RELEASED or cancelled:
@@ -766,6 +810,16 @@ class Worker:
                 "its result is ignored",
                 lease.task_id,
             )
+
+    def _unstorable(self, result: object) -> NotRetryable | None:
+        """Why a handler's return value cannot be stored as its task's result (checked
+        here, so that one bad value never fails a whole report): its task then goes
+        DEAD with that error, as retrying would return the same."""
+        try:
+            check_result(result, self.queue.max_payload_bytes)
+        except InvalidArgument as exc:
+            return NotRetryable(f"{type(exc).__name__}: {exc}")
+        return None
 
     def _acknowledge(
         self, entry: Running, error: BaseException | None, late: bool, answer: bool | str | None

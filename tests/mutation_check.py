@@ -45,6 +45,7 @@ CONTROL = ("tests/test_control.py", *CORE)
 ASYNC = ("tests/test_async.py",)
 POSTGRESQL = ("tests/test_postgresql.py", *CORE)
 SCHEDULES = ("tests/test_schedules.py",)
+RESULTS = ("tests/test_results.py", "tests/test_stateful.py")
 
 
 @dataclass(frozen=True)
@@ -441,6 +442,44 @@ MUTANTS = [
         "            if record[_STOP] is None:\n                record[_STOP] = now\n",
         "            _finish(record, _CANCELLED, now, record[_ERROR])\n",
         CONTROL,
+    ),
+    # --- results and progress
+    Mutant(
+        "memory-progress-of-a-lease-that-ran-out",
+        "sqlq/memory.py",
+        "        if record is None or record[_STATE] is not _RESERVED or record[_TOKEN] != token:\n"
+        "            return False\n"
+        "        self._progress[task_id] = report\n",
+        "        if record is None or record[_TOKEN] != token:\n"
+        "            return False\n"
+        "        self._progress[task_id] = report\n",
+        RESULTS,
+    ),
+    Mutant(
+        "sql-progress-of-a-lease-that-ran-out",
+        "sqlq/sqlite/queries.sql",
+        "WHERE lease_id = :token AND queue = :queue AND task_id = :task_id "
+        "AND state = 'RESERVED'\n",
+        "WHERE lease_id = :token AND queue = :queue AND task_id = :task_id\n",
+        RESULTS,
+    ),
+    Mutant(
+        "memory-retried-completion-replaces-the-result",
+        "sqlq/memory.py",
+        "            return token is not None and state is _COMPLETED "
+        "and record[_TOKEN] == token\n",
+        "            if token is not None and state is _COMPLETED and record[_TOKEN] == token:\n"
+        "                self._results[task_id] = stored  # type: ignore[assignment]\n"
+        "                return True\n"
+        "            return False\n",
+        RESULTS,
+    ),
+    Mutant(
+        "worker-drops-what-handlers-return",
+        "sqlq/worker.py",
+        "completed = [(e.lease.task_id, e.lease.token, e.result) for",
+        "completed = [(e.lease.task_id, e.lease.token, None) for",
+        RESULTS,
     ),
 ]
 

@@ -13,7 +13,8 @@ and each line is one os.write, so a written line survives a SIGKILL.
 
 ``nap`` sleeps its payload (seconds) and ``fast`` does nothing: for draining
 many short tasks.  ``async_handle`` is an ``async def`` handler.  ``until_stopped``
-runs until its task is cancelled (tests/test_control.py).
+runs until its task is cancelled (tests/test_control.py).  ``square`` reports
+progress and returns a result (tests/test_results.py).
 """
 
 from __future__ import annotations
@@ -78,3 +79,9 @@ def until_stopped(payload: dict[str, Any]) -> None:
     while not sqlq.stop_requested():
         time.sleep(0.01)
     raise RuntimeError("asked to stop")
+
+
+def square(payload: dict[str, int]) -> dict[str, int]:
+    """Report progress (0.5, "squaring"), then return the square of payload["n"]."""
+    sqlq.current_task().progress(0.5, "squaring")
+    return {"square": payload["n"] ** 2}

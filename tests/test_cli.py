@@ -898,7 +898,7 @@ def test_list_shows_the_tasks_in_the_order_added(
     code, out, _ = _cli(capsys, "list", db)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["task_id", "name", "state", "attempts", "last_error"]
+    assert lines[0].split() == ["task_id", "name", "state", "attempts", "progress", "last_error"]
     assert [ln.split()[:4] for ln in lines[1:]] == [  # what _fill made
         ["d0", "-", "COMPLETED", "1/1"],
         ["d1", "-", "COMPLETED", "1/1"],

@@ -158,6 +158,7 @@ RELEASED = [
     (5, "task_names", "54037912fe7bd068cfa6d060c3ae4b2724b498e29e531b2cdd7b795fc4c16ef3"),
     (6, "schedules", "24e3dbce600495a95654f36a83b9eb9bf4db170c6c9b83f2926f43835a873788"),
     (7, "cancel_pause", "73fda0b73290fce67a4b8e6cdb8fff20d65460a382f11d6549e24fc1e8aa01c2"),
+    (8, "results", "a85e7cc36b532418c429b3ad53de684d0dddb9040fe4c9e61949f7709cf44347"),
 ]
 
 

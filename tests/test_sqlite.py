@@ -80,7 +80,7 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         assert "sqlq_tasks_line" in claim and "TEMP B-TREE" not in claim
         get = plan(Q.get_task, {"queue": "q", "task_id": "t"})
         assert "USING INDEX" in get and "SCAN" not in get
-        complete = plan(Q.complete_task, ("q", "t", 1, 1))
+        complete = plan(Q.complete_task, ("q", "t", 1, 1, None))
         assert "USING INDEX" in complete and "SCAN" not in complete
     conn.close()
 

@@ -222,7 +222,11 @@ class TwoQueues(RuleBasedStateMachine):
             return self.now
         return max(0, self.now - amount)
 
-    def _same(self, method: str, /, *args: Any, log: bool = True, **kwargs: Any) -> Any:
+    def _same(
+        self, method: str, /, *args: Any, log: bool = True, may_raise: bool = False, **kwargs: Any
+    ) -> Any:
+        """Both faces' answers to the call, which must agree (and be answers, not
+        errors, unless ``may_raise``: then the same error type)."""
         if log:
             shown = [*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]
             self.log.append(f"{method}({', '.join(shown)})")
@@ -233,7 +237,7 @@ class TwoQueues(RuleBasedStateMachine):
             f"{type(self.right).__name__} answered {right}; calls: {'; '.join(self.log)}"
         )
         kind, answer = left
-        assert kind == "ok", f"{method}{args!r} raised {answer.__name__} on both faces"
+        assert kind == "ok" or may_raise, f"{method}{args!r} raised {answer.__name__} on both faces"
         return answer
 
     @rule(task_id=task_ids, move=time_moves)
@@ -377,6 +381,8 @@ payloads = st.one_of(
     st.lists(st.integers(0, 3), max_size=3),
     st.dictionaries(st.sampled_from(["k", "v"]), st.integers(0, 3), max_size=2),
 )
+#: Results of completions (JSON values).
+results = st.one_of(st.none(), st.integers(-5, 5), st.text(max_size=5), st.lists(st.none()))
 
 
 #: Periodic tasks ticked by FeaturesDurableVsMemory: short periods, so that calls find
@@ -469,18 +475,48 @@ class FeaturesDurableVsMemory(OnDurable):
     def complete_with_token(self, task_id: str, move: Any, data: st.DataObject) -> None:
         self._same("complete", task_id, self._time(move), token=self._token(data))
 
-    @rule(task_id=task_ids, move=time_moves, data=st.data())
-    def complete_and_claim(self, task_id: str, move: Any, data: st.DataObject) -> None:
+    @rule(task_id=task_ids, move=time_moves, data=st.data(), result=results)
+    def complete_and_claim(self, task_id: str, move: Any, data: st.DataObject, result: Any) -> None:
         _, lease = self._same(
-            "complete_and_claim", task_id, self._time(move), token=self._token(data)
+            "complete_and_claim", task_id, self._time(move), token=self._token(data), result=result
         )
         self._remember(lease)
+
+    @rule(task_id=task_ids, move=time_moves, data=st.data(), result=results)
+    def complete_with_result(
+        self, task_id: str, move: Any, data: st.DataObject, result: Any
+    ) -> None:
+        self._same("complete", task_id, self._time(move), token=self._token(data), result=result)
+
+    @rule(
+        items=st.lists(st.tuples(task_ids, st.integers(1, 12), results), max_size=3),
+        move=time_moves,
+    )
+    def complete_many_with_results(self, items: list[tuple[str, int, Any]], move: Any) -> None:
+        self._same("complete_many", items, self._time(move))
+
+    @rule(task_id=task_ids, move=time_moves)
+    def result(self, task_id: str, move: Any) -> None:
+        self._same("result", task_id, self._time(move), may_raise=True)  # NoResult, TaskDead
+
+    @rule(
+        task_id=task_ids,
+        move=time_moves,
+        data=st.data(),
+        value=st.sampled_from([None, 0, 0.25, 1, -3.5]),
+        message=st.sampled_from([None, "", "half way", "é"]),
+    )
+    def progress(
+        self, task_id: str, move: Any, data: st.DataObject, value: Any, message: Any
+    ) -> None:
+        token = self._token(data)
+        self._same("progress", task_id, token, value, message, now=self._time(move))
 
     @rule(
         n=st.integers(0, 3),
         move=time_moves,
         data=st.data(),
-        completed=st.lists(task_ids, max_size=2),
+        completed=st.lists(st.tuples(task_ids, results), max_size=2),
         failed=st.lists(
             st.tuples(task_ids, st.sampled_from([None, "boom"]), st.booleans()), max_size=2
         ),
@@ -490,14 +526,14 @@ class FeaturesDurableVsMemory(OnDurable):
         n: int,
         move: Any,
         data: st.DataObject,
-        completed: list[str],
+        completed: list[tuple[str, Any]],
         failed: list[tuple[str, Any, bool]],
     ) -> None:
         _, _, leases = self._same(
             "settle_and_claim",
             n,
             self._time(move),
-            completed=[(task_id, self._token(data)) for task_id in completed],
+            completed=[(task_id, self._token(data), result) for task_id, result in completed],
             failed=[  # (id, token, error), or with retry=False: DEAD at once
                 (task_id, self._token(data), error, *(() if retry else (False,)))
                 for task_id, error, retry in failed

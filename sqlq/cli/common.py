@@ -360,6 +360,8 @@ def task_json(info: TaskInfo, queue: str) -> dict[str, Any]:
     document["payload_type"], document["payload"] = payload_json(info.payload)
     if isinstance(info.payload, Undecodable):
         document["payload_error"] = info.payload.reason
+    if isinstance(info.result, Undecodable):
+        document["result"], document["result_error"] = info.result.text, info.result.reason
     return document
 
 

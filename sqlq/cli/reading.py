@@ -284,11 +284,12 @@ def _list(args: argparse.Namespace) -> int:
             _name(t),
             t.state,
             f"{t.attempts}/{t.max_attempts}",
+            shorten(_reported(t), 30),
             shorten(t.last_error),
         ]
         for t in tasks
     ]
-    table(["task_id", "name", "state", "attempts", "last_error"], rows)
+    table(["task_id", "name", "state", "attempts", "progress", "last_error"], rows)
     if len(tasks) == args.limit:
         print(f"(the first {args.limit} tasks{which}; --limit N shows more)")
     return EXIT_OK
@@ -317,16 +318,6 @@ SHOW_LABELS = 14
 
 
 def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
-    if info.payload is None:
-        payload = "none"
-    elif isinstance(info.payload, bytes):
-        payload = f"{len(info.payload)} bytes of binary data (--json shows them as base64)"
-    elif isinstance(info.payload, Undecodable):
-        payload = f"cannot be decoded ({info.payload.reason}); as stored:\n{info.payload.text}"
-    else:
-        payload = json.dumps(info.payload, indent=2, ensure_ascii=False)
-        if not payload.isascii() and not _encodable(payload):  # lone surrogates (outside edits)
-            payload = json.dumps(info.payload, indent=2)
     return [
         ("task_id", printable(info.task_id)),
         ("queue", printable(queue)),
@@ -342,8 +333,33 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("finished_at", moment(info.finished_at, now)),
         ("stop_requested_at", moment(info.stop_requested_at, now)),
         ("last_error", "-" if info.last_error is None else _lines(info.last_error)),
-        ("payload", payload),
+        ("progress", "-" if info.progress is None else f"{info.progress:g}"),
+        ("progress_message", _lines(info.progress_message or "-")),
+        ("payload", _stored(info.payload)),
+        ("result", _stored(info.result)),
     ]
+
+
+def _stored(value: Any) -> str:
+    """A payload or result as ``show`` prints it."""
+    if value is None:
+        return "none"
+    if isinstance(value, bytes):
+        return f"{len(value)} bytes of binary data (--json shows them as base64)"
+    if isinstance(value, Undecodable):
+        return f"cannot be decoded ({value.reason}); as stored:\n{value.text}"
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    if not text.isascii() and not _encodable(text):  # lone surrogates (outside edits)
+        text = json.dumps(value, indent=2)
+    return text
+
+
+def _reported(info: TaskInfo) -> str | None:
+    """The task's latest progress report as one line, or None if there is none."""
+    parts = [] if info.progress is None else [f"{info.progress:g}"]
+    if info.progress_message:
+        parts.append(printable(info.progress_message))
+    return " ".join(parts) or None
 
 
 def _lines(text: str) -> str:

@@ -47,7 +47,7 @@ from typing import Any, NoReturn, TypeVar
 import sqlalchemy as sa
 
 from ..backend import Claimed, Figures, Opened, TaskRow
-from ..contract import FINISHED, MAX_TIME, Number, State
+from ..contract import FINISHED, MAX_TIME, Completion, Number, Outcome, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
 from ..records import (
@@ -799,11 +799,12 @@ class PostgresTransaction:
         rows.sort(key=itemgetter(1))
         return rows
 
-    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> int:
+    def complete_many(self, queue: str, items: list[Completion]) -> int:
         params = {
             "queue": queue,
-            "ids": [stored(task_id) for task_id, _ in items],
-            "tokens": [token for _, token in items],
+            "ids": [stored(task_id) for task_id, _, _ in items],
+            "tokens": [token for _, token, _ in items],
+            "results": [result for _, _, result in items],
         }
         ((done,),) = self._write(Q.complete_many, params)
         return int(done)
@@ -824,8 +825,10 @@ class PostgresTransaction:
         row = cur.execute(Q.get_current_lease, params).fetchone()
         return None if row is None else _task_row(row)
 
-    def complete(self, queue: str, task_id: str, token: int | None) -> bool:
-        params = {"queue": queue, "task_id": stored(task_id), "token": token}
+    def complete(
+        self, queue: str, task_id: str, token: int | None, result: str | None = None
+    ) -> bool:
+        params = {"queue": queue, "task_id": stored(task_id), "token": token, "result": result}
         ((done,),) = self._write(Q.complete_task, params)
         return bool(done)
 
@@ -899,6 +902,24 @@ class PostgresTransaction:
     def stats(self, queue: str) -> Figures:
         return _figures(self._opened_cursor, queue)
 
+    def outcome(self, queue: str, task_id: str) -> Outcome | None:
+        params = {"queue": queue, "task_id": stored(task_id)}
+        row = self._opened_cursor.execute(Q.task_outcome, params).fetchone()
+        return None if row is None else (row[0], row[1], read_or_none(row[2]))
+
+    def progress(
+        self, queue: str, task_id: str, token: int, value: float | None, message: str | None
+    ) -> bool:
+        params = {
+            "queue": queue,
+            "task_id": stored(task_id),
+            "token": token,
+            "value": value,
+            "message": message,
+        }
+        ((reported,),) = self._write(Q.report_progress, params)
+        return bool(reported)
+
     def schedule(self, queue: str, name: str) -> ScheduleState | None:
         row = self._opened_cursor.execute(Q.get_schedule, {"queue": queue, "name": name}).fetchone()
         return None if row is None else ScheduleState(*row)
@@ -961,12 +982,12 @@ def _claimed(row: tuple[Any, ...]) -> Claimed:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
      run_at, payload, payload_bytes, error, created, updated, finished, name,
-     stop) = row  # fmt: skip
+     stop, result, progress, message) = row  # fmt: skip
     return TaskRow(
         row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at,
         payload if payload_bytes is None else payload_bytes, read_or_none(error),
-        created, updated, finished, name, stop,
+        created, updated, finished, name, stop, result, progress, message,
     )  # fmt: skip
 
 

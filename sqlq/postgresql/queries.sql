@@ -265,7 +265,8 @@ FROM call LEFT JOIN claimed ON true
 -- One task by queue and id, every column the queue logic and inspection need.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at
+       created_at, updated_at, finished_at, name, stop_requested_at,
+       result, progress, progress_message
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s
 
@@ -275,7 +276,8 @@ WHERE queue = %(queue)s AND task_id = %(task_id)s
 -- what it returns, so no other call can end the lease in between.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at
+       created_at, updated_at, finished_at, name, stop_requested_at,
+       result, progress, progress_message
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
   AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
@@ -286,10 +288,12 @@ FOR UPDATE
 -- RESERVED -> COMPLETED at the call's time (see _call; (mark, now, due, go)
 -- first in the answer), under the lease :token if it is not NULL, and only
 -- while the lease runs (deadline after the call's time): a lease that ran out is
--- refused even before a call has applied its expiry.  Then 1 or 0.
+-- refused even before a call has applied its expiry.  Stores :result (JSON
+-- text or NULL).  Then 1 or 0.
 WITH {{_call}}, done AS (
     UPDATE sqlq_tasks
-    SET state = 'COMPLETED', deadline = NULL, finished_at = call.now, updated_at = call.now
+    SET state = 'COMPLETED', deadline = NULL, finished_at = call.now, updated_at = call.now,
+        result = %(result)s
     FROM call
     WHERE call.go AND queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
       AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
@@ -299,12 +303,14 @@ WITH {{_call}}, done AS (
 SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM done) FROM call
 
 -- name: complete_many
--- complete_task for each (id, token) pair of the arrays, in one statement.
+-- complete_task for each (id, token, result) of the arrays, in one statement.
 -- Then how many completed.
 WITH {{_call}}, done AS (
     UPDATE sqlq_tasks
-    SET state = 'COMPLETED', deadline = NULL, finished_at = call.now, updated_at = call.now
-    FROM call, unnest(%(ids)s::text[], %(tokens)s::bigint[]) AS item(task_id, token)
+    SET state = 'COMPLETED', deadline = NULL, finished_at = call.now, updated_at = call.now,
+        result = item.result
+    FROM call, unnest(%(ids)s::text[], %(tokens)s::bigint[], %(results)s::text[])
+               AS item(task_id, token, result)
     WHERE call.go AND sqlq_tasks.queue = %(queue)s AND sqlq_tasks.task_id = item.task_id
       AND sqlq_tasks.state = 'RESERVED' AND sqlq_tasks.lease_id = item.token
       AND sqlq_tasks.deadline > call.now
@@ -369,7 +375,8 @@ LIMIT %(limit)s
 -- Tasks of a queue in the order they were added (all states).
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at
+       created_at, updated_at, finished_at, name, stop_requested_at,
+       result, progress, progress_message
 FROM sqlq_tasks
 WHERE queue = %(queue)s
 ORDER BY id
@@ -379,7 +386,8 @@ LIMIT %(limit)s
 -- Tasks of a queue in one state, in the order they were added.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at
+       created_at, updated_at, finished_at, name, stop_requested_at,
+       result, progress, progress_message
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND state = %(state)s
 ORDER BY id
@@ -555,3 +563,23 @@ SELECT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
 -- name: paused_queues
 -- Every paused queue of the schema (sqlq stats).
 SELECT queue FROM sqlq_paused ORDER BY queue
+
+-- name: task_outcome
+-- What result and wait_for_result read of a task: its state, result and last
+-- error (not the payload).
+SELECT state, result, last_error FROM sqlq_tasks
+WHERE queue = %(queue)s AND task_id = %(task_id)s
+
+-- name: report_progress
+-- A progress report (see _call; (mark, now, due, go) first in the answer):
+-- stored if :token is the task's current lease and it still runs at the call's
+-- time, as extend_lease guards.  Then 1 or 0.
+WITH {{_call}}, reported AS (
+    UPDATE sqlq_tasks
+    SET progress = %(value)s::float8, progress_message = %(message)s, updated_at = call.now
+    FROM call
+    WHERE call.go AND queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
+      AND lease_id = %(token)s AND deadline > call.now
+    RETURNING 1
+)
+SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM reported) FROM call

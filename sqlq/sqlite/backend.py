@@ -45,7 +45,7 @@ from sqlalchemy.pool import NullPool
 
 from ..backend import Claimed, Figures, Opened, TaskRow
 from ..clock import kernel_time
-from ..contract import FINISHED, Number, State, time_after
+from ..contract import FINISHED, Completion, Number, Outcome, State, time_after
 from ..errors import (
     Busy,
     CannotOpen,
@@ -899,9 +899,9 @@ class SqliteTransaction:
         rows.sort(key=itemgetter(1))
         return rows
 
-    def complete_many(self, queue: str, items: list[tuple[str, int]]) -> int:
+    def complete_many(self, queue: str, items: list[Completion]) -> int:
         now = self.now
-        rows = [(queue, task_id, token, now) for task_id, token in items]
+        rows = [(queue, task_id, token, now, result) for task_id, token, result in items]
         return int(self._cur.executemany(Q.complete_task, rows).rowcount)
 
     def claim(self, queue: str, seconds: Number) -> Claimed | None:
@@ -927,8 +927,10 @@ class SqliteTransaction:
             return None
         return task if task.deadline is not None and task.deadline > self.now else None
 
-    def complete(self, queue: str, task_id: str, token: int | None) -> bool:
-        params = (queue, task_id, token, self.now)
+    def complete(
+        self, queue: str, task_id: str, token: int | None, result: str | None = None
+    ) -> bool:
+        params = (queue, task_id, token, self.now, result)
         return bool(self._cur.execute(Q.complete_task, params).rowcount == 1)
 
     def end_lease(
@@ -1018,6 +1020,24 @@ class SqliteTransaction:
         statement = Q.pause_queue if paused else Q.resume_queue
         return bool(self._cur.execute(statement, {"queue": queue, "now": self.now}).rowcount)
 
+    def outcome(self, queue: str, task_id: str) -> Outcome | None:
+        params = {"queue": queue, "task_id": task_id}
+        row = self._cur.execute(Q.task_outcome, params).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def progress(
+        self, queue: str, task_id: str, token: int, value: float | None, message: str | None
+    ) -> bool:
+        params = {
+            "queue": queue,
+            "task_id": task_id,
+            "token": token,
+            "value": value,
+            "message": message,
+            "now": self.now,
+        }
+        return bool(self._cur.execute(Q.report_progress, params).rowcount == 1)
+
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
         if self._cur.execute(sql, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
@@ -1068,11 +1088,12 @@ def _fsync(path: str) -> None:
 
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
-     deadline, run_at, payload, error, created, updated, finished, name, stop) = row  # fmt: skip
+     deadline, run_at, payload, error, created, updated, finished, name, stop,
+     result, progress, message) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at, payload, error,
-        created, updated, finished, name, stop,
+        created, updated, finished, name, stop, result, progress, message,
     )  # fmt: skip
 
 

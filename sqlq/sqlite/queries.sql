@@ -166,15 +166,17 @@ RETURNING task_id, attempts, payload, name
 -- One task by queue and id, every column the queue logic and inspection need.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at
+       created_at, updated_at, finished_at, name, stop_requested_at,
+       result, progress, progress_message
 FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
 -- name: complete_task
--- RESERVED -> COMPLETED at time ?4, for task ?2 of queue ?1 under the lease
--- ?3 if that is not NULL.  complete_many runs it with executemany.
+-- RESERVED -> COMPLETED at time ?4 with the result ?5 (JSON text or NULL), for
+-- task ?2 of queue ?1 under the lease ?3 if that is not NULL.  complete_many
+-- runs it with executemany.
 UPDATE sqlq_tasks
-SET state = 'COMPLETED', deadline = NULL, finished_at = ?4, updated_at = ?4
+SET state = 'COMPLETED', deadline = NULL, finished_at = ?4, updated_at = ?4, result = ?5
 WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3 IS NULL OR lease_id = ?3)
 
 -- name: end_lease
@@ -219,7 +221,8 @@ LIMIT :limit
 -- Tasks of a queue in the order they were added (all states).
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at
+       created_at, updated_at, finished_at, name, stop_requested_at,
+       result, progress, progress_message
 FROM sqlq_tasks
 WHERE queue = :queue
 ORDER BY id
@@ -229,7 +232,8 @@ LIMIT :limit
 -- Tasks of a queue in one state, in the order they were added.
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at
+       created_at, updated_at, finished_at, name, stop_requested_at,
+       result, progress, progress_message
 FROM sqlq_tasks
 WHERE queue = :queue AND state = :state
 ORDER BY id
@@ -419,3 +423,16 @@ SELECT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
 -- name: paused_queues
 -- Every paused queue of the file (sqlq stats).
 SELECT queue FROM sqlq_paused ORDER BY queue
+
+-- name: task_outcome
+-- What result and wait_for_result read of a task: its state, result and last
+-- error (not the payload).
+SELECT state, result, last_error FROM sqlq_tasks
+WHERE queue = :queue AND task_id = :task_id
+
+-- name: report_progress
+-- A progress report: stored if :token is the task's current lease (extend's
+-- guard; due expiries were applied as the call began).
+UPDATE sqlq_tasks
+SET progress = :value, progress_message = :message, updated_at = :now
+WHERE lease_id = :token AND queue = :queue AND task_id = :task_id AND state = 'RESERVED'
