@@ -948,6 +948,8 @@ def _schedules(handler: object, given: Iterable[Schedule]) -> list[Schedule]:
         raise InvalidConfig("schedules must be an iterable of sqlq.Schedule")
     found = [check_schedule(schedule) for schedule in given]
     if isinstance(handler, Tasks):
+        for schedule in found:
+            handler.check_runs(schedule)
         found += handler.schedules
     names = [schedule.name for schedule in found]
     if len(set(names)) != len(names):

@@ -447,3 +447,25 @@ def test_the_cli_lists_the_schedules_with_their_next_run(
     out = capsys.readouterr().out
     assert "nightly" in out and "Europe/Paris" in out and "every 300" in out
     assert datetime.fromtimestamp(last, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") in out
+
+
+def test_a_registry_worker_refuses_a_schedule_whose_task_it_cannot_run(tmp_path: Path) -> None:
+    """A Schedule given to a worker of a Tasks registry adds tasks that registry runs: a
+    task it does not know, or kwargs its function cannot take, would send every tick's
+    task to DEAD, so the worker refuses the schedule when it is made."""
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="report")
+    def report(kind: str) -> None: ...
+
+    with sqlq.Queue(tmp_path / "q.db", lease_seconds=30, max_attempts=3) as queue:
+        for schedule, why in [
+            (Schedule("s", every=60, task="missing", kwargs={"kind": "x"}), "'missing'"),
+            (Schedule("s", every=60, kwargs={"kind": "x"}), "None"),
+            (Schedule("s", every=60, task="report"), "kind"),
+            (Schedule("s", every=60, task="report", kwargs={"kind": "x", "extra": 1}), "extra"),
+        ]:
+            with pytest.raises(InvalidConfig, match=why):
+                sqlq.Worker(queue, tasks, schedules=[schedule])
+        good = Schedule("s", every=60, task="report", kwargs={"kind": "x"})
+        assert sqlq.Worker(queue, tasks, schedules=[good]).schedules == [good]
