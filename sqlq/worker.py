@@ -346,7 +346,7 @@ class Worker:
         self._monitor = Monitor(self)  # heartbeats, time limits, the summary
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
-        self.schedules = _schedules(handler, schedules)
+        self.schedules = _schedules(handler, schedules, queue.max_payload_bytes)
         # When each schedule is due next, by the worker's clock (-inf: at once).
         self._ticks = [-math.inf] * len(self.schedules)
 
@@ -942,8 +942,9 @@ class Worker:
             event(self.log, logging.WARNING, "task lost", fields, outcome="lost", refused="release")
 
 
-def _schedules(handler: object, given: Iterable[Schedule]) -> list[Schedule]:
-    """The schedules a worker runs: those given, and a Tasks registry's."""
+def _schedules(handler: object, given: Iterable[Schedule], limit: int) -> list[Schedule]:
+    """The schedules a worker runs: those given, and a Tasks registry's, each with
+    payloads of at most ``limit`` bytes (the queue's)."""
     if isinstance(given, Schedule) or not isinstance(given, Iterable):
         raise InvalidConfig("schedules must be an iterable of sqlq.Schedule")
     found = [check_schedule(schedule) for schedule in given]
@@ -951,6 +952,8 @@ def _schedules(handler: object, given: Iterable[Schedule]) -> list[Schedule]:
         for schedule in found:
             handler.check_runs(schedule)
         found += handler.schedules
+    for schedule in found:
+        schedule.check_payload(limit)
     names = [schedule.name for schedule in found]
     if len(set(names)) != len(names):
         raise InvalidConfig(f"two schedules of a worker have the same name: {sorted(names)}")

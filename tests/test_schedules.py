@@ -469,3 +469,17 @@ def test_a_registry_worker_refuses_a_schedule_whose_task_it_cannot_run(tmp_path:
                 sqlq.Worker(queue, tasks, schedules=[schedule])
         good = Schedule("s", every=60, task="report", kwargs={"kind": "x"})
         assert sqlq.Worker(queue, tasks, schedules=[good]).schedules == [good]
+
+
+def test_a_worker_refuses_a_schedule_whose_tasks_its_queue_cannot_hold(tmp_path: Path) -> None:
+    """The queue's max_payload_bytes is below what a schedule's kwargs (and its largest
+    tick) encode to: every tick after the first would raise PayloadTooLarge out of the
+    worker's run(), so the worker refuses the schedule when it is made."""
+    roomy = Schedule("s", every=60, kwargs={"k": "x" * 40}, with_tick=True)
+    with sqlq.Queue(tmp_path / "q.db", lease_seconds=30, max_attempts=3, max_payload_bytes=64) as q:
+        with pytest.raises(InvalidConfig, match="payload is 68 bytes"):
+            sqlq.Worker(q, lambda payload: None, schedules=[roomy])
+        small = Schedule("s", every=60, kwargs={"k": "x" * 30}, with_tick=True)
+        assert sqlq.Worker(q, lambda payload: None, schedules=[small]).schedules == [small]
+        q.tick(small, now=T0)  # its largest tick fits
+        assert len(q.tick(small, now=_at("9998-12-30T00:00")).added) == 1
