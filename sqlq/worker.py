@@ -471,7 +471,7 @@ class Worker:
                     return False  # _drain reports what is left
                 reporting = bool(self._outcomes)
             if idle is not None and not reporting:
-                woken = self._pause(idle, self._woken)
+                woken = self._pause(self._until_tick(idle), self._woken)
                 if woken and not self._take_announcement():
                     continue  # stopping, or outcomes to report
                 if not woken:
@@ -526,6 +526,11 @@ class Worker:
     def _next_tick(self) -> float | None:
         """When the next schedule is due, by the worker's clock (None: no schedules)."""
         return min(self._ticks, default=None)
+
+    def _until_tick(self, seconds: float) -> float:
+        """``seconds``, or less if a schedule is due sooner (an idle pause ends then)."""
+        due = self._next_tick()
+        return seconds if due is None else min(seconds, max(0.0, due - self.clock.monotonic()))
 
     def _tick_due(self) -> bool:
         due = self._next_tick()

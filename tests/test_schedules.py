@@ -483,3 +483,27 @@ def test_a_worker_refuses_a_schedule_whose_tasks_its_queue_cannot_hold(tmp_path:
         assert sqlq.Worker(q, lambda payload: None, schedules=[small]).schedules == [small]
         q.tick(small, now=T0)  # its largest tick fits
         assert len(q.tick(small, now=_at("9998-12-30T00:00")).added) == 1
+
+
+def test_an_idle_worker_ticks_on_time_however_long_its_polls(tmp_path: Path) -> None:
+    """An idle worker polls every poll_max seconds at most; its pause must still end
+    when a schedule is due, or a tick comes up to poll_max late (and a policy "none"
+    tick later than its grace is skipped)."""
+    clock = ManualClock(start=T0 + 10)
+    queue = sqlq.Queue(tmp_path / "q.db", lease_seconds=30, max_attempts=3, clock=clock.time)
+    ran: list[int] = []
+    on_time = Schedule("beat", every=60, catch_up="none", grace=5, with_tick=True)
+    worker = sqlq.Worker(
+        queue, lambda payload: ran.append(payload["tick"]), clock=clock, poll_min=600,
+        poll_max=600, schedules=[on_time],
+    )  # fmt: skip
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    try:
+        clock.wait_for_sleepers(2)  # the claim loop (idle) and the monitor
+        clock.advance(50)  # T0 + 60: the first tick
+        _wait_for(lambda: ran == [T0 + 60], "the tick of T0 + 60, on time")
+    finally:
+        worker.stop()
+        thread.join(30)
+    queue.close()
