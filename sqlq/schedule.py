@@ -72,6 +72,8 @@ MAX_CATCH_UP: Final = 1000
 TICK_ARGUMENT: Final = "tick"
 #: Ticks are computed up to this time (the end of year 9998): ``datetime``'s range.
 _LAST_TIME: Final = datetime(9998, 12, 31, tzinfo=UTC).timestamp()
+#: The last tick there can be (its payload's tick has the most digits).
+_LAST_TICK: Final = int(_LAST_TIME)
 #: "@2026-03-29T01:00:00Z": what a task id adds to the schedule's name.
 _TICK_SUFFIX: Final = len("@2026-03-29T01:00:00Z")
 
@@ -143,10 +145,15 @@ class Schedule:
         if not isinstance(self.kwargs, Mapping):
             raise InvalidConfig(f"schedule {name!r}: kwargs must be a mapping")
         object.__setattr__(self, "kwargs", dict(self.kwargs))
+        self.check_payload(payloads.DEFAULT_MAX_PAYLOAD_BYTES)
+
+    def check_payload(self, limit: int) -> None:
+        """InvalidConfig unless the payload of every tick (the last is the longest)
+        can be stored in ``limit`` bytes (a queue's max_payload_bytes)."""
         try:
-            payloads.encode(self.payload(0), payloads.DEFAULT_MAX_PAYLOAD_BYTES)
+            payloads.encode(self.payload(_LAST_TICK), limit)
         except (InvalidPayload, PayloadTooLarge) as exc:
-            raise InvalidConfig(f"schedule {name!r}: kwargs cannot be stored: {exc}") from None
+            raise InvalidConfig(f"schedule {self.name!r}: kwargs cannot be stored: {exc}") from None
 
     @classmethod
     def stored(cls, name: str, spec: str, tz: str, catch_up: str, task: str | None) -> Schedule:

@@ -247,13 +247,25 @@ class Tasks:
             name,
             {**options, "max_attempts": task.max_attempts, "retry": task.retry},
         )
-        try:
-            task.arguments(found.payload(0))
-        except InvalidTask as exc:
-            raise InvalidConfig(f"schedule {found.name!r}: {exc}") from None
+        self.check_runs(found)
         if found.name in self._schedules:
             raise InvalidConfig(f"a schedule named {found.name!r} is registered already")
         self._schedules[found.name] = found
+
+    def check_runs(self, schedule: Schedule) -> None:
+        """InvalidConfig unless this registry runs the tasks ``schedule`` adds: a task
+        registered by its name, whose function takes its payload."""
+        task = None if schedule.task is None else self._tasks.get(schedule.task)
+        if task is None:
+            known = ", ".join(sorted(self._tasks)) or "none"
+            raise InvalidConfig(
+                f"schedule {schedule.name!r}: its task {schedule.task!r} is not registered "
+                f"in this registry (known: {known})"
+            )
+        try:
+            task.arguments(schedule.payload(0))
+        except InvalidTask as exc:
+            raise InvalidConfig(f"schedule {schedule.name!r}: {exc}") from None
 
     @property
     def schedules(self) -> list[Schedule]:

@@ -391,7 +391,7 @@ class Worker:
         self._monitor = Monitor(self)  # heartbeats, time limits, the summary
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
-        self.schedules = _schedules(handler, schedules)
+        self.schedules = _schedules(handler, schedules, queue.max_payload_bytes)
         # When each schedule is due next, by the worker's clock (-inf: at once).
         self._ticks = [-math.inf] * len(self.schedules)
 
@@ -523,7 +523,7 @@ class Worker:
                     return False  # _drain reports what is left
                 reporting = bool(self._outcomes)
             if idle is not None and not reporting:
-                woken = self._pause(idle, self._woken)
+                woken = self._pause(self._until_tick(idle), self._woken)
                 if woken and not self._take_announcement():
                     continue  # stopping, or outcomes to report
                 if not woken:
@@ -578,6 +578,11 @@ class Worker:
     def _next_tick(self) -> float | None:
         """When the next schedule is due, by the worker's clock (None: no schedules)."""
         return min(self._ticks, default=None)
+
+    def _until_tick(self, seconds: float) -> float:
+        """``seconds``, or less if a schedule is due sooner (an idle pause ends then)."""
+        due = self._next_tick()
+        return seconds if due is None else min(seconds, max(0.0, due - self.clock.monotonic()))
 
     def _tick_due(self) -> bool:
         due = self._next_tick()
@@ -1010,13 +1015,18 @@ class Worker:
             event(self.log, logging.WARNING, "task lost", fields, outcome="lost", refused="release")
 
 
-def _schedules(handler: object, given: Iterable[Schedule]) -> list[Schedule]:
-    """The schedules a worker runs: those given, and a Tasks registry's."""
+def _schedules(handler: object, given: Iterable[Schedule], limit: int) -> list[Schedule]:
+    """The schedules a worker runs: those given, and a Tasks registry's, each with
+    payloads of at most ``limit`` bytes (the queue's)."""
     if isinstance(given, Schedule) or not isinstance(given, Iterable):
         raise InvalidConfig("schedules must be an iterable of sqlq.Schedule")
     found = [check_schedule(schedule) for schedule in given]
     if isinstance(handler, Tasks):
+        for schedule in found:
+            handler.check_runs(schedule)
         found += handler.schedules
+    for schedule in found:
+        schedule.check_payload(limit)
     names = [schedule.name for schedule in found]
     if len(set(names)) != len(names):
         raise InvalidConfig(f"two schedules of a worker have the same name: {sorted(names)}")

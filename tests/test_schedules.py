@@ -447,3 +447,63 @@ def test_the_cli_lists_the_schedules_with_their_next_run(
     out = capsys.readouterr().out
     assert "nightly" in out and "Europe/Paris" in out and "every 300" in out
     assert datetime.fromtimestamp(last, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") in out
+
+
+def test_a_registry_worker_refuses_a_schedule_whose_task_it_cannot_run(tmp_path: Path) -> None:
+    """A Schedule given to a worker of a Tasks registry adds tasks that registry runs: a
+    task it does not know, or kwargs its function cannot take, would send every tick's
+    task to DEAD, so the worker refuses the schedule when it is made."""
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="report")
+    def report(kind: str) -> None: ...
+
+    with sqlq.Queue(tmp_path / "q.db", lease_seconds=30, max_attempts=3) as queue:
+        for schedule, why in [
+            (Schedule("s", every=60, task="missing", kwargs={"kind": "x"}), "'missing'"),
+            (Schedule("s", every=60, kwargs={"kind": "x"}), "None"),
+            (Schedule("s", every=60, task="report"), "kind"),
+            (Schedule("s", every=60, task="report", kwargs={"kind": "x", "extra": 1}), "extra"),
+        ]:
+            with pytest.raises(InvalidConfig, match=why):
+                sqlq.Worker(queue, tasks, schedules=[schedule])
+        good = Schedule("s", every=60, task="report", kwargs={"kind": "x"})
+        assert sqlq.Worker(queue, tasks, schedules=[good]).schedules == [good]
+
+
+def test_a_worker_refuses_a_schedule_whose_tasks_its_queue_cannot_hold(tmp_path: Path) -> None:
+    """The queue's max_payload_bytes is below what a schedule's kwargs (and its largest
+    tick) encode to: every tick after the first would raise PayloadTooLarge out of the
+    worker's run(), so the worker refuses the schedule when it is made."""
+    roomy = Schedule("s", every=60, kwargs={"k": "x" * 40}, with_tick=True)
+    with sqlq.Queue(tmp_path / "q.db", lease_seconds=30, max_attempts=3, max_payload_bytes=64) as q:
+        with pytest.raises(InvalidConfig, match="payload is 68 bytes"):
+            sqlq.Worker(q, lambda payload: None, schedules=[roomy])
+        small = Schedule("s", every=60, kwargs={"k": "x" * 30}, with_tick=True)
+        assert sqlq.Worker(q, lambda payload: None, schedules=[small]).schedules == [small]
+        q.tick(small, now=T0)  # its largest tick fits
+        assert len(q.tick(small, now=_at("9998-12-30T00:00")).added) == 1
+
+
+def test_an_idle_worker_ticks_on_time_however_long_its_polls(tmp_path: Path) -> None:
+    """An idle worker polls every poll_max seconds at most; its pause must still end
+    when a schedule is due, or a tick comes up to poll_max late (and a policy "none"
+    tick later than its grace is skipped)."""
+    clock = ManualClock(start=T0 + 10)
+    queue = sqlq.Queue(tmp_path / "q.db", lease_seconds=30, max_attempts=3, clock=clock.time)
+    ran: list[int] = []
+    on_time = Schedule("beat", every=60, catch_up="none", grace=5, with_tick=True)
+    worker = sqlq.Worker(
+        queue, lambda payload: ran.append(payload["tick"]), clock=clock, poll_min=600,
+        poll_max=600, schedules=[on_time],
+    )  # fmt: skip
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    try:
+        clock.wait_for_sleepers(2)  # the claim loop (idle) and the monitor
+        clock.advance(50)  # T0 + 60: the first tick
+        _wait_for(lambda: ran == [T0 + 60], "the tick of T0 + 60, on time")
+    finally:
+        worker.stop()
+        thread.join(30)
+    queue.close()
