@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -433,7 +435,22 @@ def _watch(db: Database, interval: float, count: int | None) -> int:
     """Read the figures every ``interval`` seconds and print a line per queue, until
     Ctrl-C or ``count`` reads.  Clears the screen first on a terminal.  A file
     replaced meanwhile (a restore) is read anew, and said; while the path names
-    no file, that is said instead."""
+    no file, that is said instead.
+
+    Ctrl-C (SIGINT) ends the watch between reads: it sets a flag, so that no
+    KeyboardInterrupt lands inside a read, where it could leave the queue's lock
+    taken and the closing of the database waiting for it for good."""
+    stopped = threading.Event()
+    if threading.current_thread() is not threading.main_thread():  # (no signals there)
+        return _watch_until(db, interval, count, stopped)
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stopped.set())
+    try:
+        return _watch_until(db, interval, count, stopped)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _watch_until(db: Database, interval: float, count: int | None, stopped: threading.Event) -> int:
     clear = sys.stdout.isatty()
     before: tuple[float, dict[str, dict[str, int]]] | None = None
     drains: dict[str, _Drain] = {}
@@ -447,35 +464,31 @@ def _watch(db: Database, interval: float, count: int | None) -> int:
         stamp = datetime.fromtimestamp(now, UTC).strftime("%H:%M:%S")
         for line in lines:
             print(f"[{stamp}] {line}", flush=True)
-        time.sleep(max(0.0, now + interval - time.time()))
-        return count is not None and reads >= count
+        stopped.wait(max(0.0, now + interval - time.time()))
+        return stopped.is_set() or (count is not None and reads >= count)
 
     watched = None  # the file read last
-    try:
-        while True:
-            identity = _identity(db.file)
-            if identity is None:
-                if show(time.time(), [f"{db.name}: no such file (waiting for it)"]):
+    while True:
+        identity = _identity(db.file)
+        if identity is None:
+            if show(time.time(), [f"{db.name}: no such file (waiting for it)"]):
+                return EXIT_OK
+            continue
+        if watched is not None and identity != watched:
+            print(f"{db.name} was replaced: reading the new file", flush=True)
+            before, drains = None, {}  # another file: its own rates and progress
+        watched = identity
+        with opened(db, migrate=False) as backend:
+            current_version(backend, db)
+            while _identity(db.file) == identity:
+                now = time.time()
+                found = backend.overview(with_names=False)
+                lines = [
+                    _watch_line(queue, found[queue], now, before, drains) for queue in sorted(found)
+                ]
+                before = (now, {queue: found[queue].counts for queue in found})
+                if show(now, lines or ["no tasks"]):
                     return EXIT_OK
-                continue
-            if watched is not None and identity != watched:
-                print(f"{db.name} was replaced: reading the new file", flush=True)
-                before, drains = None, {}  # another file: its own rates and progress
-            watched = identity
-            with opened(db, migrate=False) as backend:
-                current_version(backend, db)
-                while _identity(db.file) == identity:
-                    now = time.time()
-                    found = backend.overview(with_names=False)
-                    lines = [
-                        _watch_line(queue, found[queue], now, before, drains)
-                        for queue in sorted(found)
-                    ]
-                    before = (now, {queue: found[queue].counts for queue in found})
-                    if show(now, lines or ["no tasks"]):
-                        return EXIT_OK
-    except KeyboardInterrupt:  # the way to stop watching
-        return EXIT_OK
 
 
 def _identity(file: str | None) -> tuple[int, ...] | None:
