@@ -1110,8 +1110,10 @@ def test_purge_removes_completed_tasks_by_default(
     assert out == "removed 0 COMPLETED tasks that finished at least 1h ago from queue 'default'\n"
     code, out, _ = _cli(capsys, "purge", db)
     assert out == "removed 2 COMPLETED tasks from queue 'default'\n"
+    code, out, _ = _cli(capsys, "purge", db, "--dead")
+    assert out == "removed 1 DEAD task from queue 'default'\n"
     with _queue(db) as q:
-        assert q.counts()["COMPLETED"] == 0 and q.counts()["DEAD"] == 1
+        assert q.counts()["COMPLETED"] == 0 and q.counts()["DEAD"] == 0
         assert q.add("d0")  # a purged id can be added again
 
 
