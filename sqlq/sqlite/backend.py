@@ -44,6 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from ..backend import Claimed, Figures, Opened, TaskRow
+from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
 from ..contract import FINISHED, Completion, Number, Outcome, State, time_after
 from ..errors import (
@@ -659,6 +660,21 @@ class SqliteBackend:
             rows = self._waiting(lambda: conn.execute(Q.list_schedules).fetchall(), deadline)
         return [ScheduleState(*row) for row in rows]
 
+    # --- the dashboard: reads only ------------------------------------------------------
+
+    def browse(self, where: Browse) -> list[Found]:
+        statement = Q.browse_newest if where.order == "newest" else Q.browse_line
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            return self._waiting(lambda: _browsed(conn, statement, where.params()), deadline)
+
+    def find(self, queue: str, task_id: str) -> TaskRow | None:
+        params = {"queue": queue, "task_id": task_id}
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            row = self._waiting(lambda: conn.execute(Q.get_task, params).fetchone(), deadline)
+        return None if row is None else _task_row(row)
+
 
 class SqliteTransaction:
     """One call's transaction and statements; see sqlq.backend.Transaction.
@@ -1076,6 +1092,13 @@ def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
     names = cur.execute(Q.count_names).fetchall() if with_names else []
     paused = [queue for (queue,) in cur.execute(Q.paused_queues).fetchall()]
     return overviews(states, names, lambda queue: _fronts(cur, queue), paused)
+
+
+def _browsed(conn: Any, statement: str, params: dict[str, Any]) -> list[Found]:
+    """The tasks a browse statement finds (one statement: one snapshot)."""
+    cur = conn.execute(statement, params)
+    columns = [d[0] for d in cur.description]
+    return [task_row(columns, row) for row in cur.fetchall()]
 
 
 def _fsync(path: str) -> None:

@@ -436,3 +436,29 @@ WHERE queue = :queue AND task_id = :task_id
 UPDATE sqlq_tasks
 SET progress = :value, progress_message = :message, updated_at = :now
 WHERE lease_id = :token AND queue = :queue AND task_id = :task_id AND state = 'RESERVED'
+
+-- name: browse_newest
+-- The dashboard's task list (sqlq.browse), newest first: a keyset page of the
+-- tasks added before row :id, each filter given narrowing it.  Every column by
+-- name (SELECT *: columns of later schema versions come along).  The primary key
+-- serves the order and the page's start; the filters are checked on the way.
+SELECT * FROM sqlq_tasks
+WHERE id < :id
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR state = :state)
+  AND (:name IS NULL OR name = :name)
+  AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: browse_line
+-- The dashboard's task list by position in the line (seq; then the row id, the
+-- order added), front first: a keyset page after (:seq, :id).
+SELECT * FROM sqlq_tasks
+WHERE (seq, id) > (:seq, :id)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR state = :state)
+  AND (:name IS NULL OR name = :name)
+  AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
+ORDER BY seq, id
+LIMIT :limit
