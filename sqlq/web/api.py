@@ -56,10 +56,11 @@ def task_json_of(backend: Backend, queue: str, task_id: str) -> dict[str, Any] |
 
 def timeline(task: TaskRow) -> list[dict[str, Any]]:
     """What the task's timestamps tell, in time order: [{"at": time, "what": ...}]."""
+    changed = task.updated_at not in (task.created_at, task.finished_at)
     moments = [
         (task.created_at, "added"),
         (task.run_at, "runs (WAITING until then)"),
-        (task.updated_at, f"last change (now {task.state.value})"),
+        (task.updated_at if changed else None, f"last change (now {task.state.value})"),
         (task.stop_requested_at, "asked to stop"),
         (task.deadline, f"lease {task.token} runs out"),
         (task.finished_at, f"finished ({task.state.value})"),
