@@ -55,15 +55,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(db: str, *options: str, host: str = "127.0.0.1") -> Iterator[str]:
-    """`sqlq web DB` on a free port, as a process of its own; yields its base URL once it
-    answers.  Stopped with SIGTERM (then SIGKILL) at the end."""
+def server(db: str, *options: str, host: str = "127.0.0.1", command: str = "web") -> Iterator[str]:
+    """`sqlq web DB` (or `sqlq metrics DB`) on a free port, as a process of its own;
+    yields its base URL once it answers.  Stopped with SIGTERM (then SIGKILL) at the end."""
     port = free_port()
-    command = [sys.executable, "-m", "sqlq", "web", db, "--host", host, "--port", str(port)]
-    process = subprocess.Popen([*command, *options], stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-m", "sqlq", command, db, "--host", host, "--port", str(port)]
+    process = subprocess.Popen([*argv, *options], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
-        assert process.stdout.readline().startswith("sqlq web: "), "the server did not start"
+        started = process.stdout.readline()
+        assert started.startswith(f"sqlq {command}: "), f"the server did not start: {started!r}"
         url = f"http://127.0.0.1:{port}"
         _wait_until_it_answers(url, process)
         yield url
@@ -80,7 +81,7 @@ def _wait_until_it_answers(url: str, process: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + START_SECONDS
     while True:
         try:
-            urllib.request.urlopen(url + "/static/style.css", timeout=5).close()
+            urllib.request.urlopen(url + "/metrics", timeout=5).close()
             return
         except urllib.error.HTTPError:
             return  # it answers (refusing: a token is needed)

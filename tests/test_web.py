@@ -11,16 +11,19 @@ import json
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from databases import queue_options, sqlite_only, sqlite_path
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 import sqlq
 from sqlq.cli import main
-from sqlq.web import create_app
+from sqlq.web import create_app, metrics_app
 
 XSS = "<img src=x onerror=alert(1)>"
 LOCAL = ("127.0.0.1", 50000)
@@ -326,3 +329,59 @@ def test_sqlq_web_refuses_a_non_local_address_without_a_token(
     assert "give an access token" in capsys.readouterr().err
     assert main(["web", queue_url, "--host", "0.0.0.0", "--token", "short"]) == 2
     assert "at least 16 characters" in capsys.readouterr().err
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of a scrape, parsed by prometheus-client's own parser."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_tell_what_the_database_can(queue_url: str) -> None:
+    with _queue(queue_url, "late") as late:
+        late.add("stuck", now=1000)
+        assert late.claim(now=1000) is not None  # its lease ran out at 1030, long ago
+    with _queue(queue_url) as q:
+        _dead(q, "d1")
+        q.add_many(["a", "b"])
+        q.pause()
+    before = time.time()
+    with TestClient(create_app(queue_url), client=LOCAL) as c:
+        scrape = c.get("/metrics")
+    assert scrape.headers["content-type"].startswith("text/plain; version=")
+    samples = _samples(scrape.text)
+    assert samples[("sqlq_tasks", (("queue", "jobs"), ("state", "DEAD")))] == 1
+    assert samples[("sqlq_tasks", (("queue", "jobs"), ("state", "AVAILABLE")))] == 2
+    assert samples[("sqlq_tasks", (("queue", "late"), ("state", "RESERVED")))] == 1
+    assert samples[("sqlq_queue_paused", (("queue", "jobs"),))] == 1
+    assert samples[("sqlq_queue_paused", (("queue", "late"),))] == 0
+    assert samples[("sqlq_lease_overdue_seconds", (("queue", "late"),))] >= before - 1030
+    assert samples[("sqlq_lease_overdue_seconds", (("queue", "jobs"),))] == 0
+    assert samples[("sqlq_oldest_available_age_seconds", (("queue", "jobs"),))] >= 0
+    assert samples[("sqlq_oldest_available_age_seconds", (("queue", "late"),))] == 0
+    wal = [value for (name, _), value in samples.items() if name == "sqlq_wal_bytes"]
+    assert len(wal) == (1 if queue_url.startswith("sqlite") else 0)
+
+
+@pytest.mark.processes
+def test_sqlq_metrics_serves_them_alone(queue_url: str) -> None:
+    import browser
+
+    with _queue(queue_url) as q:
+        q.add("a")
+    with browser.server(queue_url, command="metrics") as url:
+        with urllib.request.urlopen(url + "/metrics", timeout=30) as scrape:
+            samples = _samples(scrape.read().decode())
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(url + "/", timeout=30)
+    assert samples[("sqlq_tasks", (("queue", "jobs"), ("state", "AVAILABLE")))] == 1
+    assert missing.value.code == 404
+
+
+def test_metrics_app_is_guarded_too(queue_url: str) -> None:
+    _queue(queue_url).close()
+    with TestClient(metrics_app(queue_url), client=REMOTE) as remote:
+        assert remote.get("/metrics").status_code == 403

@@ -1,9 +1,11 @@
-"""The command that serves the dashboard: `sqlq web` (sqlq.web; the `web` extra)."""
+"""The commands that serve over HTTP (sqlq.web; the `web` extra): `sqlq web`, the dashboard,
+and `sqlq metrics`, its /metrics alone."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import InvalidConfig
@@ -28,8 +30,31 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             f"Needs the web extra ({EXTRA})."
         ),
     )
-    add_database(web, "it must exist and be a sqlq database at the current schema")
+    _add_serving(web, 8470)
     web.add_argument(
+        "--read-only", action="store_true", help="no actions: the dashboard only shows"
+    )
+    web.set_defaults(handler=_web)
+
+    metrics = commands.add_parser(
+        "metrics",
+        help="serve /metrics for Prometheus, without the dashboard",
+        description=(
+            "Serve the database's metrics at /metrics in the Prometheus text format, as "
+            "`sqlq web` does, without the dashboard: tasks per queue and state, the age of "
+            "the oldest waiting task, how overdue the most overdue lease is, paused queues, "
+            "the size of the -wal file. Each scrape reads one snapshot without the write "
+            f"lock. Needs the web extra ({EXTRA})."
+        ),
+    )
+    _add_serving(metrics, 9470)
+    metrics.set_defaults(handler=_metrics)
+
+
+def _add_serving(parser: argparse.ArgumentParser, port: int) -> None:
+    """The arguments of a command that serves a database over HTTP."""
+    add_database(parser, "it must exist and be a sqlq database at the current schema")
+    parser.add_argument(
         "--host",
         default="127.0.0.1",
         help=(
@@ -37,13 +62,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "needs --token"
         ),
     )
-    web.add_argument(
-        "--port", type=positive_int(1, 65535), default=8470, help="default: %(default)s"
+    parser.add_argument(
+        "--port", type=positive_int(1, 65535), default=port, help="default: %(default)s"
     )
-    web.add_argument(
-        "--read-only", action="store_true", help="no actions: the dashboard only shows"
-    )
-    web.add_argument(
+    parser.add_argument(
         "--token",
         default=None,
         help=(
@@ -52,36 +74,42 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             f"browser asks for it). Default: the {TOKEN_VARIABLE} environment variable"
         ),
     )
-    web.set_defaults(handler=_web)
 
 
 def _web(args: argparse.Namespace) -> int:
-    db = sqlq_database(args.db, allow_older=False, creates="web does not create databases")
-    token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE) or None
-    server = _server()
-    from ..web.security import check_bind
+    return _serve(
+        args,
+        lambda web, target, token: web.create_app(target, read_only=args.read_only, token=token),
+    )
 
+
+def _metrics(args: argparse.Namespace) -> int:
+    return _serve(args, lambda web, target, token: web.metrics_app(target, token=token))
+
+
+def _serve(args: argparse.Namespace, make: Callable[[Any, str, str | None], Any]) -> int:
+    """Serve the app ``make(sqlq.web, database, token)`` until SIGTERM or Ctrl-C."""
+    creates = f"{args.command} does not create databases"
+    db = sqlq_database(args.db, allow_older=False, creates=creates)
+    token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE) or None
+    server, web = _extra()
     try:
-        check_bind(args.host, token)
+        web.security.check_bind(args.host, token)
     except InvalidConfig as exc:
         raise UsageError(str(exc)) from None
-    from ..web import create_app
-
-    app = create_app(db.target, read_only=args.read_only, token=token)
+    app = make(web, db.target, token)
     where = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"sqlq web: {db.name} on http://{where}:{args.port}/", flush=True)
+    print(f"sqlq {args.command}: {db.name} on http://{where}:{args.port}/", flush=True)
     server.run(app, host=args.host, port=args.port, log_level="warning")
     return EXIT_OK
 
 
-def _server() -> Any:
-    """uvicorn, or a CliError saying how to install the web extra."""
+def _extra() -> tuple[Any, Any]:
+    """(uvicorn, sqlq.web), or a CliError saying how to install the web extra."""
     try:
         import uvicorn
 
-        import sqlq.web  # noqa: F401  (Starlette, Jinja2: the rest of the extra)
+        from .. import web
     except ImportError as exc:
-        raise CliError(
-            f"the dashboard needs the web extra ({exc.name} is missing): {EXTRA}"
-        ) from None
-    return uvicorn
+        raise CliError(f"this needs the web extra ({exc.name} is missing): {EXTRA}") from None
+    return uvicorn, web

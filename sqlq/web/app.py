@@ -7,7 +7,8 @@ Pages (each also under ``/api`` as JSON, in the shapes of sqlq.shapes):
 * ``/tasks``: the tasks, filtered by ``state``, ``queue``, ``name`` and id ``prefix``,
   ``order=newest`` (default) or ``order=line``, a keyset page after ``after``
   (``/api/tasks``); ``/dead`` and ``/leases`` are its DEAD and RESERVED tasks;
-* ``/task?queue=Q&id=ID``: one task, with its timeline (``/api/task``).
+* ``/task?queue=Q&id=ID``: one task, with its timeline (``/api/task``);
+* ``/metrics``: the Prometheus metrics of sqlq.web.metrics.
 
 Actions are POSTs to ``/actions/<name>`` (see sqlq.web.actions), refused when
 the dashboard is read-only.
@@ -38,7 +39,7 @@ from ..cli.common import byte_size, moment, relative, span
 from ..contract import State
 from ..durable import Queue
 from ..errors import InvalidArgument, StorageError
-from . import api, security
+from . import api, metrics, security
 from .actions import ACTIONS, DESTRUCTIVE
 
 #: The form fields an action page repeats when it asks for confirmation.
@@ -71,6 +72,9 @@ class Dashboard:
 
     def queue(self, name: str) -> Queue:
         return Queue(self.url, lease_seconds=30, max_attempts=1, queue=name, migrate=False)
+
+    def metrics(self, _request: Request) -> Response:
+        return metrics.endpoint(self.backend())
 
     def close(self) -> None:
         with self._lock:
@@ -105,13 +109,22 @@ def create_app(database: str, *, read_only: bool = False, token: str | None = No
     with it as the password); without one, only clients on this machine are served.
     """
     board = Dashboard(database, read_only)
+    return _app(board, _routes(board), token)
 
+
+def metrics_app(database: str, *, token: str | None = None) -> Starlette:
+    """Only ``/metrics`` of the database (see sqlq.web.metrics), guarded as create_app's."""
+    board = Dashboard(database, read_only=True)
+    return _app(board, [Route("/metrics", board.metrics)], token)
+
+
+def _app(board: Dashboard, routes: list[BaseRoute], token: str | None) -> Starlette:
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> Any:
         yield
         board.close()
 
-    app = Starlette(routes=_routes(board), lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.add_exception_handler(InvalidArgument, _refused(400))
     app.add_exception_handler(StorageError, _refused(503))
     app.add_middleware(security.Guard, token=token)
@@ -198,6 +211,7 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
         Route("/api/queues", api_queues),
         Route("/api/tasks", api_tasks),
         Route("/api/task", api_task),
+        Route("/metrics", board.metrics),
         Route("/actions/{name}", act, methods=["POST"]),
         Mount("/static", static, name="static"),
     ]
