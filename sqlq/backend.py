@@ -410,3 +410,11 @@ class Backend(Protocol):
     def find(self, queue: str, task_id: str) -> TaskRow | None:
         """The task as last written, or None: read only, without the write lock."""
         ...
+
+    def finished_per_bucket(
+        self, queue: str, since: Number, bucket: int
+    ) -> list[tuple[Number, str, int]]:
+        """(start of a ``bucket``-second span, state, how many tasks of ``queue`` finished
+        in that state then) since ``since``, in time order: read only, without the
+        write lock."""
+        ...

@@ -142,6 +142,13 @@ def _screenshots(folder: Path) -> None:
                 ("dead", "/dead"),
             ]:
                 driver.get(url + path)
+                if name == "queues":  # its charts, once drawn
+                    from selenium.webdriver.common.by import By
+                    from selenium.webdriver.support.ui import WebDriverWait
+
+                    WebDriverWait(driver, 30).until(
+                        lambda d: d.find_element(By.ID, "charts").get_attribute("data-drawn")
+                    )
                 driver.save_screenshot(str(folder / f"web-{name}.png"))
 
 

@@ -385,3 +385,23 @@ def test_metrics_app_is_guarded_too(queue_url: str) -> None:
     _queue(queue_url).close()
     with TestClient(metrics_app(queue_url), client=REMOTE) as remote:
         assert remote.get("/metrics").status_code == 403
+
+
+def test_charts_count_the_tasks_finished_per_minute(queue_url: str) -> None:
+    with _queue(queue_url) as q:
+        _dead(q, "d1")
+        q.add_many(["a", "b", "c", "waits"])
+        for _ in range(3):
+            lease = q.claim()
+            assert lease is not None
+            q.complete(lease.task_id, token=lease.token)
+    with TestClient(create_app(queue_url), client=LOCAL) as c:
+        hour = c.get("/api/charts", params={"queue": "jobs"}).json()
+        day = c.get("/api/charts", params={"queue": "jobs", "window": "day"}).json()
+        bad = c.get("/api/charts", params={"queue": "jobs", "window": "week"})
+    assert (sum(hour["completed"]), sum(hour["dead"]), sum(hour["cancelled"])) == (3, 1, 0)
+    assert len(hour["times"]) == 61 and len(day["times"]) == 1441
+    assert sum(day["completed"]) == 3
+    assert hour["times"][1] - hour["times"][0] == 60
+    assert len(hour["ages"]) == 1 and hour["ages"][0] >= 0  # sampled when first asked
+    assert bad.status_code == 400 and "window must be one of hour, day" in bad.text

@@ -148,3 +148,34 @@ def test_a_request_without_the_token_is_refused_on_a_non_local_bind(driver: Any,
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(url + "/api/queues", timeout=30)
         assert refused.value.code == 401
+
+
+def test_the_charts_draw_the_throughput_and_the_oldest_wait(driver: Any, db: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    def drawn(which: str) -> Any:
+        def check(d: Any) -> bool:
+            section = d.find_element(By.ID, "charts")
+            assert section.get_attribute("data-error") is None, section.get_attribute("data-error")
+            return section.get_attribute("data-drawn") == which
+
+        return check
+
+    with browser.server(db) as url:
+        driver.get(url + "/")
+        WebDriverWait(driver, 30).until(drawn("emails/hour"))
+        throughput = driver.find_element(By.CSS_SELECTOR, "#throughput-chart .uplot")
+        assert throughput.get_attribute("data-points") == "61"  # a minute each, and now's
+        assert driver.find_elements(By.CSS_SELECTOR, "#age-chart canvas")
+        Select(
+            driver.find_element(By.CSS_SELECTOR, "#chart-choice [name=window]")
+        ).select_by_visible_text("day")
+        WebDriverWait(driver, 30).until(drawn("emails/day"))
+        throughput = driver.find_element(By.CSS_SELECTOR, "#throughput-chart .uplot")
+        assert throughput.get_attribute("data-points") == "1441"
+        Select(
+            driver.find_element(By.CSS_SELECTOR, "#chart-choice [name=queue]")
+        ).select_by_visible_text("html")
+        WebDriverWait(driver, 30).until(drawn("html/day"))
+        _no_alert(driver)

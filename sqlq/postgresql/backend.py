@@ -519,6 +519,13 @@ class PostgresBackend:
         row = self._read(lambda cur: cur.execute(Q.get_task, params).fetchone())
         return None if row is None else _task_row(row)
 
+    def finished_per_bucket(
+        self, queue: str, since: Number, bucket: int
+    ) -> list[tuple[Number, str, int]]:
+        params = {"queue": queue, "since": since, "bucket": bucket}
+        rows = self._read(lambda cur: cur.execute(Q.finished_per_bucket, params).fetchall())
+        return [(at, state, count) for at, state, count in rows]
+
 
 class PostgresTransaction:
     """One call's transaction and statements; see sqlq.backend.Transaction.

@@ -609,3 +609,14 @@ WHERE (seq, id) > (%(seq)s, %(id)s)
   AND (%(prefix)s::text IS NULL OR left(task_id, length(%(prefix)s::text)) = %(prefix)s::text)
 ORDER BY seq, id
 LIMIT %(limit)s
+
+-- name: finished_per_bucket
+-- The dashboard's throughput chart: tasks of a queue that finished (COMPLETED,
+-- DEAD, CANCELLED) since :since, per state and per :bucket seconds of finished_at.
+-- The index on (queue, state, finished_at) serves each state's range.
+SELECT floor(finished_at / %(bucket)s) * %(bucket)s AS at, state, count(*)
+FROM sqlq_tasks
+WHERE queue = %(queue)s AND state IN ('COMPLETED', 'DEAD', 'CANCELLED')
+  AND finished_at >= %(since)s
+GROUP BY at, state
+ORDER BY at

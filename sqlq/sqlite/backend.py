@@ -675,6 +675,17 @@ class SqliteBackend:
             row = self._waiting(lambda: conn.execute(Q.get_task, params).fetchone(), deadline)
         return None if row is None else _task_row(row)
 
+    def finished_per_bucket(
+        self, queue: str, since: Number, bucket: int
+    ) -> list[tuple[Number, str, int]]:
+        params = {"queue": queue, "since": since, "bucket": bucket}
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            rows = self._waiting(
+                lambda: conn.execute(Q.finished_per_bucket, params).fetchall(), deadline
+            )
+        return [(at, state, count) for at, state, count in rows]
+
 
 class SqliteTransaction:
     """One call's transaction and statements; see sqlq.backend.Transaction.

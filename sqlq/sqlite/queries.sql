@@ -462,3 +462,13 @@ WHERE (seq, id) > (:seq, :id)
   AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
 ORDER BY seq, id
 LIMIT :limit
+
+-- name: finished_per_bucket
+-- The dashboard's throughput chart: tasks of a queue that finished (COMPLETED,
+-- DEAD, CANCELLED) since :since, per state and per :bucket seconds of finished_at.
+-- The index on (queue, state, finished_at) serves each state's range.
+SELECT CAST(finished_at / :bucket AS INTEGER) * :bucket AS at, state, count(*)
+FROM sqlq_tasks
+WHERE queue = :queue AND state IN ('COMPLETED', 'DEAD', 'CANCELLED') AND finished_at >= :since
+GROUP BY at, state
+ORDER BY at

@@ -19,6 +19,7 @@ from ..contract import MAX_BATCH, State, check_queue_name, check_task_id
 from ..durable import _info as task_info
 from ..errors import InvalidArgument
 from ..shapes import overview_json, task_json
+from .history import Sample
 
 #: Tasks per page, unless asked otherwise (at most MAX_BATCH).
 PAGE = 50
@@ -66,6 +67,40 @@ def timeline(task: TaskRow) -> list[dict[str, Any]]:
         (task.finished_at, f"finished ({task.state.value})"),
     ]
     return [{"at": at, "what": what} for at, what in sorted(m for m in moments if m[0] is not None)]
+
+
+#: The charts' windows: how far back they go, in seconds.
+WINDOWS = {"hour": 3600, "day": 86400}
+#: Their throughput is counted per minute.
+BUCKET = 60
+
+
+def charts_json(backend: Backend, samples: list[Sample], queue: str, window: str) -> dict[str, Any]:
+    """What the queue page's charts draw over the last ``window``: the tasks that finished
+    per minute, by state ("times": each minute's start), and the oldest waiting task's
+    age as sampled ("age_times", "ages": seconds, None when nothing waited)."""
+    queue = check_queue_name(queue)
+    if window not in WINDOWS:
+        raise InvalidArgument(f"window must be one of {', '.join(WINDOWS)}, not {window!r}")
+    now = time.time()
+    start = int(now - WINDOWS[window]) // BUCKET * BUCKET
+    times = list(range(start, int(now) + 1, BUCKET))
+    finished = {state: [0] * len(times) for state in ("COMPLETED", "DEAD", "CANCELLED")}
+    for at, state, count in backend.finished_per_bucket(queue, start, BUCKET):
+        minute = (int(at) - start) // BUCKET
+        if minute < len(times):  # (a task finished by a clock ahead of this one: not shown)
+            finished[state][minute] = count
+    aged = [(t, ages[queue]) for t, ages in samples if t >= start and queue in ages]
+    return {
+        "queue": queue,
+        "window": window,
+        "times": times,
+        "completed": finished["COMPLETED"],
+        "dead": finished["DEAD"],
+        "cancelled": finished["CANCELLED"],
+        "age_times": [t for t, _ in aged],
+        "ages": [age for _, age in aged],
+    }
 
 
 def cursor(key: Key) -> str:

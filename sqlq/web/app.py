@@ -3,7 +3,8 @@
 Pages (each also under ``/api`` as JSON, in the shapes of sqlq.shapes):
 
 * ``/``: every queue with its tasks per state, the age of its oldest AVAILABLE task,
-  its leases, paused or not (``/api/queues``);
+  its leases, paused or not (``/api/queues``), and charts of a queue's throughput
+  and oldest waiting age over the last hour or day (``/api/charts``);
 * ``/tasks``: the tasks, filtered by ``state``, ``queue``, ``name`` and id ``prefix``,
   ``order=newest`` (default) or ``order=line``, a keyset page after ``after``
   (``/api/tasks``); ``/dead`` and ``/leases`` are its DEAD and RESERVED tasks;
@@ -41,6 +42,7 @@ from ..durable import Queue
 from ..errors import InvalidArgument, StorageError
 from . import api, metrics, security
 from .actions import ACTIONS, DESTRUCTIVE
+from .history import History
 
 #: The form fields an action page repeats when it asks for confirmation.
 _KEPT = ("queue", "task_id", "payload", "name")
@@ -55,6 +57,7 @@ class Dashboard:
         self.read_only = read_only
         self._backend: Backend | None = None
         self._lock = threading.Lock()
+        self.history = History(lambda: self.backend().overview(with_names=False))
         self.pages = jinja2.Environment(
             loader=jinja2.PackageLoader("sqlq.web", "templates"),
             autoescape=True,  # every value escaped: a payload of <script> is text
@@ -77,6 +80,7 @@ class Dashboard:
         return metrics.endpoint(self.backend())
 
     def close(self) -> None:
+        self.history.stop()
         with self._lock:
             if self._backend is not None:
                 self._backend.close()
@@ -171,6 +175,12 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
     def api_tasks(request: Request) -> Response:
         return JSONResponse(api.tasks_json(board.backend(), api.browse_of(request.query_params)))
 
+    def api_charts(request: Request) -> Response:
+        params = request.query_params
+        samples = board.history.samples()
+        queue, window = params.get("queue", ""), params.get("window", "hour")
+        return JSONResponse(api.charts_json(board.backend(), samples, queue, window))
+
     def api_task(request: Request) -> Response:
         params = request.query_params
         found = api.task_json_of(board.backend(), params.get("queue", ""), params.get("id", ""))
@@ -211,6 +221,7 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
         Route("/api/queues", api_queues),
         Route("/api/tasks", api_tasks),
         Route("/api/task", api_task),
+        Route("/api/charts", api_charts),
         Route("/metrics", board.metrics),
         Route("/actions/{name}", act, methods=["POST"]),
         Mount("/static", static, name="static"),
