@@ -405,3 +405,34 @@ def test_charts_count_the_tasks_finished_per_minute(queue_url: str) -> None:
     assert hour["times"][1] - hour["times"][0] == 60
     assert len(hour["ages"]) == 1 and hour["ages"][0] >= 0  # sampled when first asked
     assert bad.status_code == 400 and "window must be one of hour, day" in bad.text
+
+
+#: Runs `sqlq web` (argv[1]) in a Python where uvicorn cannot be imported.
+WITHOUT_UVICORN = """
+import sys
+sys.modules["uvicorn"] = None  # import uvicorn raises ImportError
+from sqlq.cli import main
+sys.exit(main(["web", sys.argv[1]]))
+"""
+
+#: The CLI, and the demo's command, import nothing of the web extra.
+CLI_ALONE = """
+import sys
+from sqlq.cli import main
+assert main(["--help"]) == 0
+extra = ("starlette", "uvicorn", "jinja2", "prometheus_client")
+print(sorted(m for m in extra if m in sys.modules))
+"""
+
+
+@pytest.mark.processes
+def test_without_the_web_extra_sqlq_web_says_what_to_install(queue_url: str) -> None:
+    _queue(queue_url).close()
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_UVICORN, queue_url], capture_output=True, text=True
+    )
+    assert run.returncode == 1, run.stderr
+    assert "needs the web extra (uvicorn is missing): pip install 'sqlq[web]'" in run.stderr
+    alone = subprocess.run([sys.executable, "-c", CLI_ALONE], capture_output=True, text=True)
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout.splitlines()[-1] == "[]"
