@@ -111,6 +111,9 @@ def create_app(database: str, *, read_only: bool = False, token: str | None = No
     ``read_only``: no actions (the pages show none, the server refuses them).
     ``token``: every request must carry it (``Authorization: Bearer``, or basic auth
     with it as the password); without one, only clients on this machine are served.
+    Its database connection closes at the app's shutdown; a mounted app's shutdown is
+    the outer app's business (Starlette runs no lifespan of a mounted app), so there
+    it closes with the process.
     """
     board = Dashboard(database, read_only)
     return _app(board, _routes(board), token)
