@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 
@@ -47,6 +47,9 @@ from .records import (
     StorageFacts,
 )
 from .retry import Retry
+
+if TYPE_CHECKING:
+    from .browse import Browse, Found
 
 
 class TaskRow(NamedTuple):
@@ -395,4 +398,23 @@ class Backend(Protocol):
     def schedules(self) -> list[ScheduleState]:
         """Every schedule the database keeps, by queue and name: read only, without
         the write lock."""
+        ...
+
+    # --- the dashboard (sqlq.web): reads only, without the write lock --------------------
+
+    def browse(self, where: Browse) -> list[Found]:
+        """A keyset page of the tasks of every queue that match ``where`` (see
+        sqlq.browse): read only, without the write lock, as last written."""
+        ...
+
+    def find(self, queue: str, task_id: str) -> TaskRow | None:
+        """The task as last written, or None: read only, without the write lock."""
+        ...
+
+    def finished_per_bucket(
+        self, queue: str, since: Number, bucket: int
+    ) -> list[tuple[Number, str, int]]:
+        """(start of a ``bucket``-second span, state, how many tasks of ``queue`` finished
+        in that state then) since ``since``, in time order: read only, without the
+        write lock."""
         ...

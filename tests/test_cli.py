@@ -164,7 +164,7 @@ def _foreign(path: Path, kind: str) -> None:
 
 def test_subcommands_are_the_documented_set() -> None:
     expected = ["add", "backup", "dead", "demo", "list", "migrate", "purge", "redrive", "show"]
-    expected += ["schedules", "stats", "cancel", "pause", "resume"]
+    expected += ["schedules", "stats", "cancel", "pause", "resume", "web", "metrics"]
     assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 
@@ -198,7 +198,7 @@ def test_subcommand_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
         assert action.help and len(action.help) > 10, (name, action.dest)
 
 
-@pytest.mark.parametrize("name", sorted(set(SUBCOMMANDS) - {"demo", "worker"}))
+@pytest.mark.parametrize("name", sorted(set(SUBCOMMANDS) - {"demo", "worker", "web", "metrics"}))
 def test_every_command_that_prints_data_has_json(name: str) -> None:
     options = {o for a in cli.subcommands()[name]._actions for o in a.option_strings}
     assert "--json" in options

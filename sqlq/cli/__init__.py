@@ -8,6 +8,7 @@ Subcommands, one module per kind:
 * maintenance.py: `redrive`, `purge`, `migrate`
 * control.py: `cancel`, `pause`, `resume`
 * running.py: `worker`, `demo`
+* web.py: `web` (the dashboard; the `web` extra)
 
 Exit codes: 0 success; 1 a sqlq error (sqlq.errors.SqlqError: the database
 could not be read or written, is not a sqlq database, an unknown task, ...);
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import SqlqError
-from . import adding, control, maintenance, reading, running, schedules
+from . import adding, control, maintenance, reading, running, schedules, web
 from .common import (
     DURATION_SYNTAX,
     EXIT_ERROR,
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     control.register(commands)
     maintenance.register_migrate(commands)
     running.register_demo(commands)
+    web.register(commands)
     return parser
 
 

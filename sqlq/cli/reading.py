@@ -22,6 +22,7 @@ from typing import Any
 from ..contract import State
 from ..payload import Undecodable
 from ..records import QueueOverview, TaskInfo
+from ..shapes import overview_json, task_json
 from .common import (
     EXIT_OK,
     CliError,
@@ -47,7 +48,6 @@ from .common import (
     sqlq_database,
     state_name,
     table,
-    task_json,
 )
 
 READ_ONLY_NOTE = "it must exist and be a sqlq database at the current schema; it is not created"
@@ -169,25 +169,8 @@ def _stats(args: argparse.Namespace) -> int:
         wal = backend.storage_facts().wal_bytes
         software = backend.describe()
 
-    queues: dict[str, dict[str, int]] = {}
-    details: dict[str, dict[str, Any]] = {}
-    for queue in sorted(found):
-        figures = found[queue]
-        counts = {state.value: figures.counts.get(state.value, 0) for state in State}
-        # A state this version does not know (a newer schema) is shown, not dropped.
-        counts.update({s: n for s, n in sorted(figures.counts.items()) if s not in counts})
-        queues[queue] = counts
-        front = figures.available_since
-        details[queue] = {
-            "total": sum(counts.values()),
-            "oldest_available_age": None if front is None else max(0.0, now - front),
-            "leases": counts[State.RESERVED.value],
-            "next_deadline": figures.next_deadline,
-            "next_run_at": figures.next_run_at,
-            "paused": figures.paused,
-        }
-    names = {queue: found[queue].names for queue in sorted(found) if found[queue].names}
-
+    figures = overview_json(found, now)
+    queues, details, names = figures["queues"], figures["stats"], figures["names"]
     if args.json:
         print_json(
             {
@@ -196,9 +179,7 @@ def _stats(args: argparse.Namespace) -> int:
                 "schema_version": version,
                 "wal_bytes": wal,
                 "now": now,
-                "queues": queues,
-                "stats": details,
-                "names": names,
+                **figures,
             }
         )
         return EXIT_OK

@@ -47,6 +47,7 @@ from typing import Any, NoReturn, TypeVar
 import sqlalchemy as sa
 
 from ..backend import Claimed, Figures, Opened, TaskRow
+from ..browse import Browse, Found, task_row
 from ..contract import FINISHED, MAX_TIME, Completion, Number, Outcome, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
@@ -498,6 +499,32 @@ class PostgresBackend:
     def schedules(self) -> list[ScheduleState]:
         rows = self._read(lambda cur: cur.execute(Q.list_schedules).fetchall())
         return [ScheduleState(*row) for row in rows]
+
+    # --- the dashboard: reads only ------------------------------------------------------
+
+    def browse(self, where: Browse) -> list[Found]:
+        statement = Q.browse_newest if where.order == "newest" else Q.browse_line
+        params = where.params()
+        params["prefix"] = stored_or_none(where.prefix)
+
+        def page(cur: Any) -> list[Found]:
+            cur.execute(statement, params)
+            columns = [d.name for d in cur.description]
+            return [task_row(columns, row, read) for row in cur.fetchall()]
+
+        return self._read(page)
+
+    def find(self, queue: str, task_id: str) -> TaskRow | None:
+        params = {"queue": queue, "task_id": stored(task_id)}
+        row = self._read(lambda cur: cur.execute(Q.get_task, params).fetchone())
+        return None if row is None else _task_row(row)
+
+    def finished_per_bucket(
+        self, queue: str, since: Number, bucket: int
+    ) -> list[tuple[Number, str, int]]:
+        params = {"queue": queue, "since": since, "bucket": bucket}
+        rows = self._read(lambda cur: cur.execute(Q.finished_per_bucket, params).fetchall())
+        return [(at, state, count) for at, state, count in rows]
 
 
 class PostgresTransaction:

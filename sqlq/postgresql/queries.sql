@@ -583,3 +583,40 @@ WITH {{_call}}, reported AS (
     RETURNING 1
 )
 SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM reported) FROM call
+
+-- name: browse_newest
+-- The dashboard's task list (sqlq.browse), newest first: a keyset page of the
+-- tasks added before row :id, each filter given narrowing it.  Every column by
+-- name (SELECT *: columns of later schema versions come along).  The primary key
+-- serves the order and the page's start; the filters are checked on the way.
+SELECT * FROM sqlq_tasks
+WHERE id < %(id)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(prefix)s::text IS NULL OR left(task_id, length(%(prefix)s::text)) = %(prefix)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: browse_line
+-- The dashboard's task list by position in the line (seq; then the row id, the
+-- order added), front first: a keyset page after (:seq, :id).
+SELECT * FROM sqlq_tasks
+WHERE (seq, id) > (%(seq)s, %(id)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(prefix)s::text IS NULL OR left(task_id, length(%(prefix)s::text)) = %(prefix)s::text)
+ORDER BY seq, id
+LIMIT %(limit)s
+
+-- name: finished_per_bucket
+-- The dashboard's throughput chart: tasks of a queue that finished (COMPLETED,
+-- DEAD, CANCELLED) since :since, per state and per :bucket seconds of finished_at.
+-- The index on (queue, state, finished_at) serves each state's range.
+SELECT floor(finished_at / %(bucket)s) * %(bucket)s AS at, state, count(*)
+FROM sqlq_tasks
+WHERE queue = %(queue)s AND state IN ('COMPLETED', 'DEAD', 'CANCELLED')
+  AND finished_at >= %(since)s
+GROUP BY at, state
+ORDER BY at

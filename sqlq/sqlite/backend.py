@@ -44,6 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from ..backend import Claimed, Figures, Opened, TaskRow
+from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
 from ..contract import FINISHED, Completion, Number, Outcome, State, time_after
 from ..errors import (
@@ -659,6 +660,32 @@ class SqliteBackend:
             rows = self._waiting(lambda: conn.execute(Q.list_schedules).fetchall(), deadline)
         return [ScheduleState(*row) for row in rows]
 
+    # --- the dashboard: reads only ------------------------------------------------------
+
+    def browse(self, where: Browse) -> list[Found]:
+        statement = Q.browse_newest if where.order == "newest" else Q.browse_line
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            return self._waiting(lambda: _browsed(conn, statement, where.params()), deadline)
+
+    def find(self, queue: str, task_id: str) -> TaskRow | None:
+        params = {"queue": queue, "task_id": task_id}
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            row = self._waiting(lambda: conn.execute(Q.get_task, params).fetchone(), deadline)
+        return None if row is None else _task_row(row)
+
+    def finished_per_bucket(
+        self, queue: str, since: Number, bucket: int
+    ) -> list[tuple[Number, str, int]]:
+        params = {"queue": queue, "since": since, "bucket": bucket}
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            rows = self._waiting(
+                lambda: conn.execute(Q.finished_per_bucket, params).fetchall(), deadline
+            )
+        return [(at, state, count) for at, state, count in rows]
+
 
 class SqliteTransaction:
     """One call's transaction and statements; see sqlq.backend.Transaction.
@@ -1072,10 +1099,27 @@ def _in_snapshot(conn: Any, read: Callable[..., T], *args: Any) -> T:
 
 def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
     """SqliteBackend.overview, read with ``cur`` (in a transaction: one snapshot)."""
-    states = cur.execute(Q.count_states).fetchall()
+    states = _counted(cur)
     names = cur.execute(Q.count_names).fetchall() if with_names else []
     paused = [queue for (queue,) in cur.execute(Q.paused_queues).fetchall()]
     return overviews(states, names, lambda queue: _fronts(cur, queue), paused)
+
+
+def _counted(cur: Any) -> list[tuple[str, str, int]]:
+    """(queue, state, count) of every task, through the indexes when they account for
+    every task (a state of a newer schema that none of them covers: row by row)."""
+    states: list[tuple[str, str, int]] = cur.execute(Q.count_states_by_index).fetchall()
+    (total,) = cur.execute(Q.count_tasks).fetchone()
+    if sum(count for _, _, count in states) != total:
+        states = cur.execute(Q.count_states).fetchall()
+    return states
+
+
+def _browsed(conn: Any, statement: str, params: dict[str, Any]) -> list[Found]:
+    """The tasks a browse statement finds (one statement: one snapshot)."""
+    cur = conn.execute(statement, params)
+    columns = [d[0] for d in cur.description]
+    return [task_row(columns, row) for row in cur.fetchall()]
 
 
 def _fsync(path: str) -> None:

@@ -436,3 +436,58 @@ WHERE queue = :queue AND task_id = :task_id
 UPDATE sqlq_tasks
 SET progress = :value, progress_message = :message, updated_at = :now
 WHERE lease_id = :token AND queue = :queue AND task_id = :task_id AND state = 'RESERVED'
+
+-- name: browse_newest
+-- The dashboard's task list (sqlq.browse), newest first: a keyset page of the
+-- tasks added before row :id, each filter given narrowing it.  Every column by
+-- name (SELECT *: columns of later schema versions come along).  The primary key
+-- serves the order and the page's start; the filters are checked on the way.
+SELECT * FROM sqlq_tasks
+WHERE id < :id
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR state = :state)
+  AND (:name IS NULL OR name = :name)
+  AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: browse_line
+-- The dashboard's task list by position in the line (seq; then the row id, the
+-- order added), front first: a keyset page after (:seq, :id).
+SELECT * FROM sqlq_tasks
+WHERE (seq, id) > (:seq, :id)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR state = :state)
+  AND (:name IS NULL OR name = :name)
+  AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
+ORDER BY seq, id
+LIMIT :limit
+
+-- name: finished_per_bucket
+-- The dashboard's throughput chart: tasks of a queue that finished (COMPLETED,
+-- DEAD, CANCELLED) since :since, per state and per :bucket seconds of finished_at.
+-- The index on (queue, state, finished_at) serves each state's range.
+SELECT CAST(finished_at / :bucket AS INTEGER) * :bucket AS at, state, count(*)
+FROM sqlq_tasks
+WHERE queue = :queue AND state IN ('COMPLETED', 'DEAD', 'CANCELLED') AND finished_at >= :since
+GROUP BY at, state
+ORDER BY at
+
+-- name: count_states_by_index
+-- count_states, through the partial indexes alone (each state has one: finished,
+-- line, leases, waiting), without reading the table's rows: the dashboard's and
+-- stats' counts stay fast on a file of 10^6 finished tasks.  Correct only while
+-- every state is one of these (the caller compares the sum with count_tasks).
+SELECT queue, state, count(*) FROM sqlq_tasks WHERE finished_at IS NOT NULL
+GROUP BY queue, state
+UNION ALL
+SELECT queue, 'AVAILABLE', count(*) FROM sqlq_tasks WHERE state = 'AVAILABLE' GROUP BY queue
+UNION ALL
+SELECT queue, 'RESERVED', count(*) FROM sqlq_tasks WHERE deadline IS NOT NULL GROUP BY queue
+UNION ALL
+SELECT queue, 'WAITING', count(*) FROM sqlq_tasks WHERE run_at IS NOT NULL GROUP BY queue
+
+-- name: count_tasks
+-- Every task of the file: what count_states_by_index must add up to (a covering
+-- scan of the smallest index).
+SELECT count(*) FROM sqlq_tasks
