@@ -90,6 +90,7 @@ def test_an_id_that_exists_is_answered_as_add_answers_it(make_queue: Factory) ->
     assert q.add("a", 1, key="k") == Added(Keyed.EXISTS, None)
     assert not q.add("a", 1, key="k") and q.info("a", 1).key is None
     assert q.add("b", 1, key="k") == Added(Keyed.ADDED, "b")  # the key stayed free
+    assert q.claim(2).token == 3  # the refused add took no counter value (a 1, b 2)
 
 
 # --- merge and debounce -------------------------------------------------------------------

@@ -610,13 +610,16 @@ WHERE id = coalesce(
 -- insert_task does; nothing if the id exists or the key has a holder.  With no
 -- conflict target every unique index is one: a holder that a concurrent call
 -- is adding makes this wait for that call's transaction, then add nothing if
--- it commits (sqlq_tasks_key_holder is the race guard).  Returns a row if added.
+-- it commits (sqlq_tasks_key_holder is the race guard).  An id that exists
+-- takes no counter value (the probe first, as in insert_task).  Returns a row if
+-- added.
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
      retry_kind, retry_base, retry_cap, created_at, updated_at, name, dedupe_key)
-VALUES (%(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
-        %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
-        %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s, %(key)s)
+SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
+       %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
+       %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s, %(key)s
+WHERE NOT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = %(task_id)s)
 ON CONFLICT DO NOTHING
 RETURNING 1
 
