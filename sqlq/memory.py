@@ -30,9 +30,12 @@ costs about as much as the checks, so the usual cases are written out in place.)
 
 Every call of the core contract is O(log n) amortised: each event pushes one
 entry, and each entry is popped at most once.  Inspection calls (``tasks``,
-``dead``, ``redrive`` of all, ``purge``) walk the tasks: O(n), and so does
-``cancel`` of a task not started, which takes it out of the line or the heap of
-WAITING tasks (so that neither ever holds an entry of another state).
+``dead``, ``redrive`` of all, ``purge``) walk the tasks: O(n), and so do
+``cancel`` of a task not started and a debounce that moves one (sqlq.keys), which
+take it out of the line or the heap of WAITING tasks (so that neither ever holds
+an entry of another state).  Dedupe keys live apart from the records (``_keys``:
+each key's tasks, the latest holder last; ``_key_of``), so that tasks without one
+cost nothing more.
 """
 
 from __future__ import annotations

@@ -358,3 +358,36 @@ def test_sqlq_add_key_answers_with_the_holder_and_show_and_list_show_keys(
     ]
     for wrong in (["a", "b", "--key", "k"], ["d", "--on-key", "merge"], ["d", "--key", ""]):
         assert _cli(capsys, queue_url, "add", *wrong)[0] == 2
+
+
+@pytest.mark.parametrize("new_url", ["postgresql"], indirect=True)
+def test_a_debounce_whose_holder_a_concurrent_claim_took_is_refused(
+    queue_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL another process may claim the holder between the add's lookup and
+    its compare-and-set: the debounce then changes nothing, the add looks again, finds
+    the holder RESERVED and refuses; the running task keeps its payload."""
+    from sqlq.postgresql.backend import PostgresTransaction
+
+    options = queue_options(queue_url)
+    with (
+        sqlq.Queue(queue_url, lease_seconds=30, max_attempts=1, **options) as q,
+        sqlq.Queue(queue_url, lease_seconds=30, max_attempts=1, **options) as other,
+    ):
+        q.add("a", key="k", payload=1)
+        lookup = PostgresTransaction.key_holder
+        looked: list[Any] = []
+
+        def then_claimed(self: Any, queue: str, key: str, cutoff: Any) -> Any:
+            holder = lookup(self, queue, key, cutoff)
+            if not looked:  # the first lookup's holder is claimed (and committed) at once
+                assert other.claim() is not None
+            looked.append(holder)
+            return holder
+
+        monkeypatch.setattr(PostgresTransaction, "key_holder", then_claimed)
+        answer = q.add("b", key="k", payload=2, on_key="debounce")
+        assert [h.state for h in looked] == ["AVAILABLE", "RESERVED"]
+        assert answer == Added(Keyed.REFUSED, "a")
+        info = q.info("a")
+        assert (info.state, info.payload) == ("RESERVED", 1)
