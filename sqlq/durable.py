@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 import sqlalchemy as sa
 
@@ -169,6 +169,42 @@ class Queue:
         return self._backend.engine
 
     # --- the core contract --------------------------------------------------------
+
+    @overload
+    def add(
+        self,
+        task_id: str,
+        now: Number | None = None,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        conn: sa.Connection | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        key: None = None,
+        on_key: None = None,
+        key_window: None = None,
+    ) -> bool: ...
+
+    @overload
+    def add(
+        self,
+        task_id: str,
+        now: Number | None = None,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        conn: sa.Connection | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        key: str,
+        on_key: str | None = None,
+        key_window: Number | None = None,
+    ) -> Added: ...
 
     def add(
         self,

@@ -45,7 +45,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from . import payload as payloads
 from .contract import (
@@ -157,6 +157,40 @@ class WorkQueue:
         self._key_of: dict[str, str] = {}  # task id -> its dedupe key
 
     # --- the core contract --------------------------------------------------------
+
+    @overload
+    def add(
+        self,
+        task_id: str,
+        now: Number,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        key: None = None,
+        on_key: None = None,
+        key_window: None = None,
+    ) -> bool: ...
+
+    @overload
+    def add(
+        self,
+        task_id: str,
+        now: Number,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        key: str,
+        on_key: str | None = None,
+        key_window: Number | None = None,
+    ) -> Added: ...
 
     def add(
         self,
