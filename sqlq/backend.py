@@ -75,6 +75,7 @@ class TaskRow(NamedTuple):
     result: str | None = None
     progress: float | None = None
     progress_message: str | None = None
+    dedupe_key: str | None = None
 
 
 #: What a claim hands back: (task id, token, attempt, payload, task name).
@@ -84,6 +85,15 @@ Claimed = tuple[str, int, int, Encoded, str | None]
 #: What stats and snapshot read: (counts per state, front of line available since,
 #: next deadline, next run_at, paused).
 Figures = tuple[dict[str, int], Number | None, Number | None, Number | None, bool]
+
+
+class Holder(NamedTuple):
+    """The task that holds a dedupe key (see sqlq.keys), as ``key_holder`` finds it."""
+
+    row_id: int
+    task_id: str
+    state: State
+    seq: int
 
 
 #: A due event: (time, counter, task).  A RESERVED task's lease ran out at that
@@ -195,7 +205,8 @@ class Transaction(Protocol):
         ...
 
     def redrive(self, row_id: int) -> bool:
-        """DEAD -> AVAILABLE at the back of the line with attempts reset."""
+        """DEAD -> AVAILABLE at the back of the line with attempts reset; False, and no
+        change, if another task holds its dedupe key (see sqlq.keys)."""
         ...
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
@@ -254,6 +265,37 @@ class Transaction(Protocol):
     ) -> bool:
         """Store a progress report if ``token`` is the task's current lease and it still
         runs at ``now`` (as ``extend`` guards); False and no change otherwise."""
+        ...
+
+    # --- dedupe keys (sqlq.keys) -------------------------------------------------------
+
+    def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
+        """The task of ``queue`` that holds ``key``: the one not finished with it, else
+        (if ``cutoff`` is not None) the one that finished with it latest, if after
+        ``cutoff``; None if there is none.  Two probes of indexes, never a scan."""
+        ...
+
+    def insert_keyed(
+        self,
+        queue: str,
+        task_id: str,
+        key: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+        name: str | None,
+    ) -> bool:
+        """``insert`` of a task holding ``key``; False, and no change, if the id exists
+        or another task holds the key (one added meanwhile by a concurrent call,
+        whose transaction this insert waits for)."""
+        ...
+
+    def debounce(self, holder: Holder, payload: Encoded, run_at: Number | None) -> bool:
+        """The holder (WAITING or AVAILABLE) takes ``payload`` and runs at ``run_at``:
+        WAITING until then, or None: AVAILABLE, keeping its place in the line if it
+        was AVAILABLE, else at the back.  A compare-and-set on the holder's state
+        and seq as found: False, and no change, if it moved meanwhile."""
         ...
 
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 import sqlalchemy as sa
 
@@ -62,6 +62,7 @@ from .contract import (
     undecodable_error,
 )
 from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload, SchemaError
+from .keys import Added, Keyed, KeyRule, check_key, on_holder
 from .records import Checkpoint, Heartbeat, Lease, QueueStats, ScheduleState, TaskInfo
 from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
@@ -169,6 +170,7 @@ class Queue:
 
     # --- the core contract --------------------------------------------------------
 
+    @overload
     def add(
         self,
         task_id: str,
@@ -181,7 +183,45 @@ class Queue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
-    ) -> bool:
+        key: None = None,
+        on_key: None = None,
+        key_window: None = None,
+    ) -> bool: ...
+
+    @overload
+    def add(
+        self,
+        task_id: str,
+        now: Number | None = None,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        conn: sa.Connection | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        key: str,
+        on_key: str | None = None,
+        key_window: Number | None = None,
+    ) -> Added: ...
+
+    def add(
+        self,
+        task_id: str,
+        now: Number | None = None,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        conn: sa.Connection | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        key: str | None = None,
+        on_key: str | None = None,
+        key_window: Number | None = None,
+    ) -> bool | Added:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
         False, and no change, if the id exists in any state.  With ``conn`` (a
@@ -189,6 +229,11 @@ class Queue:
         in that transaction: it exists only if the caller commits.  ``name`` is
         stored with the task and its leases carry it; ``max_attempts`` and
         ``retry`` replace the queue's for this task.
+
+        With ``key`` (a dedupe key), ``on_key`` ("refuse", "merge" or "debounce")
+        and ``key_window`` (seconds) say what happens if another task holds the
+        key, and the answer is an :class:`sqlq.keys.Added` naming the holder (see
+        sqlq.keys).
         """
         task_id = check_task_id(task_id)
         encoded = payloads.encode(payload, self.max_payload_bytes)
@@ -198,9 +243,39 @@ class Queue:
         else:
             name = check_task_name(name)
             limit, policy = self._policy(max_attempts, retry)
+        if key is not None or on_key is not None or key_window is not None:
+            rule = check_key(key, on_key, key_window)
+            with self._call(now, conn) as tx:
+                waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
+                task = (task_id, limit, policy, encoded, waiting, name)
+                return self._add_keyed(tx, rule, task)
         with self._call(now, conn, one_write=True) as tx:
             waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
             return tx.insert(self.queue, task_id, limit, policy, encoded, waiting, name)
+
+    def _add_keyed(
+        self,
+        tx: Transaction,
+        rule: KeyRule,
+        task: tuple[str, int, Retry, payloads.Encoded, Number | None, str | None],
+    ) -> Added:
+        """add with a dedupe key (see sqlq.keys): the holder first, then the insert.
+        On PostgreSQL a concurrent call may take the key, or move its holder, between
+        this call's statements: the insert or the debounce then changes nothing, and
+        the holder is looked up again (it is the other call's now)."""
+        task_id, limit, policy, encoded, waiting, name = task
+        cutoff = None if rule.window is None else tx.now - rule.window
+        while True:
+            holder = tx.key_holder(self.queue, rule.key, cutoff)
+            if holder is not None:
+                outcome = on_holder(rule.on_key, holder.state)
+                if outcome is not Keyed.DEBOUNCED or tx.debounce(holder, encoded, waiting):
+                    return Added(outcome, holder.task_id)
+            elif tx.insert_keyed(self.queue, task_id, rule.key, limit, policy, encoded,
+                                 waiting, name):  # fmt: skip
+                return Added(Keyed.ADDED, task_id)
+            elif tx.get(self.queue, task_id) is not None:
+                return Added(Keyed.EXISTS, None)
 
     def reserve(self, now: Number | None = None) -> str | None:
         """Lease the front task until ``now + lease_seconds``; None if none is available.
@@ -889,4 +964,5 @@ def _info(task: TaskRow) -> TaskInfo:
         result=payloads.readable(task.result),
         progress=task.progress,
         progress_message=task.progress_message,
+        key=task.dedupe_key,
     )

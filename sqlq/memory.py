@@ -30,9 +30,12 @@ costs about as much as the checks, so the usual cases are written out in place.)
 
 Every call of the core contract is O(log n) amortised: each event pushes one
 entry, and each entry is popped at most once.  Inspection calls (``tasks``,
-``dead``, ``redrive`` of all, ``purge``) walk the tasks: O(n), and so does
-``cancel`` of a task not started, which takes it out of the line or the heap of
-WAITING tasks (so that neither ever holds an entry of another state).
+``dead``, ``redrive`` of all, ``purge``) walk the tasks: O(n), and so do
+``cancel`` of a task not started and a debounce that moves one (sqlq.keys), which
+take it out of the line or the heap of WAITING tasks (so that neither ever holds
+an entry of another state).  Dedupe keys live apart from the records (``_keys``:
+each key's tasks, the latest holder last; ``_key_of``), so that tasks without one
+cost nothing more.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from . import payload as payloads
 from .contract import (
@@ -81,6 +84,7 @@ from .contract import (
     undecodable_error,
 )
 from .errors import InvalidPayload
+from .keys import Added, Keyed, KeyRule, check_key, on_holder
 from .records import Heartbeat, Lease, QueueStats, TaskInfo
 from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
@@ -149,8 +153,44 @@ class WorkQueue:
         # Kept apart from the records, so that tasks without them cost nothing more:
         self._results: dict[str, str] = {}  # task id -> stored result, if not None
         self._progress: dict[str, tuple[float | None, str | None]] = {}  # latest report
+        self._keys: dict[str, list[str]] = {}  # dedupe key -> its tasks, the latest holder last
+        self._key_of: dict[str, str] = {}  # task id -> its dedupe key
 
     # --- the core contract --------------------------------------------------------
+
+    @overload
+    def add(
+        self,
+        task_id: str,
+        now: Number,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        key: None = None,
+        on_key: None = None,
+        key_window: None = None,
+    ) -> bool: ...
+
+    @overload
+    def add(
+        self,
+        task_id: str,
+        now: Number,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        key: str,
+        on_key: str | None = None,
+        key_window: Number | None = None,
+    ) -> Added: ...
 
     def add(
         self,
@@ -163,12 +203,16 @@ class WorkQueue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
-    ) -> bool:
+        key: str | None = None,
+        on_key: str | None = None,
+        key_window: Number | None = None,
+    ) -> bool | Added:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
         False, and no change, if the id exists in any state.  ``name`` is stored
         with the task and its leases carry it; ``max_attempts`` and ``retry``
-        replace the queue's for this task.
+        replace the queue's for this task.  ``key``, ``on_key`` and ``key_window``:
+        a dedupe key, answered with an Added (see sqlq.keys).
         """
         if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
             task_id = check_task_id(task_id)
@@ -179,6 +223,9 @@ class WorkQueue:
             and name is None
             and max_attempts is None
             and retry is None
+            and key is None
+            and on_key is None
+            and key_window is None
         ):
             if (type(now) is int or type(now) is float) and self._now <= now < self._due:
                 self._now = now
@@ -195,8 +242,47 @@ class WorkQueue:
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
         task = (encoded, check_task_name(name), *self._policy(max_attempts, retry))
+        if key is None and on_key is None and key_window is None:
+            now = self._advance(now)
+            return self._insert(task_id, task, now, first_run(now, start))
+        rule = check_key(key, on_key, key_window)
         now = self._advance(now)
-        return self._insert(task_id, task, now, first_run(now, start))
+        return self._add_keyed(task_id, task, rule, now, first_run(now, start))
+
+    def _add_keyed(
+        self, task_id: str, task: tuple[Any, ...], rule: KeyRule, now: Number, run_at: Number
+    ) -> Added:
+        """add with a dedupe key (see sqlq.keys), as Queue decides it."""
+        holders = self._keys.get(rule.key)
+        holder = holders[-1] if holders else None  # the latest: the only one that can hold
+        if holder is not None:
+            record = self._tasks[holder]
+            finished = record[_FINISHED]
+            if finished is None or (rule.window is not None and finished > now - rule.window):
+                outcome = on_holder(rule.on_key, record[_STATE])
+                if outcome is Keyed.DEBOUNCED:
+                    self._debounce(holder, record, task[0], now, run_at)
+                return Added(outcome, holder)
+        if not self._insert(task_id, task, now, run_at):
+            return Added(Keyed.EXISTS, None)
+        self._keys.setdefault(rule.key, []).append(task_id)
+        self._key_of[task_id] = rule.key
+        return Added(Keyed.ADDED, task_id)
+
+    def _debounce(
+        self, task_id: str, record: Record, encoded: Any, now: Number, run_at: Number
+    ) -> None:
+        """The holder, WAITING or AVAILABLE, takes the payload and runs at ``run_at``
+        (an AVAILABLE one keeps its place in the line if that is now)."""
+        record[_PAYLOAD] = encoded
+        record[_UPDATED] = now
+        if run_at <= now and record[_STATE] is _AVAILABLE:
+            return
+        self._unqueue(task_id, record[_STATE])
+        if run_at > now:
+            self._make_waiting(task_id, record, run_at, now)
+        else:
+            self._make_available(task_id, record, now)
 
     def reserve(self, now: Number) -> str | None:
         """Lease the front task until ``now + lease_seconds``; None if none is available."""
@@ -358,13 +444,9 @@ class WorkQueue:
             if record[_STOP] is None:
                 record[_STOP] = now
             return Cancel.STOPPING
-        if state is _AVAILABLE:
-            self._line.remove(task_id)
-        elif state is _WAITING:
-            self._waiting = [entry for entry in self._waiting if entry[2] != task_id]
-            heapq.heapify(self._waiting)
-        else:
+        if state is not _AVAILABLE and state is not _WAITING:
             return None
+        self._unqueue(task_id, state)
         _finish(record, _CANCELLED, now, record[_ERROR])
         return Cancel.CANCELLED
 
@@ -555,7 +637,7 @@ class WorkQueue:
         count = 0
         for task_id in self._dead_ids() if ids is None else ids:
             record = self._tasks.get(task_id)
-            if record is not None and record[_STATE] is _DEAD:
+            if record is not None and record[_STATE] is _DEAD and self._key_free(task_id):
                 record[_ATTEMPTS] = 0
                 record[_FINISHED] = None
                 self._make_available(task_id, record, now)
@@ -588,6 +670,9 @@ class WorkQueue:
             del self._tasks[task_id]
             self._results.pop(task_id, None)
             self._progress.pop(task_id, None)
+            key = self._key_of.pop(task_id, None)
+            if key is not None:
+                self._keys[key].remove(task_id)
         return len(doomed)
 
     def tick(self, schedule: Schedule, now: Number) -> Ticked:
@@ -766,6 +851,15 @@ class WorkQueue:
             self._line.append(task_id)
         return record[_STATE]  # type: ignore[no-any-return]
 
+    def _unqueue(self, task_id: str, state: str) -> None:
+        """Take an AVAILABLE task out of the line, or a WAITING one out of the heap of
+        wake-ups (O(n): cancel and debounce)."""
+        if state is _AVAILABLE:
+            self._line.remove(task_id)
+        else:
+            self._waiting = [entry for entry in self._waiting if entry[2] != task_id]
+            heapq.heapify(self._waiting)
+
     def _make_available(self, task_id: str, record: Record, now: Number) -> None:
         record[_STATE] = _AVAILABLE
         record[_UPDATED] = now
@@ -802,6 +896,19 @@ class WorkQueue:
             and record[_WHEN] == deadline
         )
 
+    def _key_free(self, task_id: str) -> bool:
+        """May this finished task become a holder of its key again (redrive)?  Yes if
+        it has no key or no task holds it; then it is the key's latest holder."""
+        key = self._key_of.get(task_id)
+        if key is None:
+            return True
+        holders = self._keys[key]
+        if self._tasks[holders[-1]][_FINISHED] is None:
+            return False
+        holders.remove(task_id)
+        holders.append(task_id)
+        return True
+
     def _dead_ids(self) -> list[str]:
         dead = [
             (r[_FINISHED], i, tid)
@@ -831,6 +938,7 @@ class WorkQueue:
             result=payloads.readable(self._results.get(task_id)),
             progress=progress,
             progress_message=message,
+            key=self._key_of.get(task_id),
         )
 
 

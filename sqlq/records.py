@@ -85,6 +85,8 @@ class TaskInfo:
     #: number and a message, each None if not reported.
     progress: float | None = None
     progress_message: str | None = None
+    #: The task's dedupe key (``add(..., key=...)``, see sqlq.keys), or None.
+    key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ tasks = Table(
     Column("result", Text, nullable=True),
     Column("progress", REAL, nullable=True),
     Column("progress_message", Text, nullable=True),
+    Column("dedupe_key", Text, nullable=True),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
     CheckConstraint(STATES_SQL),
@@ -148,6 +149,20 @@ Index(
     tasks.c.state,
     tasks.c.finished_at,
     sqlite_where=text("finished_at IS NOT NULL"),
+)
+Index(
+    "sqlq_tasks_key_holder",
+    tasks.c.queue,
+    tasks.c.dedupe_key,
+    unique=True,
+    sqlite_where=text("dedupe_key IS NOT NULL AND finished_at IS NULL"),
+)
+Index(
+    "sqlq_tasks_key_finished",
+    tasks.c.queue,
+    tasks.c.dedupe_key,
+    tasks.c.finished_at,
+    sqlite_where=text("dedupe_key IS NOT NULL AND finished_at IS NOT NULL"),
 )
 
 schedules = Table(

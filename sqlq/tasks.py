@@ -30,6 +30,7 @@ from .aio import AsyncQueue
 from .contract import Number, check_max_attempts, check_retry, check_task_name
 from .durable import Queue
 from .errors import InvalidConfig, InvalidPayload, InvalidTask, NotRetryable, PayloadTooLarge
+from .keys import Added
 from .memory import WorkQueue
 from .records import Lease
 from .retry import Retry
@@ -80,10 +81,16 @@ class Task(Generic[P, R]):
         run_at: Number | None = None,
         now: Number | None = None,
         conn: Any = None,
+        key: str | None = None,
+        on_key: str | None = None,
+        key_window: Number | None = None,
     ) -> str | None:
         """Add a task that runs this function with ``kwargs``, as ``queue.add`` does
         (``queue`` is a sqlq.Queue or WorkQueue).  Returns the task's id (``task_id``,
         or a new uuid4 hex), or None if ``task_id`` exists (and nothing is stored).
+        With a dedupe ``key`` (see sqlq.keys): the id of the task that holds it and
+        does the work (the new one, or the holder it merged or debounced into), or
+        None if the add was refused.
 
         Raises :class:`sqlq.errors.InvalidTask` before anything is stored if the
         function cannot take ``kwargs`` or they cannot be stored as JSON.
@@ -102,10 +109,15 @@ class Task(Generic[P, R]):
                 name=self.name,
                 max_attempts=self.max_attempts,
                 retry=self.retry,
+                key=key,
+                on_key=on_key,
+                key_window=key_window,
                 **options,
             )
         except (InvalidPayload, PayloadTooLarge) as exc:
             raise InvalidTask(f"task {self.name!r}: the arguments cannot be stored: {exc}") from exc
+        if isinstance(added, Added):
+            return added.holder if added else None
         return task_id if added else None
 
     async def defer_async(self, queue: AsyncQueue, /, **kwargs: Any) -> str | None:
@@ -121,6 +133,9 @@ class Task(Generic[P, R]):
         delay: Number | None = None,
         run_at: Number | None = None,
         now: Number | None = None,
+        key: str | None = None,
+        on_key: str | None = None,
+        key_window: Number | None = None,
     ) -> str | None:
         """``enqueue`` for asyncio programs, on a :class:`sqlq.AsyncQueue`: the same
         checks and answers; the add runs in the AsyncQueue's thread, so the event
@@ -131,8 +146,9 @@ class Task(Generic[P, R]):
                 f"{type(queue).__name__} (use defer or enqueue)"
             )
         call = functools.partial(
-            self.enqueue, queue.sync, kwargs, task_id=task_id, delay=delay, run_at=run_at, now=now
-        )
+            self.enqueue, queue.sync, kwargs, task_id=task_id, delay=delay, run_at=run_at, now=now,
+            key=key, on_key=on_key, key_window=key_window,
+        )  # fmt: skip
         return await queue._run(call)
 
     def arguments(self, kwargs: object) -> dict[str, Any]:

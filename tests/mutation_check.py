@@ -46,6 +46,7 @@ ASYNC = ("tests/test_async.py",)
 POSTGRESQL = ("tests/test_postgresql.py", *CORE)
 SCHEDULES = ("tests/test_schedules.py",)
 RESULTS = ("tests/test_results.py", "tests/test_stateful.py")
+KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 
 
 @dataclass(frozen=True)
@@ -480,6 +481,32 @@ MUTANTS = [
         "completed = [(e.lease.task_id, e.lease.token, e.result) for",
         "completed = [(e.lease.task_id, e.lease.token, None) for",
         RESULTS,
+    ),
+    # --- dedupe keys (sqlq.keys)
+    Mutant(
+        "memory-key-holder-ignores-reserved-tasks",
+        "sqlq/memory.py",
+        "if finished is None or (rule.window is not None and finished > now - rule.window):",
+        "if (finished is None and record[_STATE] is not _RESERVED) or (\n"
+        "                rule.window is not None and finished > now - rule.window\n"
+        "            ):",
+        KEYS,
+    ),
+    Mutant(
+        "postgresql-no-race-guard-for-keys",
+        "sqlq/postgresql/migrations/0006_dedupe_keys.sql",
+        "CREATE UNIQUE INDEX sqlq_tasks_key_holder",
+        "CREATE INDEX sqlq_tasks_key_holder",
+        ("tests/test_keys.py",),
+    ),
+    Mutant(
+        "sqlite-key-window-finds-the-oldest-holder",
+        "sqlq/sqlite/queries.sql",
+        "     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3\n"
+        "     ORDER BY finished_at DESC, seq DESC LIMIT 1))",
+        "     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3\n"
+        "     ORDER BY finished_at, seq LIMIT 1))",
+        KEYS,
     ),
 ]
 

@@ -159,6 +159,7 @@ RELEASED = [
     (6, "schedules", "24e3dbce600495a95654f36a83b9eb9bf4db170c6c9b83f2926f43835a873788"),
     (7, "cancel_pause", "73fda0b73290fce67a4b8e6cdb8fff20d65460a382f11d6549e24fc1e8aa01c2"),
     (8, "results", "a85e7cc36b532418c429b3ad53de684d0dddb9040fe4c9e61949f7709cf44347"),
+    (9, "dedupe_keys", "150932bc0a8809150e019c075f8a0d204e426e396156ebd912fee27e07f98644"),
 ]
 
 

@@ -6,7 +6,8 @@
   written to be obviously correct rather than fast.
 * ``FeaturesDurableVsMemory``: Queue against WorkQueue again, with the worker
   features too: tokens, heartbeats, release, delays, retry backoff, payloads,
-  errors, dead letters, purge, batches, inspection, periodic tasks, cancel and pause.
+  errors, dead letters, purge, batches, inspection, periodic tasks, cancel and pause,
+  dedupe keys.
 * ``test_long_histories_...``: Queue against WorkQueue again without hypothesis:
   long seeded random histories, rich in calls that find lease expiries and
   wake-ups due together (the order of those is where the faces could differ).
@@ -440,6 +441,38 @@ class FeaturesDurableVsMemory(OnDurable):
             name=name,
             max_attempts=max_attempts,
             retry=retry,
+        )
+
+    @rule(
+        task_id=task_ids,
+        move=time_moves,
+        key=st.sampled_from(["k", "k2"]),
+        on_key=st.sampled_from([None, "refuse", "merge", "debounce", "debounce"]),
+        window=st.sampled_from([None, None, 0, 2, 10]),
+        payload=st.one_of(st.none(), st.integers(0, 3)),
+        delay=st.sampled_from([None, None, 0, 1, 3, 6]),
+    )
+    def add_with_key(
+        self,
+        task_id: str,
+        move: Any,
+        key: str,
+        on_key: Any,
+        window: Any,
+        payload: Any,
+        delay: Any,
+    ) -> None:
+        """Dedupe keys (sqlq.keys): two keys, so that adds often find one held, by a
+        task in any state (retried, finished within the window, purged, redriven)."""
+        self._same(
+            "add",
+            task_id,
+            self._time(move),
+            payload=payload,
+            delay=delay,
+            key=key,
+            on_key=on_key,
+            key_window=window,
         )
 
     @rule(move=time_moves)

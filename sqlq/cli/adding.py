@@ -18,6 +18,7 @@ from .. import payload as payloads
 from ..contract import MAX_ATTEMPTS, check_name, check_task_id
 from ..durable import Queue
 from ..errors import InvalidArgument, InvalidPayload
+from ..keys import ON_KEY, Added, Keyed
 from .common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -29,10 +30,12 @@ from .common import (
     add_json,
     add_queue,
     creatable,
+    duration,
     open_queue,
     plural,
     positive_int,
     print_json,
+    printable,
     retry_policy,
     seconds,
     unix_time,
@@ -116,6 +119,31 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         ),
     )
     add.add_argument(
+        "--key",
+        metavar="KEY",
+        type=_dedupe_key,
+        help=(
+            "a dedupe key for the one TASK_ID: while another task of the queue holds it "
+            "(WAITING, AVAILABLE or RESERVED, or finished within --key-window), --on-key "
+            "says what happens, and the answer names the holder"
+        ),
+    )
+    add.add_argument(
+        "--on-key",
+        choices=ON_KEY,
+        help=(
+            "with --key, when the key is held: refuse (the default: nothing changes), "
+            "merge (nothing changes; the holder does the work) or debounce (a holder not "
+            "started takes the payload and the run time of this add)"
+        ),
+    )
+    add.add_argument(
+        "--key-window",
+        metavar="DURATION",
+        type=duration,
+        help="with --key: a holder that finished less than this long ago still holds it",
+    )
+    add.add_argument(
         "--from-file",
         metavar="PATH",
         help=(
@@ -137,6 +165,11 @@ def _add(args: argparse.Namespace) -> int:
         raise UsageError("--raw goes with --payload-file")
     if args.from_file == "-" and args.payload_file == "-":
         raise UsageError("--from-file and --payload-file cannot both read stdin")
+    keyed = args.key is not None
+    if not keyed and (args.on_key is not None or args.key_window is not None):
+        raise UsageError("--on-key and --key-window go with --key")
+    if keyed and (len(args.task_ids) != 1 or args.from_file is not None):
+        raise UsageError("--key adds one task: give one TASK_ID and no --from-file")
     default = _default_payload(args)
     try:  # refused before a database is created
         for task_id in args.task_ids:
@@ -161,6 +194,9 @@ def _add(args: argparse.Namespace) -> int:
             f"{counts['added'] + counts['existed']} tasks so far: {counts['added']} added, "
             f"{counts['existed']} already existed"
         )
+
+    if keyed:
+        return _add_keyed(args, db, created, default)
 
     # The input file is opened first: if it cannot be read, no database is created.
     with (
@@ -203,6 +239,58 @@ def _add(args: argparse.Namespace) -> int:
         f"{counts['existed']} already existed"
     )
     return EXIT_OK
+
+
+def _add_keyed(args: argparse.Namespace, db: Any, created: bool, payload: Any) -> int:
+    """`sqlq add TASK_ID --key KEY`: one add, answered with what happened and the holder."""
+    (task_id,) = args.task_ids
+    with open_queue(db, args.queue, args.max_attempts, args.retry) as q:
+        answer = q.add(
+            task_id,
+            payload=payload,
+            delay=args.delay,
+            run_at=args.run_at,
+            name=args.name,
+            key=args.key,
+            on_key=args.on_key,
+            key_window=args.key_window,
+        )
+    assert isinstance(answer, Added)
+    added, existed = answer.outcome is Keyed.ADDED, answer.outcome is Keyed.EXISTS
+    if args.json:
+        print_json(
+            {
+                "database": db.name,
+                "queue": args.queue,
+                "created": created,
+                "added": int(added),
+                "existed": int(existed),
+                "key": {"key": args.key, "outcome": answer.outcome.value, "holder": answer.holder},
+            }
+        )
+        return EXIT_OK
+    if created:
+        print(f"created {db.name}")
+    if added or existed:
+        print(f"added {int(added)} task to queue {args.queue!r}; {int(existed)} already existed")
+    else:
+        done = {Keyed.REFUSED: "not added", Keyed.MERGED: "merged into the holder"}
+        what = done.get(answer.outcome, "debounced: the holder took its payload and run time")
+        print(
+            f"task {printable(task_id)} {what}: key {printable(args.key)} is held by task "
+            f"{printable(answer.holder or '')}"
+        )
+    return EXIT_OK
+
+
+def _dedupe_key(text: str) -> str:
+    try:
+        return check_name(text, "dedupe key", InvalidArgument)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_dedupe_key.__name__ = "dedupe key"
 
 
 def _task_name(text: str) -> str:

@@ -305,6 +305,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("task_id", printable(info.task_id)),
         ("queue", printable(queue)),
         ("name", _name(info)),
+        ("key", "-" if info.key is None else printable(info.key)),
         ("state", info.state),
         ("attempts", str(info.attempts)),
         ("max_attempts", str(info.max_attempts)),

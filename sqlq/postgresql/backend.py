@@ -46,7 +46,7 @@ from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 
-from ..backend import Claimed, Figures, Opened, TaskRow
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow
 from ..browse import Browse, Found, task_row
 from ..contract import FINISHED, MAX_TIME, Completion, Number, Outcome, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
@@ -970,6 +970,58 @@ class PostgresTransaction:
         self._announce |= changed and not paused  # idle listeners claim at once
         return changed
 
+    def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
+        params = {"queue": queue, "key": key, "cutoff": cutoff}
+        row = self._opened_cursor.execute(Q.key_holder, params).fetchone()
+        return None if row is None else Holder(row[0], read(row[1]), State(row[2]), row[3])
+
+    def insert_keyed(
+        self,
+        queue: str,
+        task_id: str,
+        key: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+        name: str | None,
+    ) -> bool:
+        cur = self._opened_cursor  # (first: the call's time is known once it opened)
+        params = {
+            "queue": queue,
+            "task_id": stored(task_id),
+            "state": "AVAILABLE" if run_at is None else "WAITING",
+            "max_attempts": max_attempts,
+            "run_at": run_at,
+            "payload": payload if isinstance(payload, str) else None,
+            "payload_bytes": payload if isinstance(payload, bytes) else None,
+            "kind": retry.kind,
+            "base": retry.base,
+            "cap": retry.cap,
+            "name": name,
+            "key": key,
+            "now": self._now,
+        }
+        added = cur.execute(Q.insert_keyed_task, params).fetchone() is not None
+        self._announce |= added and run_at is None
+        return added
+
+    def debounce(self, holder: Holder, payload: Encoded, run_at: Number | None) -> bool:
+        cur = self._opened_cursor
+        params = {
+            "id": holder.row_id,
+            "state": holder.state.value,
+            "seen": holder.seq,
+            "stays": run_at is None and holder.state is State.AVAILABLE,
+            "run_at": run_at,
+            "payload": payload if isinstance(payload, str) else None,
+            "payload_bytes": payload if isinstance(payload, bytes) else None,
+            "now": self._now,
+        }
+        changed = cur.execute(Q.debounce_task, params).fetchone() is not None
+        self._announce |= changed and run_at is None and holder.state is State.WAITING
+        return changed
+
 
 def _figures(cur: Any, queue: str) -> Figures:
     """The figures of Queue.stats, in one statement (one snapshot)."""
@@ -1009,12 +1061,12 @@ def _claimed(row: tuple[Any, ...]) -> Claimed:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
      run_at, payload, payload_bytes, error, created, updated, finished, name,
-     stop, result, progress, message) = row  # fmt: skip
+     stop, result, progress, message, key) = row  # fmt: skip
     return TaskRow(
         row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at,
         payload if payload_bytes is None else payload_bytes, read_or_none(error),
-        created, updated, finished, name, stop, result, progress, message,
+        created, updated, finished, name, stop, result, progress, message, key,
     )  # fmt: skip
 
 

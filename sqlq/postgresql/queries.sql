@@ -266,7 +266,7 @@ FROM call LEFT JOIN claimed ON true
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message
+       result, progress, progress_message, dedupe_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s
 
@@ -277,7 +277,7 @@ WHERE queue = %(queue)s AND task_id = %(task_id)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message
+       result, progress, progress_message, dedupe_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
   AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
@@ -359,10 +359,17 @@ WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 
 -- name: redrive_task
 -- DEAD -> AVAILABLE at the back of the line, attempts reset; the last error is kept.
+-- Not if another task holds its dedupe key (a probe of sqlq_tasks_key_holder;
+-- one that a concurrent add makes meanwhile is refused by that unique index).
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = nextval('sqlq_counter'), finished_at = NULL,
     updated_at = %(now)s::float8
 WHERE id = %(id)s AND state = 'DEAD'
+  AND (dedupe_key IS NULL
+       OR NOT EXISTS (SELECT 1 FROM sqlq_tasks AS holder
+                      WHERE holder.queue = sqlq_tasks.queue
+                        AND holder.dedupe_key = sqlq_tasks.dedupe_key
+                        AND holder.finished_at IS NULL))
 
 -- name: dead_ids
 -- DEAD tasks of a queue, the longest dead first (then in the order added).
@@ -376,7 +383,7 @@ LIMIT %(limit)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message
+       result, progress, progress_message, dedupe_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s
 ORDER BY id
@@ -387,7 +394,7 @@ LIMIT %(limit)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message
+       result, progress, progress_message, dedupe_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND state = %(state)s
 ORDER BY id
@@ -620,3 +627,49 @@ WHERE queue = %(queue)s AND state IN ('COMPLETED', 'DEAD', 'CANCELLED')
   AND finished_at >= %(since)s
 GROUP BY at, state
 ORDER BY at
+
+-- name: key_holder
+-- The task of the queue that holds the dedupe key :key (see sqlq/keys.py): the
+-- one with the key not finished (a probe of sqlq_tasks_key_holder), else, if
+-- :cutoff is not NULL, the one that finished with it latest, after :cutoff (a
+-- probe of sqlq_tasks_key_finished); no row if none.  (row id, task id, state,
+-- seq).  Not locked: debounce_task is a compare-and-set.
+SELECT id, task_id, state, seq FROM sqlq_tasks
+WHERE id = coalesce(
+    (SELECT id FROM sqlq_tasks
+     WHERE queue = %(queue)s AND dedupe_key = %(key)s AND finished_at IS NULL),
+    (SELECT id FROM sqlq_tasks
+     WHERE queue = %(queue)s AND dedupe_key = %(key)s AND finished_at > %(cutoff)s::float8
+     ORDER BY finished_at DESC, seq DESC LIMIT 1))
+
+-- name: insert_keyed_task
+-- Add a task holding the dedupe key :key at :now (a call opened already), as
+-- insert_task does; nothing if the id exists or the key has a holder.  With no
+-- conflict target every unique index is one: a holder that a concurrent call
+-- is adding makes this wait for that call's transaction, then add nothing if
+-- it commits (sqlq_tasks_key_holder is the race guard).  An id that exists
+-- takes no counter value (the probe first, as in insert_task).  Returns a row if
+-- added.
+INSERT INTO sqlq_tasks
+    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, dedupe_key)
+SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
+       %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
+       %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s, %(key)s
+WHERE NOT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = %(task_id)s)
+ON CONFLICT DO NOTHING
+RETURNING 1
+
+-- name: debounce_task
+-- on_key="debounce": the holder of a key, not started, takes the new payload
+-- and :run_at (WAITING until then, or AVAILABLE if NULL), keeping its seq (its
+-- place in the line) if :stays, else taking the next counter value.
+-- Compare-and-set on the state and seq the add found (a claim may have taken
+-- the task meanwhile).  Returns a row if changed.
+UPDATE sqlq_tasks
+SET state = CASE WHEN %(run_at)s::float8 IS NULL THEN 'AVAILABLE' ELSE 'WAITING' END,
+    run_at = %(run_at)s::float8,
+    seq = CASE WHEN %(stays)s THEN seq ELSE nextval('sqlq_counter') END,
+    payload = %(payload)s, payload_bytes = %(payload_bytes)s, updated_at = %(now)s::float8
+WHERE id = %(id)s AND state = %(state)s AND seq = %(seen)s
+RETURNING 1

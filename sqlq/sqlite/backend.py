@@ -43,7 +43,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from ..backend import Claimed, Figures, Opened, TaskRow
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow
 from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
 from ..contract import FINISHED, Completion, Number, Outcome, State, time_after
@@ -1065,6 +1065,46 @@ class SqliteTransaction:
         }
         return bool(self._cur.execute(Q.report_progress, params).rowcount == 1)
 
+    def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
+        row = self._cur.execute(Q.key_holder, (queue, key, cutoff)).fetchone()
+        return None if row is None else Holder(row[0], row[1], State(row[2]), row[3])
+
+    def insert_keyed(
+        self,
+        queue: str,
+        task_id: str,
+        key: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+        name: str | None,
+    ) -> bool:
+        state = "AVAILABLE" if run_at is None else "WAITING"
+        row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
+               retry.kind, retry.base, retry.cap, self.now, name, key)  # fmt: skip
+        if self._cur.execute(Q.insert_keyed_task, row).rowcount != 1:
+            return False
+        self._counter += 1
+        return True
+
+    def debounce(self, holder: Holder, payload: Encoded, run_at: Number | None) -> bool:
+        stays = run_at is None and holder.state is State.AVAILABLE  # its place in the line
+        params = {
+            "id": holder.row_id,
+            "state": holder.state.value,
+            "seen": holder.seq,
+            "seq": holder.seq if stays else self._counter + 1,
+            "run_at": run_at,
+            "payload": payload,
+            "now": self.now,
+        }
+        if self._cur.execute(Q.debounce_task, params).rowcount != 1:
+            return False
+        if not stays:
+            self._counter += 1
+        return True
+
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
         if self._cur.execute(sql, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
@@ -1133,11 +1173,11 @@ def _fsync(path: str) -> None:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
      deadline, run_at, payload, error, created, updated, finished, name, stop,
-     result, progress, message) = row  # fmt: skip
+     result, progress, message, key) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at, payload, error,
-        created, updated, finished, name, stop, result, progress, message,
+        created, updated, finished, name, stop, result, progress, message, key,
     )  # fmt: skip
 
 

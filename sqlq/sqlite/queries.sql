@@ -167,7 +167,7 @@ RETURNING task_id, attempts, payload, name
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message
+       result, progress, progress_message, dedupe_key
 FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
@@ -206,9 +206,15 @@ WHERE id = :id AND state = 'WAITING' AND seq = :order
 
 -- name: redrive_task
 -- DEAD -> AVAILABLE at the back of the line, attempts reset; the last error is kept.
+-- Not if another task holds its dedupe key (a probe of sqlq_tasks_key_holder).
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = :seq, finished_at = NULL, updated_at = :now
 WHERE id = :id AND state = 'DEAD'
+  AND (dedupe_key IS NULL
+       OR NOT EXISTS (SELECT 1 FROM sqlq_tasks AS holder
+                      WHERE holder.queue = sqlq_tasks.queue
+                        AND holder.dedupe_key = sqlq_tasks.dedupe_key
+                        AND holder.finished_at IS NULL))
 
 -- name: dead_ids
 -- DEAD tasks of a queue, the longest dead first (then in the order added).
@@ -222,7 +228,7 @@ LIMIT :limit
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message
+       result, progress, progress_message, dedupe_key
 FROM sqlq_tasks
 WHERE queue = :queue
 ORDER BY id
@@ -233,7 +239,7 @@ LIMIT :limit
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message
+       result, progress, progress_message, dedupe_key
 FROM sqlq_tasks
 WHERE queue = :queue AND state = :state
 ORDER BY id
@@ -491,3 +497,36 @@ SELECT queue, 'WAITING', count(*) FROM sqlq_tasks WHERE run_at IS NOT NULL GROUP
 -- Every task of the file: what count_states_by_index must add up to (a covering
 -- scan of the smallest index).
 SELECT count(*) FROM sqlq_tasks
+
+-- name: key_holder
+-- The task of queue ?1 that holds the dedupe key ?2 (see sqlq/keys.py): the one
+-- with the key not finished (a probe of sqlq_tasks_key_holder), else, if ?3 is
+-- not NULL, the one that finished with it latest, after ?3 (a probe of
+-- sqlq_tasks_key_finished); no row if none.  (row id, task id, state, seq).
+SELECT id, task_id, state, seq FROM sqlq_tasks
+WHERE id = coalesce(
+    (SELECT id FROM sqlq_tasks
+     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at IS NULL),
+    (SELECT id FROM sqlq_tasks
+     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3
+     ORDER BY finished_at DESC, seq DESC LIMIT 1))
+
+-- name: insert_keyed_task
+-- insert_task for a task holding the dedupe key ?13; does nothing if the id
+-- exists or the key has a holder (sqlq_tasks_key_holder: no conflict target, so
+-- every unique index is one).  Positional, as insert_task, then the key.
+INSERT INTO sqlq_tasks
+    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, dedupe_key)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13)
+ON CONFLICT DO NOTHING
+
+-- name: debounce_task
+-- on_key="debounce": the holder of a key, not started, takes the new :payload
+-- and :run_at (WAITING until then, or AVAILABLE if NULL) with the seq :seq (the
+-- one it had, to keep its place in the line, or a new one).  Compare-and-set on
+-- the state and seq the add found.
+UPDATE sqlq_tasks
+SET state = iif(:run_at IS NULL, 'AVAILABLE', 'WAITING'), run_at = :run_at, seq = :seq,
+    payload = :payload, updated_at = :now
+WHERE id = :id AND state = :state AND seq = :seen
