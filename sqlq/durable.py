@@ -25,6 +25,7 @@ from . import payload as payloads
 from .backend import Backend, Claimed, Event, Figures, TaskRow, Transaction
 from .backends import open_backend
 from .contract import (
+    DEFAULT_AGING,
     FINISHED,
     LEASE_EXPIRED,
     MAX_LEASE_SECONDS,
@@ -35,6 +36,7 @@ from .contract import (
     Outcome,
     State,
     after_failure,
+    check_aging,
     check_batch,
     check_count,
     check_error,
@@ -42,6 +44,7 @@ from .contract import (
     check_flag,
     check_leases,
     check_max_attempts,
+    check_priority,
     check_progress,
     check_queue_name,
     check_result,
@@ -98,7 +101,10 @@ class Queue:
     is trusted as given (that is the injectable clock of tests and replays).
 
     ``max_attempts`` and ``retry`` are stored with each task when it is added;
-    ``lease_seconds`` applies to the leases this object hands out.
+    ``lease_seconds`` applies to the leases this object hands out.  ``aging``
+    (seconds, DEFAULT_AGING; None for strict priorities) is how a task's priority
+    places it in the line when it becomes AVAILABLE (see sqlq.contract): give every
+    process of a queue the same.
 
     ``path_or_url`` chooses the backend (see sqlq.backends); the other keyword
     options are the backend's: for SQLite ``synchronous`` ("full" or "normal"),
@@ -120,9 +126,11 @@ class Queue:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         max_clock_step: float | None = DEFAULT_MAX_CLOCK_STEP,
+        aging: float | None = DEFAULT_AGING,
         **options: Any,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
+        self.aging = check_aging(aging)
         if max_clock_step is not None and (
             isinstance(max_clock_step, bool)
             or not isinstance(max_clock_step, int | float)
@@ -181,6 +189,7 @@ class Queue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
     ) -> bool:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
@@ -188,9 +197,13 @@ class Queue:
         connection of ``self.engine`` in an open transaction) the task is added
         in that transaction: it exists only if the caller commits.  ``name`` is
         stored with the task and its leases carry it; ``max_attempts`` and
-        ``retry`` replace the queue's for this task.
+        ``retry`` replace the queue's for this task.  ``priority`` (an int from
+        -1000 to 1000, higher first) places it in the line with the queue's
+        ``aging`` (see sqlq.contract).
         """
         task_id = check_task_id(task_id)
+        if type(priority) is not int or priority:  # 0, the usual case, needs no check
+            priority = check_priority(priority)
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
         if name is None and max_attempts is None and retry is None:  # the usual case, at once
@@ -200,7 +213,10 @@ class Queue:
             limit, policy = self._policy(max_attempts, retry)
         with self._call(now, conn, one_write=True) as tx:
             waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
-            return tx.insert(self.queue, task_id, limit, policy, encoded, waiting, name)
+            return tx.insert(
+                self.queue, task_id, limit, policy, encoded, waiting, name,
+                priority=priority, aging=self.aging,
+            )  # fmt: skip
 
     def reserve(self, now: Number | None = None) -> str | None:
         """Lease the front task until ``now + lease_seconds``; None if none is available.
@@ -353,7 +369,10 @@ class Queue:
             if task.stop_requested_at is not None:  # asked to stop: it runs no more
                 tx.end_lease(task, State.CANCELLED, tx.now, task.last_error)
             else:
-                tx.end_lease(task, State.AVAILABLE, tx.now, task.last_error, attempts_delta=-1)
+                tx.end_lease(
+                    task, State.AVAILABLE, tx.now, task.last_error, attempts_delta=-1,
+                    aging=self.aging,
+                )  # fmt: skip
             return True
 
     # --- cancel and pause (see sqlq.contract) ---------------------------------------
@@ -400,15 +419,19 @@ class Queue:
         conn: sa.Connection | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
     ) -> list[bool]:
         """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
-        triple), in one transaction."""
+        triple), in one transaction; all with the same ``priority``."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
         limit, policy = self._policy(max_attempts, retry)
+        priority = check_priority(priority)
         with self._call(now, conn, one_write=True) as tx:
             waiting = _waiting(tx.now, first_run(tx.now, start))
-            return tx.insert_many(self.queue, batch, limit, policy, waiting)
+            return tx.insert_many(
+                self.queue, batch, limit, policy, waiting, priority=priority, aging=self.aging
+            )
 
     def claim_many(self, n: int, now: Number | None = None) -> list[Lease]:
         """Up to ``n`` leases from the front of the line, in one transaction."""
@@ -559,7 +582,7 @@ class Queue:
             else:
                 found = (tx.get(self.queue, task_id) for task_id in ids)
                 rows = [t.row_id for t in found if t is not None and t.state is State.DEAD]
-            return sum(tx.redrive(row_id) for row_id in rows)
+            return sum(tx.redrive(row_id, aging=self.aging) for row_id in rows)
 
     def purge(
         self,
@@ -613,7 +636,9 @@ class Queue:
         added = [
             task_id
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
-            if tx.insert(self.queue, task_id, limit, policy, encoded, None, schedule.task)
+            if tx.insert(
+                self.queue, task_id, limit, policy, encoded, None, schedule.task, aging=self.aging
+            )
         ]
         last = todo.ticks[-1] if todo.ticks else None if found is None else found.last_enqueued
         state = ScheduleState(
@@ -805,7 +830,7 @@ class Queue:
                 at, order, task = events[i]
                 i += 1
             if task.state is State.WAITING:
-                tx.wake(task, order, at)
+                tx.wake(task, order, at, aging=self.aging)
                 continue
             _, seq, run_at = self._end_lease(tx, task, at, LEASE_EXPIRED)
             if run_at is not None and run_at <= tx.now:
@@ -824,7 +849,7 @@ class Queue:
         delay = task.retry.delay(task.attempts, self._rng)
         state = after_failure(task.attempts, task.max_attempts, delay)
         run_at = time_after(at, delay) if state is State.WAITING else None
-        return state, tx.end_lease(task, state, at, error, run_at), run_at
+        return state, tx.end_lease(task, state, at, error, run_at, aging=self.aging), run_at
 
     def _policy(self, max_attempts: object, retry: object) -> tuple[int, Retry]:
         """The max_attempts and retry policy of a task added now: the queue's, or the
@@ -889,4 +914,5 @@ def _info(task: TaskRow) -> TaskInfo:
         result=payloads.readable(task.result),
         progress=task.progress,
         progress_message=task.progress_message,
+        priority=task.priority,
     )

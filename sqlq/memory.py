@@ -4,8 +4,10 @@ Data structures (n = number of tasks):
 
 * ``_tasks``: task id -> record, a list indexed by the ``_STATE``... constants
   below (a list is built in one step; an object would cost a constructor call).
-* ``_line``: a FIFO (deque) of AVAILABLE ids; only ``reserve``/``claim`` take
-  from it, and every move to AVAILABLE appends to it.
+* ``_line``: a min-heap of (line key, counter, task id), one per AVAILABLE
+  task (contract.line_key: the order of priorities, FIFO within one); only
+  ``reserve``/``claim`` pop from it, and every move to AVAILABLE pushes to it.
+  With one priority the keys only grow, so a push compares once.
 * ``_leases``: a FIFO (deque) of (deadline, token, task id), one per
   reservation.  Every deadline is ``time_after(now, lease_seconds)`` with ``now``
   the time high-water mark, and tokens only grow, so it is sorted as it is
@@ -46,6 +48,7 @@ from typing import Any, Final
 
 from . import payload as payloads
 from .contract import (
+    DEFAULT_AGING,
     FINISHED,
     LEASE_EXPIRED,
     MAX_ID_LENGTH,
@@ -55,6 +58,7 @@ from .contract import (
     Number,
     Outcome,
     State,
+    check_aging,
     check_batch,
     check_count,
     check_error,
@@ -62,6 +66,7 @@ from .contract import (
     check_flag,
     check_leases,
     check_max_attempts,
+    check_priority,
     check_progress,
     check_result,
     check_retry,
@@ -76,6 +81,7 @@ from .contract import (
     check_time,
     check_token,
     first_run,
+    line_key,
     result_of,
     time_after,
     undecodable_error,
@@ -108,6 +114,7 @@ _MAX_ATTEMPTS: Final = 9
 _RETRY: Final = 10  # the task's retry policy; None for Retry.immediate() (no delay to draw)
 _NAME: Final = 11
 _STOP: Final = 12  # when cancel asked the running task to stop; None if it did not
+_PRIORITY: Final = 13
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
@@ -130,14 +137,16 @@ class WorkQueue:
         retry: Retry | None = None,
         max_payload_bytes: int = payloads.DEFAULT_MAX_PAYLOAD_BYTES,
         rng: random.Random | None = None,
+        aging: float | None = DEFAULT_AGING,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
+        self.aging = check_aging(aging)
         self.retry = check_retry(retry)
         self._retry = _stored(self.retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
         self._rng = check_rng(rng)
         self._tasks: dict[str, Record] = {}
-        self._line: deque[str] = deque()
+        self._line: list[tuple[Number, int, str]] = []
         self._leases: deque[Entry] = deque()
         self._extended: list[Entry] = []
         self._waiting: list[Entry] = []
@@ -163,12 +172,14 @@ class WorkQueue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
     ) -> bool:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
         False, and no change, if the id exists in any state.  ``name`` is stored
         with the task and its leases carry it; ``max_attempts`` and ``retry``
-        replace the queue's for this task.
+        replace the queue's for this task.  ``priority`` (-1000 to 1000, higher
+        first) places it in the line with the queue's ``aging`` (see sqlq.contract).
         """
         if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
             task_id = check_task_id(task_id)
@@ -179,6 +190,8 @@ class WorkQueue:
             and name is None
             and max_attempts is None
             and retry is None
+            and type(priority) is int
+            and priority == 0
         ):
             if (type(now) is int or type(now) is float) and self._now <= now < self._due:
                 self._now = now
@@ -188,13 +201,14 @@ class WorkQueue:
             if task_id in tasks:
                 return False
             tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                              self.max_attempts, self._retry, None, None]  # fmt: skip
-            self._counter += 1
-            self._line.append(task_id)
+                              self.max_attempts, self._retry, None, None, 0]  # fmt: skip
+            self._counter += 1  # line_key(now, 0, aging), inline:
+            heapq.heappush(self._line, (0 if self.aging is None else now, self._counter, task_id))
             return True
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        task = (encoded, check_task_name(name), *self._policy(max_attempts, retry))
+        policy = self._policy(max_attempts, retry)
+        task = (encoded, check_task_name(name), *policy, check_priority(priority))
         now = self._advance(now)
         return self._insert(task_id, task, now, first_run(now, start))
 
@@ -359,7 +373,8 @@ class WorkQueue:
                 record[_STOP] = now
             return Cancel.STOPPING
         if state is _AVAILABLE:
-            self._line.remove(task_id)
+            self._line = [entry for entry in self._line if entry[2] != task_id]
+            heapq.heapify(self._line)
         elif state is _WAITING:
             self._waiting = [entry for entry in self._waiting if entry[2] != task_id]
             heapq.heapify(self._waiting)
@@ -397,12 +412,13 @@ class WorkQueue:
         run_at: Number | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
     ) -> list[bool]:
         """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
-        triple), as one call."""
+        triple), as one call; all with the same ``priority``."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        policy = self._policy(max_attempts, retry)
+        policy = (*self._policy(max_attempts, retry), check_priority(priority))
         now = self._advance(now)
         when = first_run(now, start)
         return [
@@ -600,7 +616,7 @@ class WorkQueue:
         added = [
             task_id
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
-            if self._insert(task_id, (encoded, schedule.task, *policy), now, now)
+            if self._insert(task_id, (encoded, schedule.task, *policy, 0), now, now)
         ]
         self._schedules[schedule.name] = todo.cursor
         return Ticked(added, schedule.next_tick(todo.cursor), now)
@@ -609,7 +625,7 @@ class WorkQueue:
         """Counts per state, the age of the front of the line, the next deadlines."""
         now = self._advance(now)
         counts = self.counts()
-        front = self._tasks[self._line[0]] if self._line else None
+        front = self._tasks[self._line[0][2]] if self._line else None
         waking = self._waiting[0][0] if self._waiting else None
         return QueueStats(
             counts=counts,
@@ -691,25 +707,25 @@ class WorkQueue:
         )
 
     def _insert(self, task_id: str, task: tuple[Any, ...], now: Number, run_at: Number) -> bool:
-        """Add a task: ``task`` is (encoded payload, name, max_attempts, stored retry)."""
+        """Add a task: ``task`` is (encoded payload, name, max_attempts, stored retry,
+        priority)."""
         tasks = self._tasks
         if task_id in tasks:
             return False
-        encoded, name, max_attempts, retry = task
+        encoded, name, max_attempts, retry, priority = task
         record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None,
-                                   max_attempts, retry, name, None]  # fmt: skip
+                                   max_attempts, retry, name, None, priority]  # fmt: skip
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
-            self._counter += 1  # the line position, as the database numbers it
-            self._line.append(task_id)
+            self._join_line(task_id, record)
         return True
 
     def _take(self, now: Number) -> str | None:
         """Lease the front of the line: the task's id, or None if the line is empty."""
         if not self._line or self._paused:
             return None
-        task_id = self._line.popleft()
+        task_id = heapq.heappop(self._line)[2]
         record = self._tasks[task_id]
         self._counter = token = self._counter + 1
         deadline = now + self.lease_seconds
@@ -729,7 +745,7 @@ class WorkQueue:
         """Lease the front of the line; a task whose payload cannot be decoded is
         dead-lettered on the way (see contract.undecodable_error)."""
         while self._line and not self._paused:
-            task_id = self._line[0]
+            task_id = self._line[0][2]
             record = self._tasks[task_id]
             try:  # before the lease is taken: a RecursionError (short of stack) changes nothing
                 payload = payloads.decode(record[_PAYLOAD])
@@ -762,15 +778,21 @@ class WorkQueue:
             self._make_waiting(task_id, record, time_after(when, delay), when)
         else:
             record[_STATE] = _AVAILABLE
-            self._counter += 1
-            self._line.append(task_id)
+            self._join_line(task_id, record)
         return record[_STATE]  # type: ignore[no-any-return]
 
     def _make_available(self, task_id: str, record: Record, now: Number) -> None:
         record[_STATE] = _AVAILABLE
         record[_UPDATED] = now
+        self._join_line(task_id, record)
+
+    def _join_line(self, task_id: str, record: Record) -> None:
+        """Put an AVAILABLE task in line at the call's time (an expiry or a wake-up
+        too, as the database does); its line position comes from the counter, as the
+        database numbers it."""
         self._counter += 1
-        self._line.append(task_id)
+        key = line_key(self._now, record[_PRIORITY], self.aging)
+        heapq.heappush(self._line, (key, self._counter, task_id))
 
     def _make_waiting(self, task_id: str, record: Record, run_at: Number, now: Number) -> None:
         self._counter += 1
@@ -831,6 +853,7 @@ class WorkQueue:
             result=payloads.readable(self._results.get(task_id)),
             progress=progress,
             progress_message=message,
+            priority=record[_PRIORITY],
         )
 
 

@@ -85,6 +85,8 @@ class TaskInfo:
     #: number and a message, each None if not reported.
     progress: float | None = None
     progress_message: str | None = None
+    #: Its priority (higher first; see sqlq.contract).
+    priority: int = 0
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from typing import Any, NoReturn, TypeVar
 import sqlalchemy as sa
 
 from ..backend import Claimed, Figures, Opened, TaskRow
-from ..contract import FINISHED, MAX_TIME, Completion, Number, Outcome, State
+from ..contract import DEFAULT_AGING, FINISHED, MAX_TIME, Completion, Number, Outcome, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
 from ..records import (
@@ -731,6 +731,9 @@ class PostgresTransaction:
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        *,
+        priority: int = 0,
+        aging: float | None = DEFAULT_AGING,
     ) -> bool:
         params = {
             "queue": queue,
@@ -745,6 +748,8 @@ class PostgresTransaction:
             "cap": retry.cap,
             "name": name,
             "channel": self._backend.channel(queue),
+            "priority": priority,
+            "aging": aging,
         }
         ((added, _announced),) = self._write(Q.insert_task, params)
         return bool(added)
@@ -756,6 +761,9 @@ class PostgresTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        *,
+        priority: int = 0,
+        aging: float | None = DEFAULT_AGING,
     ) -> list[bool]:
         """The ids the queue has are found first, so that only new ones take counter
         values; an id that another call adds meanwhile is skipped, and answered
@@ -783,6 +791,8 @@ class PostgresTransaction:
                 "cap": retry.cap,
                 "now": self._now,
                 "channel": self._backend.channel(queue),
+                "priority": priority,
+                "aging": aging,
             }
             added = {row[0] for row in self._opened_cursor.execute(Q.insert_many, params)}
         else:
@@ -840,6 +850,8 @@ class PostgresTransaction:
         error: str | None,
         run_at: Number | None = None,
         attempts_delta: int = 0,
+        *,
+        aging: float | None = DEFAULT_AGING,
     ) -> int:
         params = {
             "id": task.row_id,
@@ -850,6 +862,8 @@ class PostgresTransaction:
             "error": stored_or_none(error),
             "finished_at": at if state in FINISHED else None,
             "at": at,
+            "now": self._now,
+            "aging": aging,
         }
         row = self._opened_cursor.execute(Q.end_lease, params).fetchone()
         self._announce |= state is State.AVAILABLE
@@ -870,15 +884,19 @@ class PostgresTransaction:
         ((stop,),) = self._write(Q.extend_lease, params)
         return None if stop is None else bool(stop)
 
-    def wake(self, task: TaskRow, order: int, at: Number) -> None:
-        params = {"id": task.row_id, "order": order, "at": at}
-        if self._opened_cursor.execute(Q.wake_task, params).rowcount != 1:
+    def wake(
+        self, task: TaskRow, order: int, at: Number, *, aging: float | None = DEFAULT_AGING
+    ) -> None:
+        cur = self._opened_cursor  # (first: the call's time is known once it opened)
+        params = {"id": task.row_id, "order": order, "at": at, "now": self._now, "aging": aging}
+        if cur.execute(Q.wake_task, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
         self._announce = True
 
-    def redrive(self, row_id: int) -> bool:
+    def redrive(self, row_id: int, *, aging: float | None = DEFAULT_AGING) -> bool:
         cur = self._opened_cursor
-        redriven = cur.execute(Q.redrive_task, {"id": row_id, "now": self._now}).rowcount == 1
+        params = {"id": row_id, "now": self._now, "aging": aging}
+        redriven = cur.execute(Q.redrive_task, params).rowcount == 1
         self._announce |= redriven
         return bool(redriven)
 
@@ -982,12 +1000,12 @@ def _claimed(row: tuple[Any, ...]) -> Claimed:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
      run_at, payload, payload_bytes, error, created, updated, finished, name,
-     stop, result, progress, message) = row  # fmt: skip
+     stop, result, progress, message, priority) = row  # fmt: skip
     return TaskRow(
         row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at,
         payload if payload_bytes is None else payload_bytes, read_or_none(error),
-        created, updated, finished, name, stop, result, progress, message,
+        created, updated, finished, name, stop, result, progress, message, priority,
     )  # fmt: skip
 
 

@@ -1,0 +1,180 @@
+"""Priorities (sqlq.contract): higher first, FIFO within a priority, aging that keeps
+low priorities from starving (or strict priorities with ``aging=None``), on every
+face and backend; the registry's default and per-send priority; the checks."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import sqlq
+from sqlq import Retry
+from sqlq.contract import DEFAULT_AGING, MAX_PRIORITY, MIN_PRIORITY, line_key
+from sqlq.errors import InvalidArgument, InvalidConfig
+
+Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
+
+
+def _drain(q: Any, now: float) -> list[str]:
+    """Every task id the line hands out at ``now``, in order."""
+    taken = []
+    while (task_id := q.reserve(now)) is not None:
+        taken.append(task_id)
+    return taken
+
+
+def test_higher_priorities_go_first_and_each_priority_is_fifo(make_queue: Factory) -> None:
+    q = make_queue(100, 3)
+    for i, (task_id, priority) in enumerate(
+        [("a0", 0), ("b5", 5), ("c-3", -3), ("d5", 5), ("e0", 0), ("f-3", -3), ("g9", 9)]
+    ):
+        assert q.add(task_id, i, priority=priority) is True
+    assert _drain(q, 10) == ["g9", "b5", "d5", "a0", "e0", "c-3", "f-3"]
+
+
+def test_one_priority_is_the_fifo_line(make_queue: Factory) -> None:
+    """Every task of priority 7 (or all of the default 0): the order they were added."""
+    q = make_queue(100, 3)
+    ids = [f"t{i}" for i in range(6)]
+    for i, task_id in enumerate(ids):
+        q.add(task_id, i // 2, priority=7)
+    assert _drain(q, 10) == ids
+
+
+def test_aging_lets_a_waiting_task_pass_higher_priorities_that_came_later(
+    make_queue: Factory,
+) -> None:
+    """With aging 10 s, priority 2 goes before priority 0 that joined less than 20 s
+    earlier, and after one that joined more than 20 s earlier (ties: FIFO)."""
+    q = make_queue(100, 3, aging=10)
+    q.add("low", 0)
+    q.add("high-soon", 19, priority=2)  # key -1: before low's 0
+    q.add("high-tie", 20, priority=2)  # key 0: low's, but joined later
+    q.add("high-late", 21, priority=2)  # key 1: after low
+    assert _drain(q, 30) == ["high-soon", "low", "high-tie", "high-late"]
+
+
+def test_strict_priorities_with_aging_none(make_queue: Factory) -> None:
+    """aging=None: a lower priority waits while any higher one is in line, however
+    long it has waited."""
+    q = make_queue(100, 3, aging=None)
+    q.add("old-low", 0, priority=-1)
+    q.add("zero", 10**6)
+    q.add("high", 2 * 10**6, priority=1)
+    assert _drain(q, 3 * 10**6) == ["high", "zero", "old-low"]
+
+
+def test_a_retried_released_woken_or_redriven_task_keeps_its_priority(
+    make_queue: Factory,
+) -> None:
+    """Every move back to AVAILABLE places the task by its priority, at the time of
+    the call that makes the move (a wake-up or an expiry: the call that applies it)."""
+    q = make_queue(10, 3, retry=Retry.fixed(5), aging=None)
+    q.add("hi", 0, priority=3)
+    q.add_many(["x", "y"], 0)
+    lease = q.claim(0)
+    assert lease.task_id == "hi"
+    assert q.fail("hi", 1, token=lease.token) == "WAITING"  # wakes at 6
+    assert q.reserve(7) == "hi"  # woken, ahead of x and y
+    assert q.release("hi", q.info("hi", 7).token, 8) is True
+    assert q.reserve(8) == "hi"  # released: ahead again
+    assert q.reserve(30) == "hi"  # its lease ran out at 18: retried, WAITING until 23
+    assert q.fail("hi", 31, token=q.info("hi", 31).token) == "DEAD"
+    assert q.redrive(32) == 1
+    assert q.info("hi", 32).priority == 3
+    assert _drain(q, 33) == ["hi", "x", "y"]
+
+
+def test_claim_many_takes_the_front_in_order(make_queue: Factory) -> None:
+    q = make_queue(100, 3)
+    q.add_many(["l1", "l2"], 0, priority=-5)
+    q.add_many(["h1", "h2"], 1, priority=5)
+    q.add("z", 2)
+    assert [lease.task_id for lease in q.claim_many(4, 3)] == ["h1", "h2", "z", "l1"]
+    assert q.reserve(3) == "l2"
+
+
+def test_info_and_tasks_show_the_priority(make_queue: Factory) -> None:
+    q = make_queue(100, 3)
+    q.add("p", 0, priority=MAX_PRIORITY)
+    q.add("n", 0, priority=MIN_PRIORITY)
+    q.add("d", 0, delay=5, priority=-2)
+    assert [(t.task_id, t.priority) for t in q.tasks(1)] == [
+        ("p", MAX_PRIORITY),
+        ("n", MIN_PRIORITY),
+        ("d", -2),
+    ]
+    assert q.info("p", 1).priority == MAX_PRIORITY
+
+
+def test_stats_age_is_that_of_the_front_of_the_line(make_queue: Factory) -> None:
+    q = make_queue(100, 3)
+    q.add("old", 0)
+    q.add("urgent", 50, priority=10)
+    assert q.stats(60).oldest_available_age == 10  # urgent is next, waiting since 50
+
+
+@pytest.mark.parametrize("priority", ["1", 1.0, True, None, MAX_PRIORITY + 1, MIN_PRIORITY - 1])
+def test_a_bad_priority_is_refused_and_changes_nothing(make_queue: Factory, priority: Any) -> None:
+    q = make_queue(100, 3)
+    with pytest.raises(InvalidArgument, match="priority"):
+        q.add("t", 0, priority=priority)
+    with pytest.raises(InvalidArgument, match="priority"):
+        q.add_many(["u"], 0, priority=priority)
+    assert q.tasks(1) == []
+    assert q.add("t", 1, priority=1) and q.reserve(1) == "t"
+
+
+@pytest.mark.parametrize("aging", [0, -1, math.nan, math.inf, "60", True, 10**9 + 1])
+def test_a_bad_aging_is_refused(aging: Any) -> None:
+    with pytest.raises(InvalidConfig, match="aging"):
+        sqlq.WorkQueue(10, 3, aging=aging)
+    with pytest.raises(InvalidConfig, match="aging"):
+        sqlq.Queue(":memory:", lease_seconds=10, max_attempts=3, aging=aging)
+
+
+def test_the_line_key_is_the_contracts_rule() -> None:
+    assert DEFAULT_AGING == 60.0
+    assert line_key(1000, 2, 60.0) == 880.0
+    assert line_key(1000, -1, 60.0) == 1060.0
+    assert line_key(1000, 2, None) == -2
+
+
+def test_a_registered_task_has_a_default_priority_and_each_send_may_override_it() -> None:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="urgent", priority=4)
+    def urgent(n: int) -> int:
+        return n
+
+    @tasks.task(name="plain")
+    def plain(n: int) -> int:
+        return n
+
+    q = sqlq.WorkQueue(100, 3)
+    low = plain.enqueue(q, {"n": 1}, now=0)
+    high = urgent.enqueue(q, {"n": 2}, now=0)
+    lowered = urgent.enqueue(q, {"n": 3}, now=0, priority=-1)
+    raised = plain.enqueue(q, {"n": 4}, now=0, priority=9)
+    assert _drain(q, 1) == [raised, high, low, lowered]
+    with pytest.raises(InvalidConfig, match="priority"):
+        tasks.task(name="bad", priority=5000)
+    with pytest.raises(InvalidArgument, match="priority"):
+        plain.enqueue(q, {"n": 5}, now=1, priority="high")
+
+
+def test_async_queue_adds_with_a_priority(tmp_path: Any) -> None:
+    async def main() -> list[str | None]:
+        async with sqlq.AsyncQueue(
+            str(tmp_path / "q.db"), lease_seconds=10, max_attempts=3, aging=None
+        ) as aq:
+            await aq.add("low", priority=-1)
+            await aq.add("high", priority=1)
+            await aq.add_many(["mid"])
+            return [await aq.reserve() for _ in range(4)]
+
+    assert asyncio.run(main()) == ["high", "mid", "low", None]
