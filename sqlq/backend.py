@@ -28,8 +28,7 @@ PostgreSQL later) implements them with its own SQL and promises:
   lease, takes the next value.
 * The line is ordered by (line key, seq): every move to AVAILABLE sets the
   task's line key to ``contract.line_key(now, priority, aging)``, at the call's
-  ``now`` (whatever time the event had), ``aging`` being the caller's (None:
-  strict priorities).
+  ``now`` (whatever time the event had), ``aging`` being the caller's.
 """
 
 from __future__ import annotations
@@ -123,7 +122,7 @@ class Transaction(Protocol):
         name: str | None,
         *,
         priority: int = 0,
-        aging: float | None = DEFAULT_AGING,
+        aging: float = DEFAULT_AGING,
     ) -> bool:
         """Add a task: AVAILABLE at its place in the line (``priority``'s, see the
         module docstring), or WAITING until ``run_at``.
@@ -141,7 +140,7 @@ class Transaction(Protocol):
         run_at: Number | None,
         *,
         priority: int = 0,
-        aging: float | None = DEFAULT_AGING,
+        aging: float = DEFAULT_AGING,
     ) -> list[bool]:
         """``insert`` for each (task id, payload, name) in order; an id seen earlier in the
         batch counts as existing."""
@@ -187,7 +186,7 @@ class Transaction(Protocol):
         run_at: Number | None = None,
         attempts_delta: int = 0,
         *,
-        aging: float | None = DEFAULT_AGING,
+        aging: float = DEFAULT_AGING,
     ) -> int:
         """End ``task``'s lease at time ``at``: AVAILABLE, WAITING until ``run_at``, or DEAD.
 
@@ -202,13 +201,11 @@ class Transaction(Protocol):
         task was asked to stop."""
         ...
 
-    def wake(
-        self, task: TaskRow, order: int, at: Number, *, aging: float | None = DEFAULT_AGING
-    ) -> None:
+    def wake(self, task: TaskRow, order: int, at: Number, *, aging: float = DEFAULT_AGING) -> None:
         """WAITING -> AVAILABLE (woken at ``at``); guarded by the wake-up ``order``."""
         ...
 
-    def redrive(self, row_id: int, *, aging: float | None = DEFAULT_AGING) -> bool:
+    def redrive(self, row_id: int, *, aging: float = DEFAULT_AGING) -> bool:
         """DEAD -> AVAILABLE at ``now`` with attempts reset."""
         ...
 

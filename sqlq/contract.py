@@ -38,13 +38,14 @@ is the time it joined the line (the time of the call that made it AVAILABLE:
 its add, release, fail or redrive, or the first call after its wake-up or its
 lease's expiry) minus ``p * aging`` seconds, ``aging`` being the queue's option
 (DEFAULT_AGING; positive): it is ordered as if it had joined ``p * aging``
-seconds earlier.  So within one priority the line is FIFO, a task goes before
+seconds earlier (tasks of priority 0 at the time they joined, whatever the
+aging).  So within one priority the line is FIFO, a task goes before
 every task of a lower priority that joined less than ``Δp * aging`` seconds
 before it, and a task waits for a higher-priority task that joins at most
 ``Δp * aging`` seconds after it, never for later ones: no priority starves.
-With ``aging=None`` priorities are strict: the key is ``-p``, and a lower
-priority waits while any higher one is AVAILABLE.  One priority (all 0, the
-default) is the FIFO line of the core contract.
+With ``aging=None`` priorities are strict: aging is STRICT_AGING, more than any
+two times differ, so a lower priority waits while any higher one is AVAILABLE.
+One priority (all 0, the default) is the FIFO line of the core contract.
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ MIN_PRIORITY: Final = -1000
 MAX_PRIORITY: Final = 1000
 #: Seconds of waiting that one step of priority is worth (see the module docstring).
 DEFAULT_AGING: Final = 60.0
+#: The aging of strict priorities (``aging=None``): a step of priority outweighs
+#: any wait, since no two accepted times are further apart.
+STRICT_AGING: Final = float(MAX_TIME)
 
 Number = int | float
 
@@ -226,11 +230,11 @@ def check_priority(priority: object, error: type[Exception] = InvalidArgument) -
     return int(priority)
 
 
-def check_aging(aging: object) -> float | None:
+def check_aging(aging: object) -> float:
     """A queue's aging: seconds of waiting worth one step of priority, a number in
-    (0, MAX_LEASE_SECONDS]; None for strict priorities."""
+    (0, MAX_LEASE_SECONDS]; None for strict priorities (STRICT_AGING)."""
     if aging is None:
-        return None
+        return STRICT_AGING
     if isinstance(aging, bool) or not isinstance(aging, int | float):
         raise InvalidConfig(
             f"aging must be a number of seconds, or None for strict priorities; "
@@ -244,12 +248,13 @@ def check_aging(aging: object) -> float | None:
     return float(aging)
 
 
-def line_key(joined: Number, priority: int, aging: float | None) -> Number:
+def line_key(joined: Number, priority: int, aging: float) -> float:
     """The order of a task in the line (lowest first, then the order it joined):
-    the time it joined moved ``priority * aging`` seconds earlier, or ``-priority``
-    for strict priorities.  The SQL of both backends computes the same doubles
-    (``coalesce(now - priority * aging, -priority)``)."""
-    return -priority if aging is None else joined - priority * aging
+    the time it joined moved ``priority * aging`` seconds earlier.  The SQL of both
+    backends computes the same doubles (``now - priority * aging``), and so does a
+    float ``aging`` here.  For priority 0 it is the time: times and line positions
+    grow together, so one priority is the FIFO line."""
+    return joined - priority * aging
 
 
 def check_max_attempts(max_attempts: object) -> int:

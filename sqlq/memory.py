@@ -202,8 +202,8 @@ class WorkQueue:
                 return False
             tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
                               self.max_attempts, self._retry, None, None, 0]  # fmt: skip
-            self._counter += 1  # line_key(now, 0, aging), inline:
-            heapq.heappush(self._line, (0 if self.aging is None else now, self._counter, task_id))
+            self._counter += 1  # line_key(now, 0, aging) is now
+            heapq.heappush(self._line, (now, self._counter, task_id))
             return True
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)

@@ -13,7 +13,14 @@ import pytest
 
 import sqlq
 from sqlq import Retry
-from sqlq.contract import DEFAULT_AGING, MAX_PRIORITY, MIN_PRIORITY, line_key
+from sqlq.contract import (
+    DEFAULT_AGING,
+    MAX_PRIORITY,
+    MAX_TIME,
+    MIN_PRIORITY,
+    STRICT_AGING,
+    line_key,
+)
 from sqlq.errors import InvalidArgument, InvalidConfig
 
 Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
@@ -141,7 +148,10 @@ def test_the_line_key_is_the_contracts_rule() -> None:
     assert DEFAULT_AGING == 60.0
     assert line_key(1000, 2, 60.0) == 880.0
     assert line_key(1000, -1, 60.0) == 1060.0
-    assert line_key(1000, 2, None) == -2
+    assert line_key(1000, 0, STRICT_AGING) == 1000.0
+    assert sqlq.WorkQueue(1, 1, aging=None).aging == STRICT_AGING
+    # strict: one step of priority outweighs the longest wait there can be
+    assert line_key(MAX_TIME, 1, STRICT_AGING) <= line_key(0, 0, STRICT_AGING)
 
 
 def test_a_registered_task_has_a_default_priority_and_each_send_may_override_it() -> None:

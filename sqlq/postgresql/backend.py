@@ -733,7 +733,7 @@ class PostgresTransaction:
         name: str | None,
         *,
         priority: int = 0,
-        aging: float | None = DEFAULT_AGING,
+        aging: float = DEFAULT_AGING,
     ) -> bool:
         params = {
             "queue": queue,
@@ -763,7 +763,7 @@ class PostgresTransaction:
         run_at: Number | None,
         *,
         priority: int = 0,
-        aging: float | None = DEFAULT_AGING,
+        aging: float = DEFAULT_AGING,
     ) -> list[bool]:
         """The ids the queue has are found first, so that only new ones take counter
         values; an id that another call adds meanwhile is skipped, and answered
@@ -851,7 +851,7 @@ class PostgresTransaction:
         run_at: Number | None = None,
         attempts_delta: int = 0,
         *,
-        aging: float | None = DEFAULT_AGING,
+        aging: float = DEFAULT_AGING,
     ) -> int:
         params = {
             "id": task.row_id,
@@ -884,16 +884,14 @@ class PostgresTransaction:
         ((stop,),) = self._write(Q.extend_lease, params)
         return None if stop is None else bool(stop)
 
-    def wake(
-        self, task: TaskRow, order: int, at: Number, *, aging: float | None = DEFAULT_AGING
-    ) -> None:
+    def wake(self, task: TaskRow, order: int, at: Number, *, aging: float = DEFAULT_AGING) -> None:
         cur = self._opened_cursor  # (first: the call's time is known once it opened)
         params = {"id": task.row_id, "order": order, "at": at, "now": self._now, "aging": aging}
         if cur.execute(Q.wake_task, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
         self._announce = True
 
-    def redrive(self, row_id: int, *, aging: float | None = DEFAULT_AGING) -> bool:
+    def redrive(self, row_id: int, *, aging: float = DEFAULT_AGING) -> bool:
         cur = self._opened_cursor
         params = {"id": row_id, "now": self._now, "aging": aging}
         redriven = cur.execute(Q.redrive_task, params).rowcount == 1

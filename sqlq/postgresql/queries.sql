@@ -156,8 +156,7 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
 -- name: insert_task
 -- Add a task (see _call: the call's time, and (mark, now, due, go) first in the
 -- answer), AVAILABLE at the back of the line or WAITING until run_at, taking
--- the next counter value as its seq and contract.line_key's line key (:aging
--- NULL: strict priorities); nothing (and no counter value) if the id exists in
+-- the next counter value as its seq and contract.line_key's line key; nothing (and no counter value) if the id exists in
 -- any state.  Announces an AVAILABLE task on :channel (see
 -- listen.py) in the same statement.  Then (added, announced): 1 or 0 each.
 WITH {{_call}}, added AS (
@@ -167,7 +166,7 @@ WITH {{_call}}, added AS (
     SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
            %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
            %(cap)s::float8, call.now, call.now, %(name)s, %(priority)s::integer,
-           coalesce(call.now - %(priority)s::integer * %(aging)s::float8, -%(priority)s::integer)
+           call.now - %(priority)s::integer * %(aging)s::float8
     FROM call
     WHERE call.go
       AND NOT EXISTS (SELECT 1 FROM sqlq_tasks
@@ -199,8 +198,7 @@ WITH items AS (
     SELECT %(queue)s, task_id, %(state)s, seq, 0, %(max_attempts)s, %(run_at)s::float8,
            payload, payload_bytes, %(kind)s, %(base)s::float8, %(cap)s::float8,
            %(now)s::float8, %(now)s::float8, name, %(priority)s::integer,
-           coalesce(%(now)s::float8 - %(priority)s::integer * %(aging)s::float8,
-                    -%(priority)s::integer)
+           %(now)s::float8 - %(priority)s::integer * %(aging)s::float8
     FROM numbered ORDER BY k
     ON CONFLICT (queue, task_id) DO NOTHING
     RETURNING task_id, state
@@ -333,7 +331,7 @@ SET state = %(state)s,
     seq = CASE WHEN %(state)s IN ('AVAILABLE', 'WAITING') THEN nextval('sqlq_counter')
                ELSE seq END,
     run_at = %(run_at)s::float8, deadline = NULL,
-    line_key = coalesce(%(now)s::float8 - priority * %(aging)s::float8, -priority),
+    line_key = %(now)s::float8 - priority * %(aging)s::float8,
     attempts = attempts + %(attempts_delta)s, last_error = %(error)s,
     finished_at = %(finished_at)s::float8, updated_at = %(at)s::float8
 WHERE id = %(id)s AND state = 'RESERVED' AND lease_id = %(token)s
@@ -362,7 +360,7 @@ SELECT call.mark, call.now, call.due, call.go, (SELECT stop FROM moved) FROM cal
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', seq = nextval('sqlq_counter'), run_at = NULL,
     updated_at = %(at)s::float8,
-    line_key = coalesce(%(now)s::float8 - priority * %(aging)s::float8, -priority)
+    line_key = %(now)s::float8 - priority * %(aging)s::float8
 WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 
 -- name: redrive_task
@@ -370,7 +368,7 @@ WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = nextval('sqlq_counter'), finished_at = NULL,
     updated_at = %(now)s::float8,
-    line_key = coalesce(%(now)s::float8 - priority * %(aging)s::float8, -priority)
+    line_key = %(now)s::float8 - priority * %(aging)s::float8
 WHERE id = %(id)s AND state = 'DEAD'
 
 -- name: dead_ids

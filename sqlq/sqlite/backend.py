@@ -818,7 +818,7 @@ class SqliteTransaction:
         name: str | None,
         *,
         priority: int = 0,
-        aging: float | None = DEFAULT_AGING,
+        aging: float = DEFAULT_AGING,
     ) -> bool:
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
@@ -837,7 +837,7 @@ class SqliteTransaction:
         run_at: Number | None,
         *,
         priority: int = 0,
-        aging: float | None = DEFAULT_AGING,
+        aging: float = DEFAULT_AGING,
     ) -> list[bool]:
         """One insert_batch of the whole batch when every id in it is new (the usual
         case); otherwise that is undone, the new ids are found first, and
@@ -872,7 +872,7 @@ class SqliteTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
-        rule: tuple[int, float | None],
+        rule: tuple[int, float],
     ) -> bool:
         """insert_batch, kept if it added every task; False (and nothing changed) if
         some id was not new, or a payload is bytes, which JSON cannot carry.
@@ -951,7 +951,7 @@ class SqliteTransaction:
         run_at: Number | None = None,
         attempts_delta: int = 0,
         *,
-        aging: float | None = DEFAULT_AGING,
+        aging: float = DEFAULT_AGING,
     ) -> int:
         """Returns the task's new seq (line position or wake-up order)."""
         seq = self._next_id() if state in (State.AVAILABLE, State.WAITING) else task.seq
@@ -982,9 +982,7 @@ class SqliteTransaction:
         row = self._cur.execute(Q.extend_lease, params).fetchone()
         return None if row is None else bool(row[0])
 
-    def wake(
-        self, task: TaskRow, order: int, at: Number, *, aging: float | None = DEFAULT_AGING
-    ) -> None:
+    def wake(self, task: TaskRow, order: int, at: Number, *, aging: float = DEFAULT_AGING) -> None:
         params = {
             "id": task.row_id,
             "order": order,
@@ -995,7 +993,7 @@ class SqliteTransaction:
         }
         self._expect_one(Q.wake_task, params, task, "WAITING")
 
-    def redrive(self, row_id: int, *, aging: float | None = DEFAULT_AGING) -> bool:
+    def redrive(self, row_id: int, *, aging: float = DEFAULT_AGING) -> bool:
         params = {"id": row_id, "seq": self._counter + 1, "now": self.now, "aging": aging}
         if self._cur.execute(Q.redrive_task, params).rowcount != 1:
             return False

@@ -1,9 +1,9 @@
 -- 0007: priorities, as SQLite's 0010 (see sqlq/contract.py).  A task has a
 -- priority, and the line is ordered by a line key, then by seq (the order tasks
 -- joined it).  The key is what contract.line_key gives when the task becomes
--- AVAILABLE: the time it did, moved priority * aging seconds earlier (or
--- -priority, with strict priorities).  With every priority 0 it is the line of
--- before: times and seqs grow together.
+-- AVAILABLE: the time it joined, moved priority * aging seconds earlier (strict
+-- priorities: an aging longer than any wait).  With every priority 0 it is the
+-- line of before: times and seqs grow together.
 --
 -- ADD COLUMN with a constant default rewrites no row.  The tasks in line before
 -- this migration get key 0: ahead of every task added after it with priority 0
