@@ -28,7 +28,8 @@ PostgreSQL later) implements them with its own SQL and promises:
   lease, takes the next value.
 * The line is ordered by (line key, seq): every move to AVAILABLE sets the
   task's line key to ``contract.line_key(now, priority, aging)``, at the call's
-  ``now`` (whatever time the event had), ``aging`` being the caller's.
+  ``now`` (whatever time the event had), with the priority and aging the task
+  was added with.
 """
 
 from __future__ import annotations
@@ -185,8 +186,6 @@ class Transaction(Protocol):
         error: str | None,
         run_at: Number | None = None,
         attempts_delta: int = 0,
-        *,
-        aging: float = DEFAULT_AGING,
     ) -> int:
         """End ``task``'s lease at time ``at``: AVAILABLE, WAITING until ``run_at``, or DEAD.
 
@@ -201,11 +200,11 @@ class Transaction(Protocol):
         task was asked to stop."""
         ...
 
-    def wake(self, task: TaskRow, order: int, at: Number, *, aging: float = DEFAULT_AGING) -> None:
+    def wake(self, task: TaskRow, order: int, at: Number) -> None:
         """WAITING -> AVAILABLE (woken at ``at``); guarded by the wake-up ``order``."""
         ...
 
-    def redrive(self, row_id: int, *, aging: float = DEFAULT_AGING) -> bool:
+    def redrive(self, row_id: int) -> bool:
         """DEAD -> AVAILABLE at ``now`` with attempts reset."""
         ...
 

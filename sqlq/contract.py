@@ -36,8 +36,10 @@ Priorities (``add(..., priority=p)``, an int from MIN_PRIORITY to MAX_PRIORITY,
 lowest *line key*, then the one that joined the line first.  A task's line key
 is the time it joined the line (the time of the call that made it AVAILABLE:
 its add, release, fail or redrive, or the first call after its wake-up or its
-lease's expiry) minus ``p * aging`` seconds, ``aging`` being the queue's option
-(DEFAULT_AGING; positive): it is ordered as if it had joined ``p * aging``
+lease's expiry) minus ``p * aging`` seconds, ``aging`` (DEFAULT_AGING; positive)
+being the option of the queue that added it (stored with the task, as its
+max_attempts and retry policy, so whichever process retries or wakes it later
+places it the same way): it is ordered as if it had joined ``p * aging``
 seconds earlier (tasks of priority 0 at the time they joined, whatever the
 aging).  So within one priority the line is FIFO, a task goes before
 every task of a lower priority that joined less than ``Δp * aging`` seconds

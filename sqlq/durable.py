@@ -100,11 +100,10 @@ class Queue:
     most ``max_clock_step`` early.  A ``now`` passed in, or a custom ``clock``,
     is trusted as given (that is the injectable clock of tests and replays).
 
-    ``max_attempts`` and ``retry`` are stored with each task when it is added;
-    ``lease_seconds`` applies to the leases this object hands out.  ``aging``
-    (seconds, DEFAULT_AGING; None for strict priorities) is how a task's priority
-    places it in the line when it becomes AVAILABLE (see sqlq.contract): give every
-    process of a queue the same.
+    ``max_attempts``, ``retry`` and ``aging`` (seconds of waiting one step of
+    priority is worth, DEFAULT_AGING; None for strict priorities: see
+    sqlq.contract) are stored with each task when it is added; ``lease_seconds``
+    applies to the leases this object hands out.
 
     ``path_or_url`` chooses the backend (see sqlq.backends); the other keyword
     options are the backend's: for SQLite ``synchronous`` ("full" or "normal"),
@@ -369,10 +368,7 @@ class Queue:
             if task.stop_requested_at is not None:  # asked to stop: it runs no more
                 tx.end_lease(task, State.CANCELLED, tx.now, task.last_error)
             else:
-                tx.end_lease(
-                    task, State.AVAILABLE, tx.now, task.last_error, attempts_delta=-1,
-                    aging=self.aging,
-                )  # fmt: skip
+                tx.end_lease(task, State.AVAILABLE, tx.now, task.last_error, attempts_delta=-1)
             return True
 
     # --- cancel and pause (see sqlq.contract) ---------------------------------------
@@ -582,7 +578,7 @@ class Queue:
             else:
                 found = (tx.get(self.queue, task_id) for task_id in ids)
                 rows = [t.row_id for t in found if t is not None and t.state is State.DEAD]
-            return sum(tx.redrive(row_id, aging=self.aging) for row_id in rows)
+            return sum(tx.redrive(row_id) for row_id in rows)
 
     def purge(
         self,
@@ -830,7 +826,7 @@ class Queue:
                 at, order, task = events[i]
                 i += 1
             if task.state is State.WAITING:
-                tx.wake(task, order, at, aging=self.aging)
+                tx.wake(task, order, at)
                 continue
             _, seq, run_at = self._end_lease(tx, task, at, LEASE_EXPIRED)
             if run_at is not None and run_at <= tx.now:
@@ -849,7 +845,7 @@ class Queue:
         delay = task.retry.delay(task.attempts, self._rng)
         state = after_failure(task.attempts, task.max_attempts, delay)
         run_at = time_after(at, delay) if state is State.WAITING else None
-        return state, tx.end_lease(task, state, at, error, run_at, aging=self.aging), run_at
+        return state, tx.end_lease(task, state, at, error, run_at), run_at
 
     def _policy(self, max_attempts: object, retry: object) -> tuple[int, Retry]:
         """The max_attempts and retry policy of a task added now: the queue's, or the

@@ -95,6 +95,7 @@ tasks = Table(
     Column("progress", REAL, nullable=True),
     Column("progress_message", Text, nullable=True),
     Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("aging", REAL, nullable=False, server_default=text("60")),
     Column("line_key", REAL, nullable=False, server_default=text("0")),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
@@ -122,6 +123,7 @@ tasks = Table(
     CheckConstraint("length(name) > 0"),
     CheckConstraint("result IS NULL OR state = 'COMPLETED'"),
     CheckConstraint(f"priority BETWEEN {MIN_PRIORITY} AND {MAX_PRIORITY}"),
+    CheckConstraint("aging > 0"),
     sqlite_strict=True,
 )
 

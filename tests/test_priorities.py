@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from databases import queue_options
 
 import sqlq
 from sqlq import Retry
@@ -188,3 +189,23 @@ def test_async_queue_adds_with_a_priority(tmp_path: Any) -> None:
             return [await aq.reserve() for _ in range(4)]
 
     assert asyncio.run(main()) == ["high", "mid", "low", None]
+
+
+def test_a_task_keeps_the_aging_of_the_queue_that_added_it(queue_url: str) -> None:
+    """Aging is stored with each task when it is added (as max_attempts and retry): a
+    process with another aging that retries it, or applies its expiry, places it by
+    the aging it was added with."""
+    options: dict[str, Any] = {"lease_seconds": 1000, "max_attempts": 3}
+    with (
+        sqlq.Queue(queue_url, aging=None, **options, **queue_options(queue_url)) as strict,
+        sqlq.Queue(queue_url, aging=1, **options, **queue_options(queue_url)) as aged,
+    ):
+        strict.add("urgent", 0, priority=1)
+        lease = strict.claim(0)
+        aged.add("plain", 100)
+        assert aged.fail("urgent", 200, token=lease.token) == "AVAILABLE"
+        assert aged.reserve(300) == "urgent"  # strict: ahead of plain, 100 s earlier
+        aged.add("soon", 400, priority=1)  # aging 1 s: behind plain, 300 s earlier
+        assert [aged.reserve(500), aged.reserve(500)] == ["plain", "soon"]
+        aged.add("late", 1400)  # urgent's lease ran out at 1300: back in line first
+        assert [aged.reserve(1400), aged.reserve(1400)] == ["urgent", "late"]

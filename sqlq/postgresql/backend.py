@@ -850,8 +850,6 @@ class PostgresTransaction:
         error: str | None,
         run_at: Number | None = None,
         attempts_delta: int = 0,
-        *,
-        aging: float = DEFAULT_AGING,
     ) -> int:
         params = {
             "id": task.row_id,
@@ -863,7 +861,6 @@ class PostgresTransaction:
             "finished_at": at if state in FINISHED else None,
             "at": at,
             "now": self._now,
-            "aging": aging,
         }
         row = self._opened_cursor.execute(Q.end_lease, params).fetchone()
         self._announce |= state is State.AVAILABLE
@@ -884,17 +881,16 @@ class PostgresTransaction:
         ((stop,),) = self._write(Q.extend_lease, params)
         return None if stop is None else bool(stop)
 
-    def wake(self, task: TaskRow, order: int, at: Number, *, aging: float = DEFAULT_AGING) -> None:
+    def wake(self, task: TaskRow, order: int, at: Number) -> None:
         cur = self._opened_cursor  # (first: the call's time is known once it opened)
-        params = {"id": task.row_id, "order": order, "at": at, "now": self._now, "aging": aging}
+        params = {"id": task.row_id, "order": order, "at": at, "now": self._now}
         if cur.execute(Q.wake_task, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
         self._announce = True
 
-    def redrive(self, row_id: int, *, aging: float = DEFAULT_AGING) -> bool:
+    def redrive(self, row_id: int) -> bool:
         cur = self._opened_cursor
-        params = {"id": row_id, "now": self._now, "aging": aging}
-        redriven = cur.execute(Q.redrive_task, params).rowcount == 1
+        redriven = cur.execute(Q.redrive_task, {"id": row_id, "now": self._now}).rowcount == 1
         self._announce |= redriven
         return bool(redriven)
 

@@ -162,11 +162,12 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
 WITH {{_call}}, added AS (
     INSERT INTO sqlq_tasks
         (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
-         retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, line_key)
+         retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+         line_key)
     SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
            %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
            %(cap)s::float8, call.now, call.now, %(name)s, %(priority)s::integer,
-           call.now - %(priority)s::integer * %(aging)s::float8
+           %(aging)s::float8, call.now - %(priority)s::integer * %(aging)s::float8
     FROM call
     WHERE call.go
       AND NOT EXISTS (SELECT 1 FROM sqlq_tasks
@@ -194,10 +195,11 @@ WITH items AS (
 ), added AS (
     INSERT INTO sqlq_tasks
         (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
-         retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, line_key)
+         retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+         line_key)
     SELECT %(queue)s, task_id, %(state)s, seq, 0, %(max_attempts)s, %(run_at)s::float8,
            payload, payload_bytes, %(kind)s, %(base)s::float8, %(cap)s::float8,
-           %(now)s::float8, %(now)s::float8, name, %(priority)s::integer,
+           %(now)s::float8, %(now)s::float8, name, %(priority)s::integer, %(aging)s::float8,
            %(now)s::float8 - %(priority)s::integer * %(aging)s::float8
     FROM numbered ORDER BY k
     ON CONFLICT (queue, task_id) DO NOTHING
@@ -331,7 +333,7 @@ SET state = %(state)s,
     seq = CASE WHEN %(state)s IN ('AVAILABLE', 'WAITING') THEN nextval('sqlq_counter')
                ELSE seq END,
     run_at = %(run_at)s::float8, deadline = NULL,
-    line_key = %(now)s::float8 - priority * %(aging)s::float8,
+    line_key = %(now)s::float8 - priority * aging,
     attempts = attempts + %(attempts_delta)s, last_error = %(error)s,
     finished_at = %(finished_at)s::float8, updated_at = %(at)s::float8
 WHERE id = %(id)s AND state = 'RESERVED' AND lease_id = %(token)s
@@ -360,7 +362,7 @@ SELECT call.mark, call.now, call.due, call.go, (SELECT stop FROM moved) FROM cal
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', seq = nextval('sqlq_counter'), run_at = NULL,
     updated_at = %(at)s::float8,
-    line_key = %(now)s::float8 - priority * %(aging)s::float8
+    line_key = %(now)s::float8 - priority * aging
 WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 
 -- name: redrive_task
@@ -368,7 +370,7 @@ WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = nextval('sqlq_counter'), finished_at = NULL,
     updated_at = %(now)s::float8,
-    line_key = %(now)s::float8 - priority * %(aging)s::float8
+    line_key = %(now)s::float8 - priority * aging
 WHERE id = %(id)s AND state = 'DEAD'
 
 -- name: dead_ids

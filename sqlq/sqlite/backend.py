@@ -950,8 +950,6 @@ class SqliteTransaction:
         error: str | None,
         run_at: Number | None = None,
         attempts_delta: int = 0,
-        *,
-        aging: float = DEFAULT_AGING,
     ) -> int:
         """Returns the task's new seq (line position or wake-up order)."""
         seq = self._next_id() if state in (State.AVAILABLE, State.WAITING) else task.seq
@@ -966,7 +964,6 @@ class SqliteTransaction:
             "finished_at": at if state in FINISHED else None,
             "at": at,
             "now": self.now,
-            "aging": aging,
         }
         self._expect_one(Q.end_lease, params, task, "RESERVED under its lease")
         return seq
@@ -982,19 +979,18 @@ class SqliteTransaction:
         row = self._cur.execute(Q.extend_lease, params).fetchone()
         return None if row is None else bool(row[0])
 
-    def wake(self, task: TaskRow, order: int, at: Number, *, aging: float = DEFAULT_AGING) -> None:
+    def wake(self, task: TaskRow, order: int, at: Number) -> None:
         params = {
             "id": task.row_id,
             "order": order,
             "seq": self._next_id(),
             "at": at,
             "now": self.now,
-            "aging": aging,
         }
         self._expect_one(Q.wake_task, params, task, "WAITING")
 
-    def redrive(self, row_id: int, *, aging: float = DEFAULT_AGING) -> bool:
-        params = {"id": row_id, "seq": self._counter + 1, "now": self.now, "aging": aging}
+    def redrive(self, row_id: int) -> bool:
+        params = {"id": row_id, "seq": self._counter + 1, "now": self.now}
         if self._cur.execute(Q.redrive_task, params).rowcount != 1:
             return False
         self._next_id()

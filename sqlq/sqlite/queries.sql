@@ -108,9 +108,9 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
 -- contract.line_key's.
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
-     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, line_key)
-VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13,
-        ?11 - ?13 * ?14)
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+     line_key)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14)
 ON CONFLICT (queue, task_id) DO NOTHING
 
 -- name: insert_batch
@@ -124,10 +124,11 @@ ON CONFLICT (queue, task_id) DO NOTHING
 -- a WHERE.)
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
-     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, line_key)
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+     line_key)
 SELECT ?1, iif(?11, value ->> 0, value), ?3, ?4 + key + 1, 0, ?5, ?6,
        iif(?11, value ->> 1, NULL), ?7, ?8, ?9, ?10, ?10, iif(?11, value ->> 2, NULL),
-       ?12, ?10 - ?12 * ?13
+       ?12, ?13, ?10 - ?12 * ?13
 FROM json_each(?2) WHERE true
 ON CONFLICT (queue, task_id) DO NOTHING
 
@@ -190,7 +191,7 @@ WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3 IS NULL OR leas
 -- lease the caller saw; zero rows means the task moved.
 UPDATE sqlq_tasks
 SET state = :state, seq = coalesce(:seq, seq), run_at = :run_at, deadline = NULL,
-    line_key = :now - priority * :aging,
+    line_key = :now - priority * aging,
     attempts = attempts + :attempts_delta, last_error = :error,
     finished_at = :finished_at, updated_at = :at
 WHERE id = :id AND state = 'RESERVED' AND lease_id = :token
@@ -209,14 +210,14 @@ RETURNING stop_requested_at IS NOT NULL
 -- wake-up the caller saw.
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', seq = :seq, run_at = NULL, updated_at = :at,
-    line_key = :now - priority * :aging
+    line_key = :now - priority * aging
 WHERE id = :id AND state = 'WAITING' AND seq = :order
 
 -- name: redrive_task
 -- DEAD -> AVAILABLE at the back of the line, attempts reset; the last error is kept.
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = :seq, finished_at = NULL, updated_at = :now,
-    line_key = :now - priority * :aging
+    line_key = :now - priority * aging
 WHERE id = :id AND state = 'DEAD'
 
 -- name: dead_ids

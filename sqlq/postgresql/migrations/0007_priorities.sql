@@ -1,6 +1,7 @@
 -- 0007: priorities, as SQLite's 0010 (see sqlq/contract.py).  A task has a
--- priority, and the line is ordered by a line key, then by seq (the order tasks
--- joined it).  The key is what contract.line_key gives when the task becomes
+-- priority and an aging (its queue's when it was added, as max_attempts and the
+-- retry policy), and the line is ordered by a line key, then by seq (the order
+-- tasks joined it).  The key is what contract.line_key gives when the task becomes
 -- AVAILABLE: the time it joined, moved priority * aging seconds earlier (strict
 -- priorities: an aging longer than any wait).  With every priority 0 it is the
 -- line of before: times and seqs grow together.
@@ -12,6 +13,7 @@
 
 ALTER TABLE sqlq_tasks
     ADD COLUMN priority integer NOT NULL DEFAULT 0,
+    ADD COLUMN aging double precision NOT NULL DEFAULT 60,
     ADD COLUMN line_key double precision NOT NULL DEFAULT 0;
 
 -- The line: a claim takes the first AVAILABLE rows in (line_key, seq) order, one

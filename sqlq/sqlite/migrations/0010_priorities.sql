@@ -1,9 +1,10 @@
--- 0010: priorities (see sqlq/contract.py).  A task has a priority, and the
--- line is ordered by a line key, then by seq (the order tasks joined it).  The
--- key is what contract.line_key gives when the task becomes AVAILABLE: the time
--- it joined, moved priority * aging seconds earlier (strict priorities: an aging
--- longer than any wait).  With every priority 0 it is the line of before: times
--- and seqs grow together.
+-- 0010: priorities (see sqlq/contract.py).  A task has a priority and an
+-- aging (its queue's when it was added, as max_attempts and the retry policy),
+-- and the line is ordered by a line key, then by seq (the order tasks joined
+-- it).  The key is what contract.line_key gives when the task becomes
+-- AVAILABLE: the time it joined, moved priority * aging seconds earlier (strict
+-- priorities: an aging longer than any wait).  With every priority 0 it is the
+-- line of before: times and seqs grow together.
 --
 -- ADD COLUMN with a constant default rewrites no row.  The tasks in line before
 -- this migration get key 0: ahead of every task added after it with priority 0
@@ -11,6 +12,8 @@
 
 ALTER TABLE sqlq_tasks ADD COLUMN priority INTEGER NOT NULL DEFAULT 0
     CHECK (priority BETWEEN -1000 AND 1000);
+
+ALTER TABLE sqlq_tasks ADD COLUMN aging REAL NOT NULL DEFAULT 60 CHECK (aging > 0);
 
 ALTER TABLE sqlq_tasks ADD COLUMN line_key REAL NOT NULL DEFAULT 0;
 
