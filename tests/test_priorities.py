@@ -5,15 +5,18 @@ face and backend; the registry's default and per-send priority; the checks."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from databases import queue_options
 
 import sqlq
-from sqlq import Retry
+from sqlq import Retry, cli
 from sqlq.contract import (
     DEFAULT_AGING,
     MAX_PRIORITY,
@@ -209,3 +212,62 @@ def test_a_task_keeps_the_aging_of_the_queue_that_added_it(queue_url: str) -> No
         assert [aged.reserve(500), aged.reserve(500)] == ["plain", "soon"]
         aged.add("late", 1400)  # urgent's lease ran out at 1300: back in line first
         assert [aged.reserve(1400), aged.reserve(1400)] == ["urgent", "late"]
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_sqlq_add_priority_and_aging_and_what_show_and_list_print(
+    queue_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _cli(capsys, "add", queue_url, "plain")[0] == 0
+    assert _cli(capsys, "list", queue_url)[1].splitlines()[0].split() == [
+        "task_id",
+        "name",
+        "state",
+        "attempts",
+        "progress",
+        "last_error",
+    ]  # fmt: skip  (no priority column while every task has priority 0)
+    assert _cli(capsys, "add", queue_url, "a", "b", "--priority", "7", "--aging", "none")[0] == 0
+    assert _cli(capsys, "add", queue_url, "c", "--priority", "-2", "--aging", "5m")[0] == 0
+    lines = [line.split() for line in _cli(capsys, "list", queue_url)[1].splitlines()]
+    assert lines[0][:4] == ["task_id", "name", "state", "priority"]
+    assert [line[:4] for line in lines[1:]] == [
+        ["plain", "-", "AVAILABLE", "0"],
+        ["a", "-", "AVAILABLE", "7"],
+        ["b", "-", "AVAILABLE", "7"],
+        ["c", "-", "AVAILABLE", "-2"],
+    ]
+    assert re.search(r"^priority: +7$", _cli(capsys, "show", queue_url, "a")[1], re.M)
+    assert json.loads(_cli(capsys, "show", queue_url, "c", "--json")[1])["priority"] == -2
+    listed = json.loads(_cli(capsys, "list", queue_url, "--json")[1])
+    assert [t["priority"] for t in listed["tasks"]] == [0, 7, 7, -2]
+    with sqlq.Queue(queue_url, lease_seconds=10, max_attempts=1) as q:
+        assert [q.reserve(), q.reserve(), q.reserve(), q.reserve()] == ["a", "b", "plain", "c"]
+
+
+@pytest.mark.parametrize("bad", [["--priority", "1001"], ["--priority", "x"], ["--aging", "0"]])
+def test_sqlq_add_refuses_a_bad_priority_or_aging(
+    queue_url: str, capsys: pytest.CaptureFixture[str], bad: list[str]
+) -> None:
+    code, _, err = _cli(capsys, "add", queue_url, "t", *bad)
+    assert code == 2 and bad[0] in err
+    with sqlq.Queue(queue_url, lease_seconds=10, max_attempts=1) as q:
+        assert q.tasks() == []
+
+
+def test_the_views_show_the_priority(queue_url: str) -> None:
+    with sqlq.Queue(queue_url, lease_seconds=300, max_attempts=1) as q:
+        q.add("running", priority=3)
+        q.add("doomed", priority=-4)
+        q.claim()
+        q.fail("doomed", token=q.claim().token)
+        with q.engine.connect() as conn:
+            leases = conn.execute(sa.text("SELECT task_id, priority FROM sqlq_leases")).all()
+            dead = conn.execute(sa.text("SELECT task_id, priority FROM sqlq_dead_letters")).all()
+    assert [tuple(r) for r in leases] == [("running", 3)]
+    assert [tuple(r) for r in dead] == [("doomed", -4)]
