@@ -115,7 +115,6 @@ _RETRY: Final = 10  # the task's retry policy; None for Retry.immediate() (no de
 _NAME: Final = 11
 _STOP: Final = 12  # when cancel asked the running task to stop; None if it did not
 _PRIORITY: Final = 13
-_AGING: Final = 14  # the queue's aging when the task was added
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
@@ -202,15 +201,14 @@ class WorkQueue:
             if task_id in tasks:
                 return False
             tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                              self.max_attempts, self._retry, None, None, 0,
-                              self.aging]  # fmt: skip
+                              self.max_attempts, self._retry, None, None, 0]  # fmt: skip
             self._counter += 1  # line_key(now, 0, aging) is now
             heapq.heappush(self._line, (now, self._counter, task_id))
             return True
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
         policy = self._policy(max_attempts, retry)
-        task = (encoded, check_task_name(name), *policy, check_priority(priority), self.aging)
+        task = (encoded, check_task_name(name), *policy, check_priority(priority))
         now = self._advance(now)
         return self._insert(task_id, task, now, first_run(now, start))
 
@@ -420,7 +418,7 @@ class WorkQueue:
         triple), as one call; all with the same ``priority``."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        policy = (*self._policy(max_attempts, retry), check_priority(priority), self.aging)
+        policy = (*self._policy(max_attempts, retry), check_priority(priority))
         now = self._advance(now)
         when = first_run(now, start)
         return [
@@ -618,7 +616,7 @@ class WorkQueue:
         added = [
             task_id
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
-            if self._insert(task_id, (encoded, schedule.task, *policy, 0, self.aging), now, now)
+            if self._insert(task_id, (encoded, schedule.task, *policy, 0), now, now)
         ]
         self._schedules[schedule.name] = todo.cursor
         return Ticked(added, schedule.next_tick(todo.cursor), now)
@@ -710,13 +708,13 @@ class WorkQueue:
 
     def _insert(self, task_id: str, task: tuple[Any, ...], now: Number, run_at: Number) -> bool:
         """Add a task: ``task`` is (encoded payload, name, max_attempts, stored retry,
-        priority, aging)."""
+        priority)."""
         tasks = self._tasks
         if task_id in tasks:
             return False
-        encoded, name, max_attempts, retry, priority, aging = task
+        encoded, name, max_attempts, retry, priority = task
         record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None,
-                                   max_attempts, retry, name, None, priority, aging]  # fmt: skip
+                                   max_attempts, retry, name, None, priority]  # fmt: skip
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
@@ -790,10 +788,11 @@ class WorkQueue:
 
     def _join_line(self, task_id: str, record: Record) -> None:
         """Put an AVAILABLE task in line at the call's time (an expiry or a wake-up
-        too, as the database does), by the priority and aging it was added with; its
-        line position comes from the counter, as the database numbers it."""
+        too, as the database does), by its priority and the queue's aging (the one
+        every task of this object was added with); its line position comes from the
+        counter, as the database numbers it."""
         self._counter += 1
-        key = line_key(self._now, record[_PRIORITY], record[_AGING])
+        key = line_key(self._now, record[_PRIORITY], self.aging)
         heapq.heappush(self._line, (key, self._counter, task_id))
 
     def _make_waiting(self, task_id: str, record: Record, run_at: Number, now: Number) -> None:

@@ -46,6 +46,7 @@ ASYNC = ("tests/test_async.py",)
 POSTGRESQL = ("tests/test_postgresql.py", *CORE)
 SCHEDULES = ("tests/test_schedules.py",)
 RESULTS = ("tests/test_results.py", "tests/test_stateful.py")
+PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 
 
 @dataclass(frozen=True)
@@ -480,6 +481,42 @@ MUTANTS = [
         "completed = [(e.lease.task_id, e.lease.token, e.result) for",
         "completed = [(e.lease.task_id, e.lease.token, None) for",
         RESULTS,
+    ),
+    # --- priorities
+    Mutant(
+        "sql-claim-ignores-priorities",
+        "sqlq/sqlite/queries.sql",
+        "            ORDER BY line_key, seq LIMIT 1)",
+        "            ORDER BY seq LIMIT 1)",
+        PRIORITIES,
+    ),
+    Mutant(
+        "pg-claim-many-ignores-priorities",
+        "sqlq/postgresql/queries.sql",
+        "    ORDER BY line_key, seq LIMIT %(n)s",
+        "    ORDER BY seq LIMIT %(n)s",
+        PRIORITIES,
+    ),
+    Mutant(
+        "memory-aging-sign-flipped",
+        "sqlq/contract.py",
+        "    return joined - priority * aging",
+        "    return joined + priority * aging",
+        PRIORITIES,
+    ),
+    Mutant(
+        "sql-retry-forgets-the-priority",
+        "sqlq/sqlite/queries.sql",
+        "    line_key = :now - priority * aging,",
+        "    line_key = :now,",
+        PRIORITIES,
+    ),
+    Mutant(
+        "sql-retry-with-a-fixed-aging",
+        "sqlq/sqlite/queries.sql",
+        "    line_key = :now - priority * aging,",
+        "    line_key = :now - priority * 60,",
+        PRIORITIES,
     ),
 ]
 
