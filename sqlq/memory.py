@@ -146,7 +146,7 @@ class WorkQueue:
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
         self._rng = check_rng(rng)
         self._tasks: dict[str, Record] = {}
-        self._line: list[tuple[Number, int, str]] = []
+        self._line: list[Entry] = []
         self._leases: deque[Entry] = deque()
         self._extended: list[Entry] = []
         self._waiting: list[Entry] = []
