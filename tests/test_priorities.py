@@ -7,13 +7,19 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from databases import queue_options
+from databases import cli_options, queue_options
 
 import sqlq
 from sqlq import Retry, cli
@@ -28,6 +34,7 @@ from sqlq.contract import (
 from sqlq.errors import InvalidArgument, InvalidConfig
 
 Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
+TESTS = Path(__file__).resolve().parent  # runner_handlers, for the worker processes
 
 
 def _drain(q: Any, now: float) -> list[str]:
@@ -271,3 +278,39 @@ def test_the_views_show_the_priority(queue_url: str) -> None:
             dead = conn.execute(sa.text("SELECT task_id, priority FROM sqlq_dead_letters")).all()
     assert [tuple(r) for r in leases] == [("running", 3)]
     assert [tuple(r) for r in dead] == [("doomed", -4)]
+
+
+def test_a_killed_workers_urgent_task_runs_first_when_its_lease_runs_out(
+    queue_url: str, tmp_path: Path
+) -> None:
+    """Real processes: a `sqlq worker` takes the urgent task first and is SIGKILLed in
+    it; once its lease has run out the task is back in line by its priority, ahead of
+    the tasks that waited all along, and another worker runs it first."""
+    log, pidfile = tmp_path / "log", tmp_path / "pid"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    command = [sys.executable, "-m", "sqlq", "worker", queue_url, "runner_handlers:handle",
+               "--lease", "2", *cli_options(queue_url)]  # fmt: skip
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=3, aging=None) as q:
+        for task_id in ["low-1", "low-2"]:
+            q.add(task_id, payload={"task": task_id, "log": str(log)})
+        urgent = {"task": "urgent", "log": str(log), "pidfile": str(pidfile), "hang": 600}
+        q.add("urgent", payload=urgent, priority=5)
+        first = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
+        try:
+            _wait_for(lambda: pidfile.exists() and pidfile.read_text().endswith("\n"))
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+        _wait_for(lambda: q.info("urgent").state == "AVAILABLE")  # its lease ran out
+        second = subprocess.run([*command, "--drain"], env=env, cwd=tmp_path, timeout=120)
+        assert second.returncode == 0
+    done = [line.split()[1] for line in log.read_text().splitlines() if line.startswith("done")]
+    assert done == ["urgent", "low-1", "low-2"]
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 60) -> None:
+    """Poll ``condition`` until it holds; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
