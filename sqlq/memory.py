@@ -4,10 +4,13 @@ Data structures (n = number of tasks):
 
 * ``_tasks``: task id -> record, a list indexed by the ``_STATE``... constants
   below (a list is built in one step; an object would cost a constructor call).
-* ``_line``: a min-heap of (line key, counter, task id), one per AVAILABLE
-  task (contract.line_key: the order of priorities, FIFO within one); only
-  ``reserve``/``claim`` pop from it, and every move to AVAILABLE pushes to it.
-  With one priority the keys only grow, so a push compares once.
+* ``_line``: priority -> a FIFO (deque) of (line key, counter, task id), one per
+  AVAILABLE task of that priority (contract.line_key); only ``reserve``/``claim``
+  take from them, and every move to AVAILABLE appends to one.  Within a priority
+  the keys grow with the time high-water mark, so each FIFO is in line order.
+* ``_fronts``: a min-heap of (line key, counter, priority), the first entry of
+  each FIFO: its top is the front of the line.  With one priority it holds one
+  entry, and a claim costs a popleft and a heapreplace.
 * ``_leases``: a FIFO (deque) of (deadline, token, task id), one per
   reservation.  Every deadline is ``time_after(now, lease_seconds)`` with ``now``
   the time high-water mark, and tokens only grow, so it is sorted as it is
@@ -146,7 +149,8 @@ class WorkQueue:
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
         self._rng = check_rng(rng)
         self._tasks: dict[str, Record] = {}
-        self._line: list[Entry] = []
+        self._line: dict[int, deque[Entry]] = {}
+        self._fronts: list[tuple[Number, int, int]] = []
         self._leases: deque[Entry] = deque()
         self._extended: list[Entry] = []
         self._waiting: list[Entry] = []
@@ -202,8 +206,12 @@ class WorkQueue:
                 return False
             tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
                               self.max_attempts, self._retry, None, None, 0]  # fmt: skip
-            self._counter += 1  # line_key(now, 0, aging) is now
-            heapq.heappush(self._line, (now, self._counter, task_id))
+            line = self._line.get(0)
+            if line is None:
+                self._join_line(task_id, tasks[task_id])
+            else:  # _join_line, inline: line_key(now, 0, aging) is now
+                self._counter += 1
+                line.append((now, self._counter, task_id))
             return True
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
@@ -373,8 +381,7 @@ class WorkQueue:
                 record[_STOP] = now
             return Cancel.STOPPING
         if state is _AVAILABLE:
-            self._line = [entry for entry in self._line if entry[2] != task_id]
-            heapq.heapify(self._line)
+            self._leave_line(task_id, record[_PRIORITY])
         elif state is _WAITING:
             self._waiting = [entry for entry in self._waiting if entry[2] != task_id]
             heapq.heapify(self._waiting)
@@ -625,7 +632,7 @@ class WorkQueue:
         """Counts per state, the age of the front of the line, the next deadlines."""
         now = self._advance(now)
         counts = self.counts()
-        front = self._tasks[self._line[0][2]] if self._line else None
+        front = self._tasks[self._line[self._fronts[0][2]][0][2]] if self._fronts else None
         waking = self._waiting[0][0] if self._waiting else None
         return QueueStats(
             counts=counts,
@@ -640,7 +647,7 @@ class WorkQueue:
         now = max(check_time(now), self._now)
         if self._paused:
             return False
-        if self._line or (self._waiting and self._waiting[0][0] <= now):
+        if self._fronts or (self._waiting and self._waiting[0][0] <= now):
             return True
         deadline = self._next_deadline()
         return deadline is not None and deadline <= now
@@ -723,9 +730,18 @@ class WorkQueue:
 
     def _take(self, now: Number) -> str | None:
         """Lease the front of the line: the task's id, or None if the line is empty."""
-        if not self._line or self._paused:
+        fronts = self._fronts
+        if not fronts or self._paused:
             return None
-        task_id = heapq.heappop(self._line)[2]
+        priority = fronts[0][2]
+        line = self._line[priority]
+        task_id = line.popleft()[2]
+        if line:
+            key, counter, _ = line[0]
+            heapq.heapreplace(fronts, (key, counter, priority))
+        else:
+            heapq.heappop(fronts)
+            del self._line[priority]
         record = self._tasks[task_id]
         self._counter = token = self._counter + 1
         deadline = now + self.lease_seconds
@@ -744,8 +760,8 @@ class WorkQueue:
     def _claim(self, now: Number) -> Lease | None:
         """Lease the front of the line; a task whose payload cannot be decoded is
         dead-lettered on the way (see contract.undecodable_error)."""
-        while self._line and not self._paused:
-            task_id = self._line[0][2]
+        while self._fronts and not self._paused:
+            task_id = self._line[self._fronts[0][2]][0][2]
             record = self._tasks[task_id]
             try:  # before the lease is taken: a RecursionError (short of stack) changes nothing
                 payload = payloads.decode(record[_PAYLOAD])
@@ -792,8 +808,23 @@ class WorkQueue:
         every task of this object was added with); its line position comes from the
         counter, as the database numbers it."""
         self._counter += 1
-        key = line_key(self._now, record[_PRIORITY], self.aging)
-        heapq.heappush(self._line, (key, self._counter, task_id))
+        priority = record[_PRIORITY]
+        entry = (line_key(self._now, priority, self.aging), self._counter, task_id)
+        line = self._line.get(priority)
+        if line is None:
+            self._line[priority] = deque((entry,))
+            heapq.heappush(self._fronts, (entry[0], entry[1], priority))
+        else:
+            line.append(entry)
+
+    def _leave_line(self, task_id: str, priority: int) -> None:
+        """Take an AVAILABLE task out of the line (cancel): O(n)."""
+        line = self._line[priority]
+        line.remove(next(entry for entry in line if entry[2] == task_id))
+        if not line:
+            del self._line[priority]
+        self._fronts = [(fifo[0][0], fifo[0][1], p) for p, fifo in self._line.items()]
+        heapq.heapify(self._fronts)
 
     def _make_waiting(self, task_id: str, record: Record, run_at: Number, now: Number) -> None:
         self._counter += 1
