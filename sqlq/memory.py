@@ -9,8 +9,9 @@ Data structures (n = number of tasks):
   take from them, and every move to AVAILABLE appends to one.  Within a priority
   the keys grow with the time high-water mark, so each FIFO is in line order.
 * ``_fronts``: a min-heap of (line key, counter, priority), the first entry of
-  each FIFO: its top is the front of the line.  With one priority it holds one
-  entry, and a claim costs a popleft and a heapreplace.
+  each FIFO: its top is the front of the line.  While one priority is in line
+  its entry is not kept up to date (there is nothing to compare it with) until
+  a second priority joins, so a claim then costs a popleft, as a single FIFO.
 * ``_leases``: a FIFO (deque) of (deadline, token, task id), one per
   reservation.  Every deadline is ``time_after(now, lease_seconds)`` with ``now``
   the time high-water mark, and tokens only grow, so it is sorted as it is
@@ -736,12 +737,12 @@ class WorkQueue:
         priority = fronts[0][2]
         line = self._line[priority]
         task_id = line.popleft()[2]
-        if line:
-            key, counter, _ = line[0]
-            heapq.heapreplace(fronts, (key, counter, priority))
-        else:
+        if not line:
             heapq.heappop(fronts)
             del self._line[priority]
+        elif len(fronts) > 1:  # (alone in line, its front is not kept: see the docstring)
+            key, counter, _ = line[0]
+            heapq.heapreplace(fronts, (key, counter, priority))
         record = self._tasks[task_id]
         self._counter = token = self._counter + 1
         deadline = now + self.lease_seconds
@@ -813,7 +814,12 @@ class WorkQueue:
         line = self._line.get(priority)
         if line is None:
             self._line[priority] = deque((entry,))
-            heapq.heappush(self._fronts, (entry[0], entry[1], priority))
+            fronts = self._fronts
+            if len(fronts) == 1:  # the one priority in line: its front brought up to date
+                alone = fronts[0][2]
+                key, counter, _ = self._line[alone][0]
+                fronts[0] = (key, counter, alone)
+            heapq.heappush(fronts, (entry[0], entry[1], priority))
         else:
             line.append(entry)
 

@@ -76,6 +76,19 @@ def test_aging_lets_a_waiting_task_pass_higher_priorities_that_came_later(
     assert _drain(q, 30) == ["high-soon", "low", "high-tie", "high-late"]
 
 
+def test_a_priority_joining_a_line_of_one_priority_is_placed_by_the_current_front(
+    make_queue: Factory,
+) -> None:
+    """The front of the line of one priority moves on with each claim; a task of
+    another priority that joins then is compared with that front, not an old one."""
+    q = make_queue(1000, 3)
+    q.add("first", 0)
+    q.add("second", 100)
+    assert q.reserve(100) == "first"
+    q.add("urgent", 150, priority=1)  # as if at 90: before second (100)
+    assert _drain(q, 150) == ["urgent", "second"]
+
+
 def test_strict_priorities_with_aging_none(make_queue: Factory) -> None:
     """aging=None: a lower priority waits while any higher one is in line, however
     long it has waited."""
