@@ -26,6 +26,10 @@ PostgreSQL later) implements them with its own SQL and promises:
 * Line positions, wake-up orders and lease tokens come from one counter per
   database that only grows; every move to AVAILABLE or WAITING, and every
   lease, takes the next value.
+* The line is ordered by (line key, seq): every move to AVAILABLE sets the
+  task's line key to ``contract.line_key(now, priority, aging)``, at the call's
+  ``now`` (whatever time the event had), with the priority and aging the task
+  was added with.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 
-from .contract import Completion, Number, Outcome, State
+from .contract import DEFAULT_AGING, Completion, Number, Outcome, State
 from .payload import Encoded
 from .records import (
     Checkpoint,
@@ -76,6 +80,7 @@ class TaskRow(NamedTuple):
     progress: float | None = None
     progress_message: str | None = None
     dedupe_key: str | None = None
+    priority: int = 0
 
 
 #: What a claim hands back: (task id, token, attempt, payload, task name).
@@ -129,8 +134,12 @@ class Transaction(Protocol):
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
     ) -> bool:
-        """Add a task: AVAILABLE at the back of the line, or WAITING until ``run_at``.
+        """Add a task: AVAILABLE at its place in the line (``priority``'s, see the
+        module docstring), or WAITING until ``run_at``.
 
         False (and no change) if the id exists in the queue.
         """
@@ -143,6 +152,9 @@ class Transaction(Protocol):
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
     ) -> list[bool]:
         """``insert`` for each (task id, payload, name) in order; an id seen earlier in the
         batch counts as existing."""
@@ -158,7 +170,8 @@ class Transaction(Protocol):
         ...
 
     def claim(self, queue: str, seconds: Number) -> Claimed | None:
-        """Reserve the front AVAILABLE task until ``time_after(now, seconds)``, or None."""
+        """Reserve the front AVAILABLE task (the lowest line key, then seq) until
+        ``time_after(now, seconds)``, or None."""
         ...
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
@@ -201,12 +214,12 @@ class Transaction(Protocol):
         ...
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
-        """WAITING -> AVAILABLE at the back of the line; guarded by the wake-up ``order``."""
+        """WAITING -> AVAILABLE (woken at ``at``); guarded by the wake-up ``order``."""
         ...
 
     def redrive(self, row_id: int) -> bool:
-        """DEAD -> AVAILABLE at the back of the line with attempts reset; False, and no
-        change, if another task holds its dedupe key (see sqlq.keys)."""
+        """DEAD -> AVAILABLE at ``now`` with attempts reset; False, and no change, if
+        another task holds its dedupe key (see sqlq.keys)."""
         ...
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
@@ -285,6 +298,9 @@ class Transaction(Protocol):
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
     ) -> bool:
         """``insert`` of a task holding ``key``; False, and no change, if the id exists
         or another task holds the key (one added meanwhile by a concurrent call,

@@ -25,6 +25,7 @@ from . import payload as payloads
 from .backend import Backend, Claimed, Event, Figures, TaskRow, Transaction
 from .backends import open_backend
 from .contract import (
+    DEFAULT_AGING,
     FINISHED,
     LEASE_EXPIRED,
     MAX_LEASE_SECONDS,
@@ -35,6 +36,7 @@ from .contract import (
     Outcome,
     State,
     after_failure,
+    check_aging,
     check_batch,
     check_count,
     check_error,
@@ -42,6 +44,7 @@ from .contract import (
     check_flag,
     check_leases,
     check_max_attempts,
+    check_priority,
     check_progress,
     check_queue_name,
     check_result,
@@ -98,8 +101,10 @@ class Queue:
     most ``max_clock_step`` early.  A ``now`` passed in, or a custom ``clock``,
     is trusted as given (that is the injectable clock of tests and replays).
 
-    ``max_attempts`` and ``retry`` are stored with each task when it is added;
-    ``lease_seconds`` applies to the leases this object hands out.
+    ``max_attempts``, ``retry`` and ``aging`` (seconds of waiting one step of
+    priority is worth, DEFAULT_AGING; None for strict priorities: see
+    sqlq.contract) are stored with each task when it is added; ``lease_seconds``
+    applies to the leases this object hands out.
 
     ``path_or_url`` chooses the backend (see sqlq.backends); the other keyword
     options are the backend's: for SQLite ``synchronous`` ("full" or "normal"),
@@ -121,9 +126,11 @@ class Queue:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         max_clock_step: float | None = DEFAULT_MAX_CLOCK_STEP,
+        aging: float | None = DEFAULT_AGING,
         **options: Any,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
+        self.aging = check_aging(aging)
         if max_clock_step is not None and (
             isinstance(max_clock_step, bool)
             or not isinstance(max_clock_step, int | float)
@@ -183,6 +190,7 @@ class Queue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
         key: None = None,
         on_key: None = None,
         key_window: None = None,
@@ -201,6 +209,7 @@ class Queue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
         key: str,
         on_key: str | None = None,
         key_window: Number | None = None,
@@ -218,6 +227,7 @@ class Queue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
         key: str | None = None,
         on_key: str | None = None,
         key_window: Number | None = None,
@@ -228,7 +238,9 @@ class Queue:
         connection of ``self.engine`` in an open transaction) the task is added
         in that transaction: it exists only if the caller commits.  ``name`` is
         stored with the task and its leases carry it; ``max_attempts`` and
-        ``retry`` replace the queue's for this task.
+        ``retry`` replace the queue's for this task.  ``priority`` (an int from
+        -1000 to 1000, higher first) places it in the line with the queue's
+        ``aging`` (see sqlq.contract).
 
         With ``key`` (a dedupe key), ``on_key`` ("refuse", "merge" or "debounce")
         and ``key_window`` (seconds) say what happens if another task holds the
@@ -236,6 +248,8 @@ class Queue:
         sqlq.keys).
         """
         task_id = check_task_id(task_id)
+        if type(priority) is not int or priority:  # 0, the usual case, needs no check
+            priority = check_priority(priority)
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
         if name is None and max_attempts is None and retry is None:  # the usual case, at once
@@ -248,16 +262,20 @@ class Queue:
             with self._call(now, conn) as tx:
                 waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
                 task = (task_id, limit, policy, encoded, waiting, name)
-                return self._add_keyed(tx, rule, task)
+                return self._add_keyed(tx, rule, task, priority)
         with self._call(now, conn, one_write=True) as tx:
             waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
-            return tx.insert(self.queue, task_id, limit, policy, encoded, waiting, name)
+            return tx.insert(
+                self.queue, task_id, limit, policy, encoded, waiting, name,
+                priority=priority, aging=self.aging,
+            )  # fmt: skip
 
     def _add_keyed(
         self,
         tx: Transaction,
         rule: KeyRule,
         task: tuple[str, int, Retry, payloads.Encoded, Number | None, str | None],
+        priority: int,
     ) -> Added:
         """add with a dedupe key (see sqlq.keys): the holder first, then the insert.
         On PostgreSQL a concurrent call may take the key, or move its holder, between
@@ -272,7 +290,8 @@ class Queue:
                 if outcome is not Keyed.DEBOUNCED or tx.debounce(holder, encoded, waiting):
                     return Added(outcome, holder.task_id)
             elif tx.insert_keyed(self.queue, task_id, rule.key, limit, policy, encoded,
-                                 waiting, name):  # fmt: skip
+                                 waiting, name, priority=priority,
+                                 aging=self.aging):  # fmt: skip
                 return Added(Keyed.ADDED, task_id)
             elif tx.get(self.queue, task_id) is not None:
                 return Added(Keyed.EXISTS, None)
@@ -475,15 +494,19 @@ class Queue:
         conn: sa.Connection | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
     ) -> list[bool]:
         """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
-        triple), in one transaction."""
+        triple), in one transaction; all with the same ``priority``."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
         limit, policy = self._policy(max_attempts, retry)
+        priority = check_priority(priority)
         with self._call(now, conn, one_write=True) as tx:
             waiting = _waiting(tx.now, first_run(tx.now, start))
-            return tx.insert_many(self.queue, batch, limit, policy, waiting)
+            return tx.insert_many(
+                self.queue, batch, limit, policy, waiting, priority=priority, aging=self.aging
+            )
 
     def claim_many(self, n: int, now: Number | None = None) -> list[Lease]:
         """Up to ``n`` leases from the front of the line, in one transaction."""
@@ -688,7 +711,9 @@ class Queue:
         added = [
             task_id
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
-            if tx.insert(self.queue, task_id, limit, policy, encoded, None, schedule.task)
+            if tx.insert(
+                self.queue, task_id, limit, policy, encoded, None, schedule.task, aging=self.aging
+            )
         ]
         last = todo.ticks[-1] if todo.ticks else None if found is None else found.last_enqueued
         state = ScheduleState(
@@ -965,4 +990,5 @@ def _info(task: TaskRow) -> TaskInfo:
         progress=task.progress,
         progress_message=task.progress_message,
         key=task.dedupe_key,
+        priority=task.priority,
     )

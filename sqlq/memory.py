@@ -4,8 +4,14 @@ Data structures (n = number of tasks):
 
 * ``_tasks``: task id -> record, a list indexed by the ``_STATE``... constants
   below (a list is built in one step; an object would cost a constructor call).
-* ``_line``: a FIFO (deque) of AVAILABLE ids; only ``reserve``/``claim`` take
-  from it, and every move to AVAILABLE appends to it.
+* ``_line``: priority -> a FIFO (deque) of (line key, counter, task id), one per
+  AVAILABLE task of that priority (contract.line_key); only ``reserve``/``claim``
+  take from them, and every move to AVAILABLE appends to one.  Within a priority
+  the keys grow with the time high-water mark, so each FIFO is in line order.
+* ``_fronts``: a min-heap of (line key, counter, priority), the first entry of
+  each FIFO: its top is the front of the line.  While one priority is in line
+  its entry is not kept up to date (there is nothing to compare it with) until
+  a second priority joins, so a claim then costs a popleft, as a single FIFO.
 * ``_leases``: a FIFO (deque) of (deadline, token, task id), one per
   reservation.  Every deadline is ``time_after(now, lease_seconds)`` with ``now``
   the time high-water mark, and tokens only grow, so it is sorted as it is
@@ -49,6 +55,7 @@ from typing import Any, Final, overload
 
 from . import payload as payloads
 from .contract import (
+    DEFAULT_AGING,
     FINISHED,
     LEASE_EXPIRED,
     MAX_ID_LENGTH,
@@ -58,6 +65,7 @@ from .contract import (
     Number,
     Outcome,
     State,
+    check_aging,
     check_batch,
     check_count,
     check_error,
@@ -65,6 +73,7 @@ from .contract import (
     check_flag,
     check_leases,
     check_max_attempts,
+    check_priority,
     check_progress,
     check_result,
     check_retry,
@@ -79,6 +88,7 @@ from .contract import (
     check_time,
     check_token,
     first_run,
+    line_key,
     result_of,
     time_after,
     undecodable_error,
@@ -112,6 +122,7 @@ _MAX_ATTEMPTS: Final = 9
 _RETRY: Final = 10  # the task's retry policy; None for Retry.immediate() (no delay to draw)
 _NAME: Final = 11
 _STOP: Final = 12  # when cancel asked the running task to stop; None if it did not
+_PRIORITY: Final = 13
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
@@ -134,14 +145,17 @@ class WorkQueue:
         retry: Retry | None = None,
         max_payload_bytes: int = payloads.DEFAULT_MAX_PAYLOAD_BYTES,
         rng: random.Random | None = None,
+        aging: float | None = DEFAULT_AGING,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
+        self.aging = check_aging(aging)
         self.retry = check_retry(retry)
         self._retry = _stored(self.retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
         self._rng = check_rng(rng)
         self._tasks: dict[str, Record] = {}
-        self._line: deque[str] = deque()
+        self._line: dict[int, deque[Entry]] = {}
+        self._fronts: list[tuple[Number, int, int]] = []
         self._leases: deque[Entry] = deque()
         self._extended: list[Entry] = []
         self._waiting: list[Entry] = []
@@ -170,6 +184,7 @@ class WorkQueue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
         key: None = None,
         on_key: None = None,
         key_window: None = None,
@@ -187,6 +202,7 @@ class WorkQueue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
         key: str,
         on_key: str | None = None,
         key_window: Number | None = None,
@@ -203,6 +219,7 @@ class WorkQueue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
         key: str | None = None,
         on_key: str | None = None,
         key_window: Number | None = None,
@@ -211,8 +228,10 @@ class WorkQueue:
 
         False, and no change, if the id exists in any state.  ``name`` is stored
         with the task and its leases carry it; ``max_attempts`` and ``retry``
-        replace the queue's for this task.  ``key``, ``on_key`` and ``key_window``:
-        a dedupe key, answered with an Added (see sqlq.keys).
+        replace the queue's for this task.  ``priority`` (-1000 to 1000, higher
+        first) places it in the line with the queue's ``aging`` (see sqlq.contract).
+        ``key``, ``on_key`` and ``key_window``: a dedupe key, answered with an Added
+        (see sqlq.keys).
         """
         if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
             task_id = check_task_id(task_id)
@@ -226,6 +245,8 @@ class WorkQueue:
             and key is None
             and on_key is None
             and key_window is None
+            and type(priority) is int
+            and priority == 0
         ):
             if (type(now) is int or type(now) is float) and self._now <= now < self._due:
                 self._now = now
@@ -235,13 +256,18 @@ class WorkQueue:
             if task_id in tasks:
                 return False
             tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                              self.max_attempts, self._retry, None, None]  # fmt: skip
-            self._counter += 1
-            self._line.append(task_id)
+                              self.max_attempts, self._retry, None, None, 0]  # fmt: skip
+            line = self._line.get(0)
+            if line is None:
+                self._join_line(task_id, tasks[task_id])
+            else:  # _join_line, inline: line_key(now, 0, aging) is now
+                self._counter += 1
+                line.append((now, self._counter, task_id))
             return True
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        task = (encoded, check_task_name(name), *self._policy(max_attempts, retry))
+        policy = self._policy(max_attempts, retry)
+        task = (encoded, check_task_name(name), *policy, check_priority(priority))
         if key is None and on_key is None and key_window is None:
             now = self._advance(now)
             return self._insert(task_id, task, now, first_run(now, start))
@@ -479,12 +505,13 @@ class WorkQueue:
         run_at: Number | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
     ) -> list[bool]:
         """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
-        triple), as one call."""
+        triple), as one call; all with the same ``priority``."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        policy = self._policy(max_attempts, retry)
+        policy = (*self._policy(max_attempts, retry), check_priority(priority))
         now = self._advance(now)
         when = first_run(now, start)
         return [
@@ -685,7 +712,7 @@ class WorkQueue:
         added = [
             task_id
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
-            if self._insert(task_id, (encoded, schedule.task, *policy), now, now)
+            if self._insert(task_id, (encoded, schedule.task, *policy, 0), now, now)
         ]
         self._schedules[schedule.name] = todo.cursor
         return Ticked(added, schedule.next_tick(todo.cursor), now)
@@ -694,7 +721,7 @@ class WorkQueue:
         """Counts per state, the age of the front of the line, the next deadlines."""
         now = self._advance(now)
         counts = self.counts()
-        front = self._tasks[self._line[0]] if self._line else None
+        front = self._tasks[self._line[self._fronts[0][2]][0][2]] if self._fronts else None
         waking = self._waiting[0][0] if self._waiting else None
         return QueueStats(
             counts=counts,
@@ -709,7 +736,7 @@ class WorkQueue:
         now = max(check_time(now), self._now)
         if self._paused:
             return False
-        if self._line or (self._waiting and self._waiting[0][0] <= now):
+        if self._fronts or (self._waiting and self._waiting[0][0] <= now):
             return True
         deadline = self._next_deadline()
         return deadline is not None and deadline <= now
@@ -776,25 +803,34 @@ class WorkQueue:
         )
 
     def _insert(self, task_id: str, task: tuple[Any, ...], now: Number, run_at: Number) -> bool:
-        """Add a task: ``task`` is (encoded payload, name, max_attempts, stored retry)."""
+        """Add a task: ``task`` is (encoded payload, name, max_attempts, stored retry,
+        priority)."""
         tasks = self._tasks
         if task_id in tasks:
             return False
-        encoded, name, max_attempts, retry = task
+        encoded, name, max_attempts, retry, priority = task
         record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None,
-                                   max_attempts, retry, name, None]  # fmt: skip
+                                   max_attempts, retry, name, None, priority]  # fmt: skip
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
-            self._counter += 1  # the line position, as the database numbers it
-            self._line.append(task_id)
+            self._join_line(task_id, record)
         return True
 
     def _take(self, now: Number) -> str | None:
         """Lease the front of the line: the task's id, or None if the line is empty."""
-        if not self._line or self._paused:
+        fronts = self._fronts
+        if not fronts or self._paused:
             return None
-        task_id = self._line.popleft()
+        priority = fronts[0][2]
+        line = self._line[priority]
+        task_id = line.popleft()[2]
+        if not line:
+            heapq.heappop(fronts)
+            del self._line[priority]
+        elif len(fronts) > 1:  # (alone in line, its front is not kept: see the docstring)
+            key, counter, _ = line[0]
+            heapq.heapreplace(fronts, (key, counter, priority))
         record = self._tasks[task_id]
         self._counter = token = self._counter + 1
         deadline = now + self.lease_seconds
@@ -813,8 +849,8 @@ class WorkQueue:
     def _claim(self, now: Number) -> Lease | None:
         """Lease the front of the line; a task whose payload cannot be decoded is
         dead-lettered on the way (see contract.undecodable_error)."""
-        while self._line and not self._paused:
-            task_id = self._line[0]
+        while self._fronts and not self._paused:
+            task_id = self._line[self._fronts[0][2]][0][2]
             record = self._tasks[task_id]
             try:  # before the lease is taken: a RecursionError (short of stack) changes nothing
                 payload = payloads.decode(record[_PAYLOAD])
@@ -847,15 +883,14 @@ class WorkQueue:
             self._make_waiting(task_id, record, time_after(when, delay), when)
         else:
             record[_STATE] = _AVAILABLE
-            self._counter += 1
-            self._line.append(task_id)
+            self._join_line(task_id, record)
         return record[_STATE]  # type: ignore[no-any-return]
 
     def _unqueue(self, task_id: str, state: str) -> None:
         """Take an AVAILABLE task out of the line, or a WAITING one out of the heap of
         wake-ups (O(n): cancel and debounce)."""
         if state is _AVAILABLE:
-            self._line.remove(task_id)
+            self._leave_line(task_id, self._tasks[task_id][_PRIORITY])
         else:
             self._waiting = [entry for entry in self._waiting if entry[2] != task_id]
             heapq.heapify(self._waiting)
@@ -863,8 +898,36 @@ class WorkQueue:
     def _make_available(self, task_id: str, record: Record, now: Number) -> None:
         record[_STATE] = _AVAILABLE
         record[_UPDATED] = now
+        self._join_line(task_id, record)
+
+    def _join_line(self, task_id: str, record: Record) -> None:
+        """Put an AVAILABLE task in line at the call's time (an expiry or a wake-up
+        too, as the database does), by its priority and the queue's aging (the one
+        every task of this object was added with); its line position comes from the
+        counter, as the database numbers it."""
         self._counter += 1
-        self._line.append(task_id)
+        priority = record[_PRIORITY]
+        entry = (line_key(self._now, priority, self.aging), self._counter, task_id)
+        line = self._line.get(priority)
+        if line is None:
+            self._line[priority] = deque((entry,))
+            fronts = self._fronts
+            if len(fronts) == 1:  # the one priority in line: its front brought up to date
+                alone = fronts[0][2]
+                key, counter, _ = self._line[alone][0]
+                fronts[0] = (key, counter, alone)
+            heapq.heappush(fronts, (entry[0], entry[1], priority))
+        else:
+            line.append(entry)
+
+    def _leave_line(self, task_id: str, priority: int) -> None:
+        """Take an AVAILABLE task out of the line (cancel, debounce): O(n)."""
+        line = self._line[priority]
+        line.remove(next(entry for entry in line if entry[2] == task_id))
+        if not line:
+            del self._line[priority]
+        self._fronts = [(fifo[0][0], fifo[0][1], p) for p, fifo in self._line.items()]
+        heapq.heapify(self._fronts)
 
     def _make_waiting(self, task_id: str, record: Record, run_at: Number, now: Number) -> None:
         self._counter += 1
@@ -939,6 +1002,7 @@ class WorkQueue:
             progress=progress,
             progress_message=message,
             key=self._key_of.get(task_id),
+            priority=record[_PRIORITY],
         )
 
 

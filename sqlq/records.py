@@ -87,6 +87,8 @@ class TaskInfo:
     progress_message: str | None = None
     #: The task's dedupe key (``add(..., key=...)``, see sqlq.keys), or None.
     key: str | None = None
+    #: Its priority (higher first; see sqlq.contract).
+    priority: int = 0
 
 
 @dataclass(frozen=True)

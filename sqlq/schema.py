@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import REAL, UserDefinedType
 
-from .contract import State
+from .contract import MAX_PRIORITY, MIN_PRIORITY, State
 from .retry import KINDS
 
 
@@ -95,6 +95,9 @@ tasks = Table(
     Column("progress", REAL, nullable=True),
     Column("progress_message", Text, nullable=True),
     Column("dedupe_key", Text, nullable=True),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("aging", REAL, nullable=False, server_default=text("60")),
+    Column("line_key", REAL, nullable=False, server_default=text("0")),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
     CheckConstraint(STATES_SQL),
@@ -120,12 +123,15 @@ tasks = Table(
     CheckConstraint("payload IS NULL OR typeof(payload) IN ('text', 'blob')"),
     CheckConstraint("length(name) > 0"),
     CheckConstraint("result IS NULL OR state = 'COMPLETED'"),
+    CheckConstraint(f"priority BETWEEN {MIN_PRIORITY} AND {MAX_PRIORITY}"),
+    CheckConstraint("aging > 0"),
     sqlite_strict=True,
 )
 
 Index(
     "sqlq_tasks_line",
     tasks.c.queue,
+    tasks.c.line_key,
     tasks.c.seq,
     sqlite_where=text("state = 'AVAILABLE'"),
 )

@@ -47,6 +47,7 @@ POSTGRESQL = ("tests/test_postgresql.py", *CORE)
 SCHEDULES = ("tests/test_schedules.py",)
 RESULTS = ("tests/test_results.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
+PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 
 
 @dataclass(frozen=True)
@@ -507,6 +508,42 @@ MUTANTS = [
         "     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3\n"
         "     ORDER BY finished_at, seq LIMIT 1))",
         KEYS,
+    ),
+    # --- priorities
+    Mutant(
+        "sql-claim-ignores-priorities",
+        "sqlq/sqlite/queries.sql",
+        "            ORDER BY line_key, seq LIMIT 1)",
+        "            ORDER BY seq LIMIT 1)",
+        PRIORITIES,
+    ),
+    Mutant(
+        "pg-claim-many-ignores-priorities",
+        "sqlq/postgresql/queries.sql",
+        "    ORDER BY line_key, seq LIMIT %(n)s",
+        "    ORDER BY seq LIMIT %(n)s",
+        PRIORITIES,
+    ),
+    Mutant(
+        "memory-aging-sign-flipped",
+        "sqlq/contract.py",
+        "    return joined - priority * aging",
+        "    return joined + priority * aging",
+        PRIORITIES,
+    ),
+    Mutant(
+        "sql-retry-forgets-the-priority",
+        "sqlq/sqlite/queries.sql",
+        "    line_key = :now - priority * aging,",
+        "    line_key = :now,",
+        PRIORITIES,
+    ),
+    Mutant(
+        "sql-retry-with-a-fixed-aging",
+        "sqlq/sqlite/queries.sql",
+        "    line_key = :now - priority * aging,",
+        "    line_key = :now - priority * 60,",
+        PRIORITIES,
     ),
 ]
 

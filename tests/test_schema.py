@@ -535,3 +535,25 @@ def test_a_version_5_database_keeps_every_task_through_migration_7(
                  "immediate", 0.0, 0.0, 1.0, 60.0, 60.0, None, None)  # fmt: skip
     assert kept == [(*rows[0], None), cancelled, (*rows[2], 60.0), *((*r, None) for r in rows[3:])]
     assert views == [("default", 1, 0), ("mail", 0, 0)] and stopping == [("held",)]
+
+
+def test_a_version_9_database_keeps_its_line_through_migration_10(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 10 (priorities): the tasks in line keep their order (priority 0, line
+    key 0: as if they joined at the epoch), ahead of the tasks added after it but
+    for strict priorities above 0."""
+    columns = "queue, task_id, state, seq, attempts, max_attempts, created_at, updated_at"
+    rows = [
+        ("default", "old-1", "AVAILABLE", 3, 0, 3, 1.0, 1.0),
+        ("default", "old-2", "AVAILABLE", 4, 0, 3, 2.0, 2.0),
+    ]
+    _database_at(db_path, monkeypatch, 9, columns, rows)
+    with (
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q,
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=3, aging=None) as strict,
+    ):
+        q.add("new", 60, priority=1)  # aging 60: as if it joined at 0, after the old ones
+        strict.add("urgent", 60, priority=1)
+        assert q.info("old-1", 60).priority == 0
+        assert [q.reserve(60) for _ in range(5)] == ["urgent", "old-1", "old-2", "new", None]

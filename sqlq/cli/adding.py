@@ -15,7 +15,14 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from .. import payload as payloads
-from ..contract import MAX_ATTEMPTS, check_name, check_task_id
+from ..contract import (
+    DEFAULT_AGING,
+    MAX_ATTEMPTS,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    check_name,
+    check_task_id,
+)
 from ..durable import Queue
 from ..errors import InvalidArgument, InvalidPayload
 from ..keys import ON_KEY, Added, Keyed
@@ -144,6 +151,28 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="with --key: a holder that finished less than this long ago still holds it",
     )
     add.add_argument(
+        "--priority",
+        metavar="N",
+        type=positive_int(MIN_PRIORITY, MAX_PRIORITY),
+        default=0,
+        help=(
+            f"the tasks' priority, {MIN_PRIORITY} to {MAX_PRIORITY}: higher goes first, "
+            "each priority in the order added (default %(default)s)"
+        ),
+    )
+    add.add_argument(
+        "--aging",
+        metavar="DURATION",
+        type=_aging,
+        default=DEFAULT_AGING,
+        help=(
+            "the seconds of waiting one step of priority is worth, stored with each task: "
+            "a task goes before lower priorities that came less than (difference x aging) "
+            "earlier, so none starves; 'none' for strict priorities (default %(default)gs; "
+            "give every process of a queue the same)"
+        ),
+    )
+    add.add_argument(
         "--from-file",
         metavar="PATH",
         help=(
@@ -184,7 +213,9 @@ def _add(args: argparse.Namespace) -> int:
         if args.name is not None:  # (id, payload, name) triples
             batch = [(*(i if isinstance(i, tuple) else (i, None)), args.name) for i in batch]
         try:
-            results = queue.add_many(batch, delay=args.delay, run_at=args.run_at)
+            results = queue.add_many(
+                batch, delay=args.delay, run_at=args.run_at, priority=args.priority
+            )
         except InvalidArgument as exc:
             raise CliError(f"{where}: {exc}{_so_far(counts)}") from exc
         added = sum(results)
@@ -201,7 +232,7 @@ def _add(args: argparse.Namespace) -> int:
     # The input file is opened first: if it cannot be read, no database is created.
     with (
         _open_input(args.from_file) as source,
-        open_queue(db, args.queue, args.max_attempts, args.retry) as q,
+        open_queue(db, args.queue, args.max_attempts, args.retry, args.aging) as q,
     ):
         items = [t if default is None else (t, default) for t in args.task_ids]
         for start in range(0, len(items), ADD_BATCH):
@@ -244,13 +275,14 @@ def _add(args: argparse.Namespace) -> int:
 def _add_keyed(args: argparse.Namespace, db: Any, created: bool, payload: Any) -> int:
     """`sqlq add TASK_ID --key KEY`: one add, answered with what happened and the holder."""
     (task_id,) = args.task_ids
-    with open_queue(db, args.queue, args.max_attempts, args.retry) as q:
+    with open_queue(db, args.queue, args.max_attempts, args.retry, args.aging) as q:
         answer = q.add(
             task_id,
             payload=payload,
             delay=args.delay,
             run_at=args.run_at,
             name=args.name,
+            priority=args.priority,
             key=args.key,
             on_key=args.on_key,
             key_window=args.key_window,
@@ -291,6 +323,11 @@ def _dedupe_key(text: str) -> str:
 
 
 _dedupe_key.__name__ = "dedupe key"
+
+
+def _aging(text: str) -> float | None:
+    """--aging: a duration (more than 0), or 'none' for strict priorities."""
+    return None if text == "none" else seconds(allow_minimum=False)(text)
 
 
 def _task_name(text: str) -> str:

@@ -18,7 +18,14 @@ import sqlalchemy as sa
 
 from ..backend import Backend
 from ..backends import database_file, open_backend
-from ..contract import MAX_BATCH, MAX_LEASE_SECONDS, MAX_TIME, State, check_queue_name
+from ..contract import (
+    DEFAULT_AGING,
+    MAX_BATCH,
+    MAX_LEASE_SECONDS,
+    MAX_TIME,
+    State,
+    check_queue_name,
+)
 from ..durable import Queue
 from ..errors import InvalidConfig, SchemaError
 from ..retry import Retry
@@ -315,11 +322,22 @@ def sqlq_database(arg: str, *, allow_older: bool, creates: str = "") -> Database
         return db
 
 
-def open_queue(db: Database, name: str, max_attempts: int = 1, retry: Retry | None = None) -> Queue:
+def open_queue(
+    db: Database,
+    name: str,
+    max_attempts: int = 1,
+    retry: Retry | None = None,
+    aging: float | None = DEFAULT_AGING,
+) -> Queue:
     """A sqlq.Queue for the commands (lease_seconds only matters to claim, never called)."""
     with _usage_error_if_refused():
         return Queue(
-            db.target, lease_seconds=30, max_attempts=max_attempts, queue=name, retry=retry
+            db.target,
+            lease_seconds=30,
+            max_attempts=max_attempts,
+            queue=name,
+            retry=retry,
+            aging=aging,
         )
 
 

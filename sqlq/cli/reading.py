@@ -261,18 +261,21 @@ def _list(args: argparse.Namespace) -> int:
     if not tasks:
         print(f"no tasks{which} in queue {args.queue!r}")
         return EXIT_OK
+    prioritised = any(t.priority for t in tasks)  # the column only where priorities are used
     rows = [
         [
             printable(t.task_id),
             _name(t),
             t.state,
+            *([str(t.priority)] if prioritised else []),
             f"{t.attempts}/{t.max_attempts}",
             shorten(_reported(t), 30),
             shorten(t.last_error),
         ]
         for t in tasks
     ]
-    table(["task_id", "name", "state", "attempts", "progress", "last_error"], rows)
+    priority = ["priority"] if prioritised else []
+    table(["task_id", "name", "state", *priority, "attempts", "progress", "last_error"], rows)
     if len(tasks) == args.limit:
         print(f"(the first {args.limit} tasks{which}; --limit N shows more)")
     return EXIT_OK
@@ -307,6 +310,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("name", _name(info)),
         ("key", "-" if info.key is None else printable(info.key)),
         ("state", info.state),
+        ("priority", str(info.priority)),
         ("attempts", str(info.attempts)),
         ("max_attempts", str(info.max_attempts)),
         ("token", "-" if info.token is None else str(info.token)),

@@ -48,7 +48,7 @@ import sqlalchemy as sa
 
 from ..backend import Claimed, Figures, Holder, Opened, TaskRow
 from ..browse import Browse, Found, task_row
-from ..contract import FINISHED, MAX_TIME, Completion, Number, Outcome, State
+from ..contract import DEFAULT_AGING, FINISHED, MAX_TIME, Completion, Number, Outcome, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
 from ..records import (
@@ -758,6 +758,9 @@ class PostgresTransaction:
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
     ) -> bool:
         params = {
             "queue": queue,
@@ -772,6 +775,8 @@ class PostgresTransaction:
             "cap": retry.cap,
             "name": name,
             "channel": self._backend.channel(queue),
+            "priority": priority,
+            "aging": aging,
         }
         ((added, _announced),) = self._write(Q.insert_task, params)
         return bool(added)
@@ -783,6 +788,9 @@ class PostgresTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
     ) -> list[bool]:
         """The ids the queue has are found first, so that only new ones take counter
         values; an id that another call adds meanwhile is skipped, and answered
@@ -810,6 +818,8 @@ class PostgresTransaction:
                 "cap": retry.cap,
                 "now": self._now,
                 "channel": self._backend.channel(queue),
+                "priority": priority,
+                "aging": aging,
             }
             added = {row[0] for row in self._opened_cursor.execute(Q.insert_many, params)}
         else:
@@ -877,6 +887,7 @@ class PostgresTransaction:
             "error": stored_or_none(error),
             "finished_at": at if state in FINISHED else None,
             "at": at,
+            "now": self._now,
         }
         row = self._opened_cursor.execute(Q.end_lease, params).fetchone()
         self._announce |= state is State.AVAILABLE
@@ -898,8 +909,9 @@ class PostgresTransaction:
         return None if stop is None else bool(stop)
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
-        params = {"id": task.row_id, "order": order, "at": at}
-        if self._opened_cursor.execute(Q.wake_task, params).rowcount != 1:
+        cur = self._opened_cursor  # (first: the call's time is known once it opened)
+        params = {"id": task.row_id, "order": order, "at": at, "now": self._now}
+        if cur.execute(Q.wake_task, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
         self._announce = True
 
@@ -985,6 +997,9 @@ class PostgresTransaction:
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
     ) -> bool:
         cur = self._opened_cursor  # (first: the call's time is known once it opened)
         params = {
@@ -1000,6 +1015,8 @@ class PostgresTransaction:
             "cap": retry.cap,
             "name": name,
             "key": key,
+            "priority": priority,
+            "aging": aging,
             "now": self._now,
         }
         added = cur.execute(Q.insert_keyed_task, params).fetchone() is not None
@@ -1061,12 +1078,12 @@ def _claimed(row: tuple[Any, ...]) -> Claimed:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
      run_at, payload, payload_bytes, error, created, updated, finished, name,
-     stop, result, progress, message, key) = row  # fmt: skip
+     stop, result, progress, message, key, priority) = row  # fmt: skip
     return TaskRow(
         row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at,
         payload if payload_bytes is None else payload_bytes, read_or_none(error),
-        created, updated, finished, name, stop, result, progress, message, key,
+        created, updated, finished, name, stop, result, progress, message, key, priority,
     )  # fmt: skip
 
 

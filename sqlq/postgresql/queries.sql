@@ -156,16 +156,18 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
 -- name: insert_task
 -- Add a task (see _call: the call's time, and (mark, now, due, go) first in the
 -- answer), AVAILABLE at the back of the line or WAITING until run_at, taking
--- the next counter value as its seq; nothing (and no counter value) if the id
--- exists in any state.  Announces an AVAILABLE task on :channel (see
+-- the next counter value as its seq and contract.line_key's line key; nothing (and no counter value) if the id exists in
+-- any state.  Announces an AVAILABLE task on :channel (see
 -- listen.py) in the same statement.  Then (added, announced): 1 or 0 each.
 WITH {{_call}}, added AS (
     INSERT INTO sqlq_tasks
         (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
-         retry_kind, retry_base, retry_cap, created_at, updated_at, name)
+         retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+         line_key)
     SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
            %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
-           %(cap)s::float8, call.now, call.now, %(name)s
+           %(cap)s::float8, call.now, call.now, %(name)s, %(priority)s::integer,
+           %(aging)s::float8, call.now - %(priority)s::integer * %(aging)s::float8
     FROM call
     WHERE call.go
       AND NOT EXISTS (SELECT 1 FROM sqlq_tasks
@@ -193,10 +195,12 @@ WITH items AS (
 ), added AS (
     INSERT INTO sqlq_tasks
         (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
-         retry_kind, retry_base, retry_cap, created_at, updated_at, name)
+         retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+         line_key)
     SELECT %(queue)s, task_id, %(state)s, seq, 0, %(max_attempts)s, %(run_at)s::float8,
            payload, payload_bytes, %(kind)s, %(base)s::float8, %(cap)s::float8,
-           %(now)s::float8, %(now)s::float8, name
+           %(now)s::float8, %(now)s::float8, name, %(priority)s::integer, %(aging)s::float8,
+           %(now)s::float8 - %(priority)s::integer * %(aging)s::float8
     FROM numbered ORDER BY k
     ON CONFLICT (queue, task_id) DO NOTHING
     RETURNING task_id, state
@@ -211,8 +215,8 @@ SELECT task_id, (SELECT n FROM announced) FROM added
 SELECT task_id FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = ANY (%(ids)s::text[])
 
 -- name: claim_front
--- Reserve the front of the queue's line (see _call: the call's time, and (mark,
--- now, due, go) first in the answer): count an attempt, take the next counter
+-- Reserve the front of the queue's line, the lowest (line_key, seq) (see _call:
+-- the call's time, and (mark, now, due, go) first in the answer): count an attempt, take the next counter
 -- value as the lease's token, set its deadline :seconds after the call's time
 -- (at most :max_time).  A front row that another transaction is claiming is
 -- skipped (the next one is taken).  Nothing while the queue is paused (a probe
@@ -227,7 +231,7 @@ WITH {{_call}}, claimed AS (
       AND id = (SELECT id FROM sqlq_tasks
                 WHERE queue = %(queue)s AND state = 'AVAILABLE'
                   AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
-                ORDER BY seq LIMIT 1
+                ORDER BY line_key, seq LIMIT 1
                 FOR UPDATE SKIP LOCKED)
     RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
 )
@@ -239,13 +243,13 @@ FROM call LEFT JOIN claimed ON true
 -- One answer row per task claimed, in no particular order (one row of NULLs
 -- after (mark, now, due, go) if none).  Nothing while the queue is paused.
 WITH {{_call}}, line AS (
-    SELECT id, seq FROM sqlq_tasks
+    SELECT id, line_key, seq FROM sqlq_tasks
     WHERE queue = %(queue)s AND state = 'AVAILABLE' AND (SELECT go FROM call)
       AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
-    ORDER BY seq LIMIT %(n)s
+    ORDER BY line_key, seq LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), ranked AS (
-    SELECT id, row_number() OVER (ORDER BY seq) AS rank FROM line
+    SELECT id, row_number() OVER (ORDER BY line_key, seq) AS rank FROM line
 ), tokens AS (
     SELECT g AS rank, nextval('sqlq_counter') AS token
     FROM generate_series(1, (SELECT count(*) FROM line)) AS g
@@ -266,7 +270,7 @@ FROM call LEFT JOIN claimed ON true
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key
+       result, progress, progress_message, dedupe_key, priority
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s
 
@@ -277,7 +281,7 @@ WHERE queue = %(queue)s AND task_id = %(task_id)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key
+       result, progress, progress_message, dedupe_key, priority
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
   AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
@@ -320,7 +324,8 @@ SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM done) FROM 
 
 -- name: end_lease
 -- End a lease that failed, ran out or was given back: AVAILABLE (the next
--- counter value as seq), WAITING (the next value as wake-up order, until
+-- counter value as seq, and the line key of a task that joins the line at the
+-- call's time :now), WAITING (the next value as wake-up order, until
 -- :run_at) or DEAD (:finished_at).  Compare-and-set on the lease the caller
 -- saw; no row means the task moved.  Returns the new seq.
 UPDATE sqlq_tasks
@@ -328,6 +333,7 @@ SET state = %(state)s,
     seq = CASE WHEN %(state)s IN ('AVAILABLE', 'WAITING') THEN nextval('sqlq_counter')
                ELSE seq END,
     run_at = %(run_at)s::float8, deadline = NULL,
+    line_key = %(now)s::float8 - priority * aging,
     attempts = attempts + %(attempts_delta)s, last_error = %(error)s,
     finished_at = %(finished_at)s::float8, updated_at = %(at)s::float8
 WHERE id = %(id)s AND state = 'RESERVED' AND lease_id = %(token)s
@@ -350,11 +356,13 @@ WITH {{_call}}, moved AS (
 SELECT call.mark, call.now, call.due, call.go, (SELECT stop FROM moved) FROM call
 
 -- name: wake_task
--- WAITING -> AVAILABLE at the back of the line when run_at has come.
--- Compare-and-set on the wake-up the caller saw.
+-- WAITING -> AVAILABLE when run_at (:at) has come, joining the line at the
+-- call's time :now (its place: see insert_task).  Compare-and-set on the
+-- wake-up the caller saw.
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', seq = nextval('sqlq_counter'), run_at = NULL,
-    updated_at = %(at)s::float8
+    updated_at = %(at)s::float8,
+    line_key = %(now)s::float8 - priority * aging
 WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 
 -- name: redrive_task
@@ -363,7 +371,8 @@ WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 -- one that a concurrent add makes meanwhile is refused by that unique index).
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = nextval('sqlq_counter'), finished_at = NULL,
-    updated_at = %(now)s::float8
+    updated_at = %(now)s::float8,
+    line_key = %(now)s::float8 - priority * aging
 WHERE id = %(id)s AND state = 'DEAD'
   AND (dedupe_key IS NULL
        OR NOT EXISTS (SELECT 1 FROM sqlq_tasks AS holder
@@ -383,7 +392,7 @@ LIMIT %(limit)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key
+       result, progress, progress_message, dedupe_key, priority
 FROM sqlq_tasks
 WHERE queue = %(queue)s
 ORDER BY id
@@ -394,7 +403,7 @@ LIMIT %(limit)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key
+       result, progress, progress_message, dedupe_key, priority
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND state = %(state)s
 ORDER BY id
@@ -417,7 +426,7 @@ SELECT (SELECT coalesce(json_object_agg(state, n), '{}'::json)
         FROM (SELECT state, count(*) AS n FROM sqlq_tasks
               WHERE queue = %(queue)s GROUP BY state) AS per_state),
        (SELECT updated_at FROM sqlq_tasks
-        WHERE queue = %(queue)s AND state = 'AVAILABLE' ORDER BY seq LIMIT 1),
+        WHERE queue = %(queue)s AND state = 'AVAILABLE' ORDER BY line_key, seq LIMIT 1),
        (SELECT min(deadline) FROM sqlq_tasks WHERE queue = %(queue)s AND deadline IS NOT NULL),
        (SELECT min(run_at) FROM sqlq_tasks WHERE queue = %(queue)s AND run_at IS NOT NULL),
        EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
@@ -435,7 +444,7 @@ BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY
 -- its next wake-up (sqlq stats).  Each a probe of a partial index per queue.
 SELECT queues.queue,
        (SELECT updated_at FROM sqlq_tasks
-        WHERE queue = queues.queue AND state = 'AVAILABLE' ORDER BY seq LIMIT 1),
+        WHERE queue = queues.queue AND state = 'AVAILABLE' ORDER BY line_key, seq LIMIT 1),
        (SELECT min(deadline) FROM sqlq_tasks WHERE queue = queues.queue AND deadline IS NOT NULL),
        (SELECT min(run_at) FROM sqlq_tasks WHERE queue = queues.queue AND run_at IS NOT NULL)
 FROM (SELECT DISTINCT queue FROM sqlq_tasks) AS queues
@@ -652,10 +661,13 @@ WHERE id = coalesce(
 -- added.
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
-     retry_kind, retry_base, retry_cap, created_at, updated_at, name, dedupe_key)
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+     line_key, dedupe_key)
 SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
        %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
-       %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s, %(key)s
+       %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s, %(priority)s::integer,
+       %(aging)s::float8, %(now)s::float8 - %(priority)s::integer * %(aging)s::float8,
+       %(key)s
 WHERE NOT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = %(task_id)s)
 ON CONFLICT DO NOTHING
 RETURNING 1
@@ -663,13 +675,15 @@ RETURNING 1
 -- name: debounce_task
 -- on_key="debounce": the holder of a key, not started, takes the new payload
 -- and :run_at (WAITING until then, or AVAILABLE if NULL), keeping its seq (its
--- place in the line) if :stays, else taking the next counter value.
+-- place in the line) if :stays, else taking the next counter value and the
+-- line key of contract.line_key at :now.
 -- Compare-and-set on the state and seq the add found (a claim may have taken
 -- the task meanwhile).  Returns a row if changed.
 UPDATE sqlq_tasks
 SET state = CASE WHEN %(run_at)s::float8 IS NULL THEN 'AVAILABLE' ELSE 'WAITING' END,
     run_at = %(run_at)s::float8,
     seq = CASE WHEN %(stays)s THEN seq ELSE nextval('sqlq_counter') END,
+    line_key = CASE WHEN %(stays)s THEN line_key ELSE %(now)s::float8 - priority * aging END,
     payload = %(payload)s, payload_bytes = %(payload_bytes)s, updated_at = %(now)s::float8
 WHERE id = %(id)s AND state = %(state)s AND seq = %(seen)s
 RETURNING 1

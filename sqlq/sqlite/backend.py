@@ -46,7 +46,7 @@ from sqlalchemy.pool import NullPool
 from ..backend import Claimed, Figures, Holder, Opened, TaskRow
 from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
-from ..contract import FINISHED, Completion, Number, Outcome, State, time_after
+from ..contract import DEFAULT_AGING, FINISHED, Completion, Number, Outcome, State, time_after
 from ..errors import (
     Busy,
     CannotOpen,
@@ -843,10 +843,13 @@ class SqliteTransaction:
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
     ) -> bool:
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
-               retry.kind, retry.base, retry.cap, self.now, name)  # fmt: skip
+               retry.kind, retry.base, retry.cap, self.now, name, priority, aging)  # fmt: skip
         if self._cur.execute(Q.insert_task, row).rowcount != 1:
             return False
         self._counter += 1
@@ -859,11 +862,15 @@ class SqliteTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
     ) -> list[bool]:
         """One insert_batch of the whole batch when every id in it is new (the usual
         case); otherwise that is undone, the new ids are found first, and
         insert_task runs for them alone, so that only they take counter values."""
-        if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at):
+        rule = (priority, aging)
+        if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at, rule):
             return [True] * len(batch)
         ids = json.dumps([item[0] for item in batch])
         seen = {row[0] for row in self._cur.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
@@ -879,7 +886,7 @@ class SqliteTransaction:
                 seen.add(task_id)
                 seq += 1
                 rows.append((queue, task_id, state, seq, max_attempts, run_at, payload,
-                             kind, base, cap, now, name))  # fmt: skip
+                             kind, base, cap, now, name, *rule))  # fmt: skip
         self._counter = seq
         if rows:
             self._cur.executemany(Q.insert_task, rows)
@@ -892,9 +899,11 @@ class SqliteTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        rule: tuple[int, float],
     ) -> bool:
         """insert_batch, kept if it added every task; False (and nothing changed) if
-        some id was not new, or a payload is bytes, which JSON cannot carry."""
+        some id was not new, or a payload is bytes, which JSON cannot carry.
+        ``rule``: (priority, aging)."""
         pairs = any(payload is not None or name is not None for _, payload, name in batch)
         try:
             items = json.dumps(batch if pairs else [item[0] for item in batch])
@@ -902,7 +911,7 @@ class SqliteTransaction:
             return False
         state = "AVAILABLE" if run_at is None else "WAITING"
         params = (queue, items, state, self._counter, max_attempts, run_at,
-                  retry.kind, retry.base, retry.cap, self.now, pairs)  # fmt: skip
+                  retry.kind, retry.base, retry.cap, self.now, pairs, *rule)  # fmt: skip
         cur = self._cur
         cur.execute(Q.savepoint_batch)
         added: bool = cur.execute(Q.insert_batch, params).rowcount == len(batch)
@@ -981,6 +990,7 @@ class SqliteTransaction:
             "error": error,
             "finished_at": at if state in FINISHED else None,
             "at": at,
+            "now": self.now,
         }
         self._expect_one(Q.end_lease, params, task, "RESERVED under its lease")
         return seq
@@ -997,7 +1007,13 @@ class SqliteTransaction:
         return None if row is None else bool(row[0])
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
-        params = {"id": task.row_id, "order": order, "seq": self._next_id(), "at": at}
+        params = {
+            "id": task.row_id,
+            "order": order,
+            "seq": self._next_id(),
+            "at": at,
+            "now": self.now,
+        }
         self._expect_one(Q.wake_task, params, task, "WAITING")
 
     def redrive(self, row_id: int) -> bool:
@@ -1079,10 +1095,13 @@ class SqliteTransaction:
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
     ) -> bool:
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
-               retry.kind, retry.base, retry.cap, self.now, name, key)  # fmt: skip
+               retry.kind, retry.base, retry.cap, self.now, name, priority, aging, key)  # fmt: skip
         if self._cur.execute(Q.insert_keyed_task, row).rowcount != 1:
             return False
         self._counter += 1
@@ -1173,11 +1192,11 @@ def _fsync(path: str) -> None:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
      deadline, run_at, payload, error, created, updated, finished, name, stop,
-     result, progress, message, key) = row  # fmt: skip
+     result, progress, message, key, priority) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at, payload, error,
-        created, updated, finished, name, stop, result, progress, message, key,
+        created, updated, finished, name, stop, result, progress, message, key, priority,
     )  # fmt: skip
 
 

@@ -104,11 +104,13 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
 -- nothing if the id exists in any state (add reads the row count; add_many
 -- runs it with executemany for the ids it found new).  Positional:
 -- (queue, task_id, state, seq, max_attempts, run_at, payload, retry_kind,
---  retry_base, retry_cap, now, name).
+--  retry_base, retry_cap, now, name, priority, aging); the line key is
+-- contract.line_key's.
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
-     retry_kind, retry_base, retry_cap, created_at, updated_at, name)
-VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12)
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+     line_key)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14)
 ON CONFLICT (queue, task_id) DO NOTHING
 
 -- name: insert_batch
@@ -118,12 +120,15 @@ ON CONFLICT (queue, task_id) DO NOTHING
 -- saves three JSON lookups a row.  Ids that exist are skipped: add_many compares the row count
 -- with the batch.  The other parameters are insert_task's: (queue, items,
 -- state, counter, max_attempts, run_at, retry_kind, retry_base, retry_cap, now,
--- pairs).  (WHERE true: an upsert after INSERT ... SELECT needs a WHERE.)
+-- pairs, priority, aging).  (WHERE true: an upsert after INSERT ... SELECT needs
+-- a WHERE.)
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
-     retry_kind, retry_base, retry_cap, created_at, updated_at, name)
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+     line_key)
 SELECT ?1, iif(?11, value ->> 0, value), ?3, ?4 + key + 1, 0, ?5, ?6,
-       iif(?11, value ->> 1, NULL), ?7, ?8, ?9, ?10, ?10, iif(?11, value ->> 2, NULL)
+       iif(?11, value ->> 1, NULL), ?7, ?8, ?9, ?10, ?10, iif(?11, value ->> 2, NULL),
+       ?12, ?13, ?10 - ?12 * ?13
 FROM json_each(?2) WHERE true
 ON CONFLICT (queue, task_id) DO NOTHING
 
@@ -134,23 +139,23 @@ SELECT task_id FROM sqlq_tasks
 WHERE queue = :queue AND task_id IN (SELECT value FROM json_each(:ids))
 
 -- name: claim_front_many
--- Reserve up to :n tasks from the front of the line in one statement; the
--- k-th in line gets token :base + k.  Returns them in no particular order.
+-- Reserve up to :n tasks from the front of the line (in (line_key, seq) order)
+-- in one statement; the k-th in line gets token :base + k.  Returns them in no particular order.
 -- Nothing while the queue is paused (a probe of sqlq_paused's key).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = :base + line.rank,
     deadline = :deadline, updated_at = :now
-FROM (SELECT id, row_number() OVER (ORDER BY seq) AS rank
+FROM (SELECT id, row_number() OVER (ORDER BY line_key, seq) AS rank
       FROM sqlq_tasks
       WHERE queue = :queue AND state = 'AVAILABLE'
         AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
-      ORDER BY seq LIMIT :n) AS line
+      ORDER BY line_key, seq LIMIT :n) AS line
 WHERE sqlq_tasks.id = line.id AND sqlq_tasks.state = 'AVAILABLE'
 RETURNING task_id, lease_id, attempts, payload, name
 
 -- name: claim_front
--- Reserve the front of queue ?1's line in one statement: count an attempt,
--- record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
+-- Reserve the front of queue ?1's line (the lowest (line_key, seq)) in one
+-- statement: count an attempt, record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
 -- task (what its lease carries), or no row; no row while the queue is paused
 -- (a probe of sqlq_paused's key).
 UPDATE sqlq_tasks
@@ -158,7 +163,7 @@ SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, u
 WHERE id = (SELECT id FROM sqlq_tasks
             WHERE queue = ?1 AND state = 'AVAILABLE'
               AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)
-            ORDER BY seq LIMIT 1)
+            ORDER BY line_key, seq LIMIT 1)
   AND state = 'AVAILABLE'
 RETURNING task_id, attempts, payload, name
 
@@ -167,7 +172,7 @@ RETURNING task_id, attempts, payload, name
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key
+       result, progress, progress_message, dedupe_key, priority
 FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
@@ -180,11 +185,13 @@ SET state = 'COMPLETED', deadline = NULL, finished_at = ?4, updated_at = ?4, res
 WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3 IS NULL OR lease_id = ?3)
 
 -- name: end_lease
--- End a lease that failed, ran out or was given back: AVAILABLE (a new :seq),
--- WAITING (a new :seq as wake-up order, until :run_at) or DEAD (:finished_at).
--- Compare-and-set on the lease the caller saw; zero rows means the task moved.
+-- End a lease that failed, ran out or was given back: AVAILABLE (a new :seq,
+-- and the line key of a task that joins the line at the call's time :now), WAITING (a new :seq as
+-- wake-up order, until :run_at) or DEAD (:finished_at).  Compare-and-set on the
+-- lease the caller saw; zero rows means the task moved.
 UPDATE sqlq_tasks
 SET state = :state, seq = coalesce(:seq, seq), run_at = :run_at, deadline = NULL,
+    line_key = :now - priority * aging,
     attempts = attempts + :attempts_delta, last_error = :error,
     finished_at = :finished_at, updated_at = :at
 WHERE id = :id AND state = 'RESERVED' AND lease_id = :token
@@ -198,17 +205,20 @@ WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED' AND lease_id 
 RETURNING stop_requested_at IS NOT NULL
 
 -- name: wake_task
--- WAITING -> AVAILABLE at the back of the line when run_at has come.
--- Compare-and-set on the wake-up the caller saw.
+-- WAITING -> AVAILABLE when run_at (:at) has come, joining the line at the
+-- call's time :now (its place: see insert_task).  Compare-and-set on the
+-- wake-up the caller saw.
 UPDATE sqlq_tasks
-SET state = 'AVAILABLE', seq = :seq, run_at = NULL, updated_at = :at
+SET state = 'AVAILABLE', seq = :seq, run_at = NULL, updated_at = :at,
+    line_key = :now - priority * aging
 WHERE id = :id AND state = 'WAITING' AND seq = :order
 
 -- name: redrive_task
 -- DEAD -> AVAILABLE at the back of the line, attempts reset; the last error is kept.
 -- Not if another task holds its dedupe key (a probe of sqlq_tasks_key_holder).
 UPDATE sqlq_tasks
-SET state = 'AVAILABLE', attempts = 0, seq = :seq, finished_at = NULL, updated_at = :now
+SET state = 'AVAILABLE', attempts = 0, seq = :seq, finished_at = NULL, updated_at = :now,
+    line_key = :now - priority * aging
 WHERE id = :id AND state = 'DEAD'
   AND (dedupe_key IS NULL
        OR NOT EXISTS (SELECT 1 FROM sqlq_tasks AS holder
@@ -228,7 +238,7 @@ LIMIT :limit
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key
+       result, progress, progress_message, dedupe_key, priority
 FROM sqlq_tasks
 WHERE queue = :queue
 ORDER BY id
@@ -239,7 +249,7 @@ LIMIT :limit
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key
+       result, progress, progress_message, dedupe_key, priority
 FROM sqlq_tasks
 WHERE queue = :queue AND state = :state
 ORDER BY id
@@ -261,7 +271,7 @@ SELECT state, count(*) FROM sqlq_tasks WHERE queue = :queue GROUP BY state
 -- When the task at the front of the queue's line became AVAILABLE.
 SELECT updated_at FROM sqlq_tasks
 WHERE queue = :queue AND state = 'AVAILABLE'
-ORDER BY seq LIMIT 1
+ORDER BY line_key, seq LIMIT 1
 
 -- name: next_deadline
 -- The soonest lease deadline of a queue.
@@ -517,16 +527,20 @@ WHERE id = coalesce(
 -- every unique index is one).  Positional, as insert_task, then the key.
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
-     retry_kind, retry_base, retry_cap, created_at, updated_at, name, dedupe_key)
-VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13)
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+     line_key, dedupe_key)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14,
+        ?15)
 ON CONFLICT DO NOTHING
 
 -- name: debounce_task
 -- on_key="debounce": the holder of a key, not started, takes the new :payload
 -- and :run_at (WAITING until then, or AVAILABLE if NULL) with the seq :seq (the
--- one it had, to keep its place in the line, or a new one).  Compare-and-set on
--- the state and seq the add found.
+-- one it had, to keep its place in the line, or a new one, and then the line
+-- key of contract.line_key at :now).  Compare-and-set on the state and seq the
+-- add found.
 UPDATE sqlq_tasks
 SET state = iif(:run_at IS NULL, 'AVAILABLE', 'WAITING'), run_at = :run_at, seq = :seq,
+    line_key = iif(:seq = :seen, line_key, :now - priority * aging),
     payload = :payload, updated_at = :now
 WHERE id = :id AND state = :state AND seq = :seen
