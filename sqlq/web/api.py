@@ -9,6 +9,7 @@ its deadline past, until the next call on its queue releases it).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -103,6 +104,12 @@ def charts_json(backend: Backend, samples: list[Sample], queue: str, window: str
     }
 
 
+#: A page cursor (``cursor``) and a limit, in ASCII digits: str.isdigit() and int() take
+#: others too (superscripts, Arabic-Indic digits), and int() refuses some of those.
+_CURSOR = re.compile(r"-?[0-9]{1,18}\.[0-9]{1,18}")
+_NUMBER = re.compile(r"[0-9]{1,18}")
+
+
 def cursor(key: Key) -> str:
     return f"{key[0]}.{key[1]}"
 
@@ -135,15 +142,15 @@ def _order(text: str) -> Order:
 def _key(text: str | None) -> Key | None:
     if text is None:
         return None
-    seq, _, row_id = text.partition(".")
-    if not (seq.lstrip("-").isdigit() and row_id.isdigit()) or max(len(seq), len(row_id)) > 18:
+    if _CURSOR.fullmatch(text) is None:
         raise InvalidArgument(f"not a page cursor: {text!r}")
+    seq, _, row_id = text.partition(".")
     return int(seq), int(row_id)
 
 
 def _limit(text: str | None) -> int:
     if text is None:
         return PAGE
-    if not text.isdigit() or not 1 <= int(text) <= MAX_BATCH:
+    if _NUMBER.fullmatch(text) is None or not 1 <= int(text) <= MAX_BATCH:
         raise InvalidArgument(f"limit must be a whole number from 1 to {MAX_BATCH}, not {text!r}")
     return int(text)
