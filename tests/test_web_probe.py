@@ -11,7 +11,8 @@ import pytest
 from starlette.testclient import TestClient
 
 import sqlq
-from sqlq.web import create_app
+from sqlq.errors import InvalidConfig
+from sqlq.web import create_app, metrics_app
 
 LOCAL = ("127.0.0.1", 50000)
 REMOTE = ("192.0.2.7", 50000)
@@ -48,3 +49,35 @@ def test_digits_other_than_ascii_are_refused_with_the_reason(
         assert answer.status_code == 400, (path, params, answer.status_code)
         assert "InvalidArgument" in answer.text
 
+
+@pytest.mark.parametrize("token", ["", "short"])
+def test_a_token_that_guards_nothing_is_refused_when_the_app_is_made(db: str, token: str) -> None:
+    # The README's mount: create_app(db, token=os.environ[...]) with the variable set empty
+    # let anyone in with "Authorization: Bearer " (compare_digest("", "") is True).
+    for make in (create_app, metrics_app):
+        with pytest.raises(InvalidConfig, match="at least 16 characters"):
+            make(db, token=token)
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.example", "evil.example:8470", "localhost.evil.example", "192.0.2.7:8470"]
+)
+def test_without_a_token_a_name_rebound_to_this_machine_is_refused(db: str, host: str) -> None:
+    # DNS rebinding: evil.example first resolves to the attacker's server, whose page then
+    # asks evil.example again, now resolving to 127.0.0.1. The browser sends the request
+    # from this machine with Host: evil.example, and lets the page read the answer (same
+    # origin for it): every payload, and the CSRF token of the actions' forms.
+    with TestClient(create_app(db), base_url="http://127.0.0.1:8470", client=LOCAL) as c:
+        for path in ("/api/tasks", "/"):
+            answer = c.get(path, headers={"host": host})
+            assert answer.status_code == 403, (path, host)
+            assert "this machine only" in answer.text
+
+
+@pytest.mark.parametrize(
+    "base",
+    ["http://127.0.0.1:8470", "http://localhost:8470", "http://[::1]:8470", "http://127.0.0.2"],
+)
+def test_without_a_token_loopback_names_are_served(db: str, base: str) -> None:
+    with TestClient(create_app(db), base_url=base, client=LOCAL) as c:
+        assert c.get("/api/queues").status_code == 200, base

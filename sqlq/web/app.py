@@ -126,6 +126,8 @@ def metrics_app(database: str, *, token: str | None = None) -> Starlette:
 
 
 def _app(board: Dashboard, routes: list[BaseRoute], token: str | None) -> Starlette:
+    security.check_token(token)
+
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> Any:
         yield
