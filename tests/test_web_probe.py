@@ -81,3 +81,16 @@ def test_without_a_token_a_name_rebound_to_this_machine_is_refused(db: str, host
 def test_without_a_token_loopback_names_are_served(db: str, base: str) -> None:
     with TestClient(create_app(db), base_url=base, client=LOCAL) as c:
         assert c.get("/api/queues").status_code == 200, base
+
+
+def test_a_task_name_filter_no_task_could_have_is_refused_on_every_backend(
+    queue_url: str,
+) -> None:
+    # PostgreSQL's text takes no NUL: the filter reached the server and came back as a
+    # StorageError (503, "the database is unwell") for what is a bad request.
+    sqlq.Queue(queue_url, lease_seconds=30, max_attempts=1).close()
+    with TestClient(create_app(queue_url), base_url="http://127.0.0.1", client=LOCAL) as c:
+        for path in ("/tasks", "/api/tasks"):
+            answer = c.get(path, params={"name": "a\x00b"})
+            assert answer.status_code == 400, (path, answer.text)
+            assert "task name must not contain NUL" in answer.text

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..backend import Backend, TaskRow
 from ..browse import ORDERS, Browse, Key, Order
-from ..contract import MAX_BATCH, State, check_queue_name, check_task_id
+from ..contract import MAX_BATCH, State, check_queue_name, check_task_id, check_task_name
 from ..durable import _info as task_info
 from ..errors import InvalidArgument
 from ..shapes import overview_json, task_json
@@ -127,7 +127,7 @@ def browse_of(params: Mapping[str, str]) -> Browse:
     return Browse(
         queue=None if queue is None else check_queue_name(queue),
         state=None if state is None else State(state),
-        name=params.get("name") or None,
+        name=check_task_name(params.get("name") or None),
         prefix=params.get("prefix") or None,
         order=_order(order),
         after=_key(params.get("after") or None),
