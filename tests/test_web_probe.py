@@ -127,3 +127,70 @@ def test_a_workers_handler_histogram_keeps_a_bounded_number_of_task_names() -> N
     for i in range(1000, 3000):
         metrics.handled(f"send-to-user-{i}", "completed", 0.01)
     assert names() == some  # no series more for names past the bound
+
+
+@pytest.mark.parametrize("order", ["newest", "line"])
+def test_keyset_pages_skip_and_repeat_nothing_while_tasks_come_and_go(
+    queue_url: str, order: str
+) -> None:
+    # (Held up: a guard.) Two queues interleaved; between two pages tasks are added and
+    # purged, including the last one shown: every task there throughout is shown once.
+    queues = [sqlq.Queue(queue_url, lease_seconds=30, max_attempts=1, queue=name) for name in "ab"]
+    try:
+        for i in range(12):
+            for q in queues:
+                q.add(f"{q.queue}{i:02d}")
+        for _ in range(4):  # some finish, the others wait: the line mixes states
+            lease = queues[0].claim()
+            assert lease is not None
+            queues[0].fail(lease.task_id, token=lease.token, error="no")
+        with TestClient(create_app(queue_url), base_url="http://127.0.0.1", client=LOCAL) as c:
+            seen: list[str] = []
+            after: str | None = None
+            for page in range(100):
+                params = {"order": order, "limit": "5", **({"after": after} if after else {})}
+                answer = c.get("/api/tasks", params=params).json()
+                seen += [t["task_id"] for t in answer["tasks"]]
+                after = answer["next"]
+                if after is None:
+                    break
+                queues[1].add(f"new{page:02d}")  # newer than every page: newest never shows it
+                queues[0].purge(states=("DEAD",))  # a00..a03: shown on the first page, or not
+        assert len(seen) == len(set(seen)), seen
+        kept = {f"{q}{i:02d}" for q in "ab" for i in range(12)} - {f"a{i:02d}" for i in range(4)}
+        assert kept <= set(seen), sorted(kept - set(seen))
+    finally:
+        for q in queues:
+            q.close()
+
+
+def _dead_task(db: str) -> None:
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="jobs") as q:
+        q.add("d1")
+        lease = q.claim()
+        assert lease is not None
+        q.fail("d1", token=lease.token, error="no")
+
+
+def test_forged_actions_change_nothing(db: str, client: TestClient) -> None:
+    # (Held up: a guard.) A page's own CSRF token, but from a sandboxed frame or a
+    # data: URL (Origin: null), or another scheme or port of this host; a GET; a form
+    # whose token and cookie are both empty.
+    _dead_task(db)
+    page = client.get("/dead?queue=jobs").text
+    token = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    form = {"queue": "jobs", "task_id": "d1", "csrf": token}
+    for origin in (
+        "null",
+        "https://127.0.0.1:8470",
+        "http://127.0.0.1:8471",
+        "http://localhost:8470",
+    ):
+        answer = client.post("/actions/redrive", data=form, headers={"origin": origin})
+        assert answer.status_code == 403 and "another site" in answer.text, origin
+    assert client.get("/actions/redrive", params=form).status_code == 405
+    client.cookies.set("sqlq_csrf", "")
+    answer = client.post("/actions/redrive", data={**form, "csrf": ""})
+    assert answer.status_code == 403 and "CSRF" in answer.text
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="jobs") as q:
+        assert q.status("d1") == "DEAD"
