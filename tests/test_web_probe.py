@@ -194,3 +194,33 @@ def test_forged_actions_change_nothing(db: str, client: TestClient) -> None:
     assert answer.status_code == 403 and "CSRF" in answer.text
     with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="jobs") as q:
         assert q.status("d1") == "DEAD"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the task list page shows no payload or result, but Backend.browse reads them "
+        "(SELECT *) and the page decodes them: 50 tasks of 4 MiB payloads took 2.2 s and "
+        "450 MB to render a 32 KB page (payloads may be up to 64 MiB). The fix is in the "
+        "browse port call (a Browse that asks for no payloads, its statements selecting "
+        "NULL for them on both backends), in the queries files other work edits now"
+    ),
+)
+def test_the_task_list_page_reads_no_payload(db: str, client: TestClient) -> None:
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="jobs") as q:
+        q.add_many([(f"t{i}", {"big": "x" * 1000}) for i in range(3)])
+    from sqlq.sqlite.backend import SqliteBackend
+
+    read: list[object] = []
+    original = SqliteBackend.browse
+
+    def browse(self: SqliteBackend, where: object) -> list[object]:
+        found = original(self, where)  # type: ignore[arg-type]
+        read.extend(f.task.payload for f in found)
+        return list(found)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SqliteBackend, "browse", browse)
+        page = client.get("/tasks")
+    assert page.status_code == 200 and "t2" in page.text
+    assert read and all(payload is None for payload in read)
