@@ -4,6 +4,7 @@ Each test here failed on the dashboard as first merged (issue 14)."""
 
 from __future__ import annotations
 
+import base64
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,3 +250,16 @@ def test_a_postgresql_server_that_goes_away_is_a_clear_503_and_the_dashboard_rec
                 )
             cluster.start()
             assert all(c.get(path).status_code == 200 for path in paths)
+
+
+def test_a_token_beyond_ascii_is_accepted_as_sent(db: str) -> None:
+    # Starlette reads header bytes as latin-1: a UTF-8 token in a Bearer header never
+    # matched the token's own text, while the same token by basic auth (base64 of UTF-8) did.
+    token = "jeton-très-secret-0123"
+    with TestClient(create_app(db, token=token), base_url="http://h", client=REMOTE) as c:
+        bearer = c.get("/api/queues", headers={"authorization": b"Bearer " + token.encode()})
+        assert bearer.status_code == 200
+        basic = base64.b64encode(f"me:{token}".encode())
+        assert c.get("/api/queues", headers={"authorization": b"Basic " + basic}).status_code == 200
+        wrong = c.get("/api/queues", headers={"authorization": b"Bearer " + token.encode()[:-1]})
+        assert wrong.status_code == 401

@@ -81,15 +81,16 @@ def authorized(request: Request, token: str | None) -> bool:
     if token is None:  # (the Host too: a page of a name rebound to 127.0.0.1 is another site)
         client = request.client
         return client is not None and is_loopback(client.host) and is_loopback(request.url.hostname)
-    kind, _, given = request.headers.get("authorization", "").partition(" ")
+    kind, _, text = request.headers.get("authorization", "").partition(" ")
+    given = text.encode("latin-1")  # the bytes sent (Starlette reads headers as latin-1)
     if kind.lower() == "basic":
         try:
-            given = base64.b64decode(given, validate=True).decode().partition(":")[2]
-        except (binascii.Error, UnicodeDecodeError):
+            given = base64.b64decode(given, validate=True).partition(b":")[2]
+        except binascii.Error:
             return False
     elif kind.lower() != "bearer":
         return False
-    return hmac.compare_digest(given.encode(), token.encode())
+    return hmac.compare_digest(given, token.encode())
 
 
 class Guard:
