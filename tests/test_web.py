@@ -238,7 +238,7 @@ def test_pause_resume_and_add(queue_url: str, client: TestClient) -> None:
         assert info is not None and info.payload == {"n": 2} and info.name == "x"
     assert _post(client, "add", queue="jobs", task_id="new").status_code == 409
     bad = _post(client, "add", queue="jobs", task_id="other", payload="{nope")
-    assert bad.status_code == 400 and "not JSON" in bad.text
+    assert bad.status_code == 400 and "InvalidPayload: not valid JSON" in bad.text
 
 
 def test_actions_need_the_sessions_csrf_token_and_origin(

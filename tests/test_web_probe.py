@@ -256,3 +256,21 @@ def test_a_token_beyond_ascii_is_accepted_as_sent(db: str) -> None:
         assert c.get("/api/queues", headers={"authorization": b"Basic " + basic}).status_code == 200
         wrong = c.get("/api/queues", headers={"authorization": b"Bearer " + token.encode()[:-1]})
         assert wrong.status_code == 401
+
+
+def test_adding_a_payload_nested_too_deep_is_a_400_with_the_reason(client: TestClient) -> None:
+    # json.loads raised RecursionError (a 500) on 100,000 nested brackets; a payload
+    # nested past sqlq's limit, but not that far, is refused by the queue's own check.
+    token = client.get("/").text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    for depth in (100_000, 300):
+        answer = client.post(
+            "/actions/add",
+            data={
+                "csrf": token,
+                "queue": "jobs",
+                "task_id": "deep",
+                "payload": "[" * depth + "]" * depth,
+            },
+        )
+        assert answer.status_code == 400, (depth, answer.text)
+        assert "InvalidPayload: JSON nested more than 200 deep" in answer.text
