@@ -1,8 +1,8 @@
 """The web dashboard (sqlq.web) probed as an attacker and a new user would: query
 parameters no form sends, requests another site makes, tokens that guard nothing.
 Each test here failed on the dashboard as first merged (issue 14), but those that say
-"Held up": they guard what resisted the probing; the two expected failures say where
-their fix belongs."""
+"Held up": they guard what resisted the probing; the expected failure says where
+its fix belongs."""
 
 from __future__ import annotations
 
