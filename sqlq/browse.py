@@ -103,5 +103,7 @@ def task_row(
             result=c["result"],
             progress=c["progress"],
             progress_message=c["progress_message"],
+            dedupe_key=c["dedupe_key"],
+            priority=c["priority"],
         ),
     )

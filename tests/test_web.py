@@ -68,7 +68,7 @@ def test_the_api_gives_the_clis_json_shapes(
 ) -> None:
     with _queue(queue_url) as q:
         _dead(q, "b")
-        q.add("a", payload={"n": 1}, name="send")
+        q.add("a", payload={"n": 1}, name="send", priority=3, key="user:1")
     assert main(["show", queue_url, "a", "--queue", "jobs", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     api = client.get("/api/task", params={"queue": "jobs", "id": "a"}).json()

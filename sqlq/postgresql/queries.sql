@@ -611,7 +611,8 @@ SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_k
        CASE WHEN %(payloads)s THEN payload END AS payload,
        CASE WHEN %(payloads)s THEN payload_bytes END AS payload_bytes,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
-       CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message
+       CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message,
+       dedupe_key, priority
 FROM sqlq_tasks
 WHERE id < %(id)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -630,7 +631,8 @@ SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_k
        CASE WHEN %(payloads)s THEN payload END AS payload,
        CASE WHEN %(payloads)s THEN payload_bytes END AS payload_bytes,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
-       CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message
+       CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message,
+       dedupe_key, priority
 FROM sqlq_tasks
 WHERE (seq, id) > (%(seq)s, %(id)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)

@@ -462,7 +462,8 @@ WHERE lease_id = :token AND queue = :queue AND task_id = :task_id AND state = 'R
 SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, CASE WHEN :payloads THEN payload END AS payload,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
-       CASE WHEN :payloads THEN result END AS result, progress, progress_message
+       CASE WHEN :payloads THEN result END AS result, progress, progress_message,
+       dedupe_key, priority
 FROM sqlq_tasks
 WHERE id < :id
   AND (:queue IS NULL OR queue = :queue)
@@ -479,7 +480,8 @@ LIMIT :limit
 SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, CASE WHEN :payloads THEN payload END AS payload,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
-       CASE WHEN :payloads THEN result END AS result, progress, progress_message
+       CASE WHEN :payloads THEN result END AS result, progress, progress_message,
+       dedupe_key, priority
 FROM sqlq_tasks
 WHERE (seq, id) > (:seq, :id)
   AND (:queue IS NULL OR queue = :queue)
