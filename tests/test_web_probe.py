@@ -1,8 +1,7 @@
 """The web dashboard (sqlq.web) probed as an attacker and a new user would: query
 parameters no form sends, requests another site makes, tokens that guard nothing.
 Each test here failed on the dashboard as first merged (issue 14), but those that say
-"Held up": they guard what resisted the probing; the expected failure says where
-its fix belongs."""
+"Held up": they guard what resisted the probing."""
 
 from __future__ import annotations
 
@@ -103,16 +102,6 @@ def test_a_task_name_filter_no_task_could_have_is_refused_on_every_backend(
             assert "task name must not contain NUL" in answer.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "sqlq/worker_metrics.py (outside the dashboard) labels the handler histogram with "
-        "each task name a task was added under: names the producers make up (one per user, "
-        "per date) grow the worker's memory and Prometheus's series without bound. The fix "
-        "there: keep the first N names seen (or the registry's task names) and count the "
-        "others under one label value."
-    ),
-)
 def test_a_workers_handler_histogram_keeps_a_bounded_number_of_task_names() -> None:
     from sqlq.worker_metrics import WorkerMetrics
 
@@ -134,6 +123,14 @@ def test_a_workers_handler_histogram_keeps_a_bounded_number_of_task_names() -> N
     for i in range(1000, 3000):
         metrics.handled(f"send-to-user-{i}", "completed", 0.01)
     assert names() == some  # no series more for names past the bound
+    metrics.handled("send-to-user-0", "failed", 0.01)  # a name seen first keeps its own
+    failed = {
+        s.labels["name"]
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.labels.get("outcome") == "failed"
+    }
+    assert failed == {"send-to-user-0"}
 
 
 @pytest.mark.parametrize("order", ["newest", "line"])
