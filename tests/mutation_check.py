@@ -267,14 +267,14 @@ MUTANTS = [
     Mutant(
         "sql-claim-takes-the-back-of-the-line",
         "sqlq/sqlite/queries.sql",
-        "            ORDER BY seq LIMIT 1)",
-        "            ORDER BY seq DESC LIMIT 1)",
+        "            ORDER BY line_key, seq LIMIT 1)",
+        "            ORDER BY line_key DESC, seq DESC LIMIT 1)",
     ),
     Mutant(
         "sql-claim-many-takes-the-back-of-the-line",
         "sqlq/sqlite/queries.sql",
-        "ORDER BY seq LIMIT :n",
-        "ORDER BY seq DESC LIMIT :n",
+        "ORDER BY line_key, seq LIMIT :n",
+        "ORDER BY line_key DESC, seq DESC LIMIT :n",
     ),
     Mutant(
         "sql-redrive-keeps-attempts",
@@ -368,8 +368,8 @@ MUTANTS = [
     Mutant(
         "pg-claim-waits-for-a-held-row",
         "sqlq/postgresql/queries.sql",
-        "ORDER BY seq LIMIT 1\n                FOR UPDATE SKIP LOCKED)",
-        "ORDER BY seq LIMIT 1\n                FOR UPDATE)",
+        "ORDER BY line_key, seq LIMIT 1\n                FOR UPDATE SKIP LOCKED)",
+        "ORDER BY line_key, seq LIMIT 1\n                FOR UPDATE)",
         POSTGRESQL,
     ),
     Mutant(
