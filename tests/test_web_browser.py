@@ -49,15 +49,21 @@ def db(tmp_path: Path) -> str:
 
 def _follow(driver: Any, element: Any) -> None:
     """Click a link or a form's button, and wait until the browser shows the next page:
-    a click returns once the click is sent, and the page it leads to may load later."""
-    from selenium.webdriver.support import expected_conditions
+    a click returns once the click is sent, and the page it leads to may load later.
+
+    The old page is marked with a window property that the next document lacks.  While
+    the browser swaps documents, chromedriver may answer with errors other than "stale
+    element" (for example "Node with given id does not belong to the document"); those
+    mean "not yet" and the wait asks again."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    page = driver.find_element("tag name", "html")
+    driver.execute_script("window.sqlqOldPage = true")
     element.click()
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(page))
-    WebDriverWait(driver, 30).until(
-        lambda d: d.execute_script("return document.readyState") == "complete"
+    WebDriverWait(driver, 30, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(
+            "return window.sqlqOldPage === undefined && document.readyState === 'complete'"
+        )
     )
 
 
