@@ -1676,7 +1676,8 @@ def test_the_commands_work_on_a_database_on_a_server(
         "existed": 0,
     }
     document = _json(capsys, "stats", server_url)
-    assert (document["database"], document["sqlite"]) == (shown, "ServerDB 9.1")
+    assert (document["database"], document["server"]) == (shown, "ServerDB 9.1")
+    assert "sqlite" not in document  # the server's software is not SQLite's
     assert document["wal_bytes"] is None and document["queues"]["default"]["AVAILABLE"] == 2
     assert [t["task_id"] for t in _json(capsys, "list", server_url)["tasks"]] == ["a", "b"]
     said = []  # what the commands print, none of it with the password

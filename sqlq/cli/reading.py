@@ -175,7 +175,8 @@ def _stats(args: argparse.Namespace) -> int:
         print_json(
             {
                 "database": db.name,
-                "sqlite": software,
+                # as the text's label: the SQLite library's version, or the server's
+                ("sqlite" if db.file is not None else "server"): software,
                 "schema_version": version,
                 "wal_bytes": wal,
                 "now": now,
