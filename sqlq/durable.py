@@ -708,13 +708,12 @@ class Queue:
         found = tx.schedule(self.queue, schedule.name)
         seen = None if found is None else found.handled_until
         todo = plan(schedule, seen, now)
-        added = [
-            task_id
+        batch = [
+            (task_id, encoded, schedule.task)
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
-            if tx.insert(
-                self.queue, task_id, limit, policy, encoded, None, schedule.task, aging=self.aging
-            )
-        ]
+        ]  # one batch insert: a catch-up of many ticks is one statement, not one per tick
+        inserted = tx.insert_many(self.queue, batch, limit, policy, None, aging=self.aging)
+        added = [task_id for (task_id, _, _), new in zip(batch, inserted, strict=True) if new]
         last = todo.ticks[-1] if todo.ticks else None if found is None else found.last_enqueued
         state = ScheduleState(
             self.queue, schedule.name, schedule.task, schedule.spec, schedule.tz,
