@@ -120,6 +120,7 @@ class AsyncQueue:
     counts = _twin(Queue.counts)
     checkpoint = _twin(Queue.checkpoint)
     tick = _twin(Queue.tick)
+    forget_schedule = _twin(Queue.forget_schedule)
     result = _twin(Queue.result)
     progress = _twin(Queue.progress)
 

@@ -268,6 +268,10 @@ class Transaction(Protocol):
         yet): a compare-and-set.  False, and no change, otherwise."""
         ...
 
+    def forget_schedule(self, queue: str, name: str) -> bool:
+        """Delete the stored schedule ``name`` of ``queue``; False if none was stored."""
+        ...
+
     def outcome(self, queue: str, task_id: str) -> Outcome | None:
         """(state, stored result, last error) of the task, or None: what ``result``
         reads, without the payload."""

@@ -44,6 +44,7 @@ from .contract import (
     check_flag,
     check_leases,
     check_max_attempts,
+    check_name,
     check_priority,
     check_progress,
     check_queue_name,
@@ -722,6 +723,16 @@ class Queue:
         if (found is None or found[:-1] != state[:-1]) and not tx.save_schedule(state, seen):
             raise _Moved
         return Ticked(added, schedule.next_tick(todo.cursor), now)
+
+    def forget_schedule(self, name: str, now: Number | None = None) -> bool:
+        """Delete the stored state of the schedule ``name`` (a schedule no worker runs
+        any more: `sqlq schedules` lists it until then); the tasks of its ticks stay.
+        A worker that still has the schedule stores it again as a new one, whose first
+        task is for its first tick after that.  False if it was not stored."""
+        with self._call(now) as tx:
+            return tx.forget_schedule(
+                self.queue, check_name(name, "schedule name", InvalidArgument)
+            )
 
     def stats(self, now: Number | None = None) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""

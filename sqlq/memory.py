@@ -73,6 +73,7 @@ from .contract import (
     check_flag,
     check_leases,
     check_max_attempts,
+    check_name,
     check_priority,
     check_progress,
     check_result,
@@ -93,7 +94,7 @@ from .contract import (
     time_after,
     undecodable_error,
 )
-from .errors import InvalidPayload
+from .errors import InvalidArgument, InvalidPayload
 from .keys import Added, Keyed, KeyRule, check_key, on_holder
 from .records import Heartbeat, Lease, QueueStats, TaskInfo
 from .results import DEFAULT_POLL, ResultWait, wait
@@ -716,6 +717,13 @@ class WorkQueue:
         ]
         self._schedules[schedule.name] = todo.cursor
         return Ticked(added, schedule.next_tick(todo.cursor), now)
+
+    def forget_schedule(self, name: str, now: Number) -> bool:
+        """Forget the state of the schedule ``name``: its next tick starts it anew (its
+        tasks stay).  False if it was not known."""
+        check_name(name, "schedule name", InvalidArgument)
+        self._advance(now)
+        return self._schedules.pop(name, None) is not None
 
     def stats(self, now: Number) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""

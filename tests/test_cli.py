@@ -164,7 +164,7 @@ def _foreign(path: Path, kind: str) -> None:
 
 def test_subcommands_are_the_documented_set() -> None:
     expected = ["add", "backup", "dead", "demo", "list", "migrate", "purge", "redrive", "show"]
-    expected += ["schedules", "stats", "cancel", "pause", "resume", "web", "metrics"]
+    expected += ["schedules", "unschedule", "stats", "cancel", "pause", "resume", "web", "metrics"]
     assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 

@@ -21,7 +21,7 @@ from databases import queue_options
 import sqlq
 from sqlq import cli
 from sqlq.backends import open_backend
-from sqlq.errors import InvalidConfig
+from sqlq.errors import InvalidArgument, InvalidConfig
 from sqlq.records import ScheduleState
 from sqlq.schedule import MAX_CATCH_UP, Schedule, plan
 from sqlq.testing import ManualClock
@@ -135,6 +135,24 @@ def test_schedules_are_kept_apart_by_name(make_queue: Factory) -> None:
     q.tick(slow, now=T0)
     assert q.tick(fast, now=T0 + 120).added == ["fast@2026-01-01T00:02:00Z"]
     assert q.tick(slow, now=T0 + 120).added == ["slow@2026-01-01T00:02:00Z"]
+
+
+def test_a_forgotten_schedule_starts_anew_at_its_next_tick_and_its_tasks_stay(
+    make_queue: Factory,
+) -> None:
+    q = make_queue(30, 3)
+    beat = Schedule("beat", every=60, catch_up="all")
+    q.tick(beat, now=T0)
+    assert q.tick(beat, now=T0 + 60).added == [beat.task_id(T0 + 60)]
+    assert q.forget_schedule("beat", now=T0 + 61) is True
+    assert q.forget_schedule("beat", now=T0 + 61) is False  # nothing kept any more
+    assert q.forget_schedule("other", now=T0 + 61) is False
+    # Ticked again after five missed ticks: a new schedule, which catches none of them up.
+    assert q.tick(beat, now=T0 + 370).added == []
+    assert q.tick(beat, now=T0 + 421).added == [beat.task_id(T0 + 420)]
+    assert _ids(q, T0 + 421) == [beat.task_id(T0 + 60), beat.task_id(T0 + 420)]
+    with pytest.raises(InvalidArgument, match="schedule name"):
+        q.forget_schedule(b"beat", now=T0 + 421)
 
 
 def test_tick_takes_a_schedule(make_queue: Factory) -> None:
@@ -447,6 +465,22 @@ def test_the_cli_lists_the_schedules_with_their_next_run(
     out = capsys.readouterr().out
     assert "nightly" in out and "Europe/Paris" in out and "every 300" in out
     assert datetime.fromtimestamp(last, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") in out
+
+
+def test_the_cli_forgets_a_schedule_no_worker_runs(
+    queue_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=3, **queue_options(queue_url)) as q:
+        q.tick(Schedule("old-report", every=300), now=now)
+        q.tick(Schedule("beat", every=60), now=now)
+    assert cli.main(["unschedule", queue_url, "old-report", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["forgotten"] is True
+    assert cli.main(["schedules", queue_url, "--json"]) == 0
+    assert [s["name"] for s in json.loads(capsys.readouterr().out)] == ["beat"]
+    assert cli.main(["unschedule", queue_url, "old-report"]) == 1
+    assert "keeps no schedule 'old-report'" in capsys.readouterr().out
+    assert cli.main(["unschedule", queue_url, "beat", "--queue", "other"]) == 1
 
 
 def test_a_registry_worker_refuses_a_schedule_whose_task_it_cannot_run(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 Subcommands, one module per kind:
 
 * reading.py: `stats`, `list`, `show`, `dead` (never create or migrate a file)
-* schedules.py: `schedules` (reads only)
+* schedules.py: `schedules` (reads only) and `unschedule`
 * adding.py: `add` (creates a missing file)
 * maintenance.py: `redrive`, `purge`, `migrate`
 * control.py: `cancel`, `pause`, `resume`

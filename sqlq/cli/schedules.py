@@ -1,8 +1,9 @@
-"""`sqlq schedules`: the periodic tasks a database knows, and when each runs next.
+"""`sqlq schedules`: the periodic tasks a database knows, and when each runs next;
+`sqlq unschedule`: forget one that no worker runs any more.
 
-It reads what the database stores with each schedule (its spec, zone and catch-up
-policy: see sqlq.schedule), so it needs none of the user's code; it only reads,
-and never takes the write lock.
+`schedules` reads what the database stores with each schedule (its spec, zone and
+catch-up policy: see sqlq.schedule), so it needs none of the user's code; it only
+reads, and never takes the write lock.
 """
 
 from __future__ import annotations
@@ -15,15 +16,20 @@ from ..errors import InvalidConfig
 from ..records import ScheduleState
 from ..schedule import Schedule
 from .common import (
+    EXIT_ERROR,
     EXIT_OK,
     add_database,
     add_json,
+    add_queue,
     inspected,
     moment,
+    open_queue,
     print_json,
     printable,
+    sqlq_database,
     table,
 )
+from .maintenance import WRITE_NOTE
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,6 +49,23 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     add_json(schedules, "the schedules (times as Unix seconds)")
     schedules.set_defaults(handler=_schedules)
+
+    forget = commands.add_parser(
+        "unschedule",
+        help="forget a schedule that no worker runs any more",
+        description=(
+            "Delete what the database keeps of a schedule (its last tick), so that "
+            "`sqlq schedules` no longer lists it: for a schedule removed from the workers' "
+            "code. The tasks its ticks added stay. A worker that still has the schedule "
+            "stores it again as a new one, whose first task is for its first tick after "
+            "that. Exit 1 if the queue kept no schedule of that name."
+        ),
+    )
+    add_database(forget, WRITE_NOTE)
+    forget.add_argument("name", metavar="NAME", help="the schedule's name")
+    add_queue(forget)
+    add_json(forget, "whether the schedule was forgotten")
+    forget.set_defaults(handler=_unschedule)
 
 
 def _schedules(args: argparse.Namespace) -> int:
@@ -70,6 +93,21 @@ def _schedules(args: argparse.Namespace) -> int:
     ]
     table(["queue", "schedule", "task", "spec", "zone", "catch-up", "last tick", "next run"], rows)
     return EXIT_OK
+
+
+def _unschedule(args: argparse.Namespace) -> int:
+    db = sqlq_database(args.db, allow_older=True, creates="unschedule does not create databases")
+    with open_queue(db, args.queue) as queue:
+        forgotten = queue.forget_schedule(args.name)
+    if args.json:
+        print_json(
+            {"database": db.name, "queue": args.queue, "name": args.name, "forgotten": forgotten}
+        )
+    elif forgotten:
+        print(f"schedule {printable(args.name)!r} of queue {args.queue!r}: forgotten")
+    else:
+        print(f"queue {args.queue!r} keeps no schedule {printable(args.name)!r}")
+    return EXIT_OK if forgotten else EXIT_ERROR
 
 
 def _next_run(state: ScheduleState) -> Any:

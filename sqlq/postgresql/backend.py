@@ -968,6 +968,10 @@ class PostgresTransaction:
         sql = Q.insert_schedule if seen is None else Q.update_schedule
         return bool(self._opened_cursor.execute(sql, params).rowcount == 1)
 
+    def forget_schedule(self, queue: str, name: str) -> bool:
+        params = {"queue": queue, "name": name}
+        return bool(self._opened_cursor.execute(Q.delete_schedule, params).rowcount == 1)
+
     def cancel_unstarted(self, queue: str, task_id: str) -> bool:
         params = {"queue": queue, "task_id": stored(task_id), "now": self.now}
         return bool(self._cur.execute(Q.cancel_unstarted, params).rowcount == 1)

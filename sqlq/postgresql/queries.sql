@@ -541,6 +541,11 @@ SET task = %(task)s, spec = %(spec)s, tz = %(tz)s, catch_up = %(catch_up)s,
     updated_at = %(updated_at)s
 WHERE queue = %(queue)s AND name = %(name)s AND handled_until = %(seen)s
 
+-- name: delete_schedule
+-- forget_schedule: the stored state of a schedule no worker runs any more (its
+-- tasks stay).  A worker that still has it stores it again as new.
+DELETE FROM sqlq_schedules WHERE queue = %(queue)s AND name = %(name)s
+
 -- name: list_schedules
 -- Every schedule the database keeps (sqlq schedules), by queue and name.
 SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at

@@ -1051,6 +1051,10 @@ class SqliteTransaction:
         sql = Q.insert_schedule if seen is None else Q.update_schedule
         return bool(self._cur.execute(sql, params).rowcount == 1)
 
+    def forget_schedule(self, queue: str, name: str) -> bool:
+        params = {"queue": queue, "name": name}
+        return bool(self._cur.execute(Q.delete_schedule, params).rowcount == 1)
+
     def cancel_unstarted(self, queue: str, task_id: str) -> bool:
         params = {"queue": queue, "task_id": task_id, "now": self.now}
         return bool(self._cur.execute(Q.cancel_unstarted, params).rowcount == 1)

@@ -403,6 +403,11 @@ SET task = :task, spec = :spec, tz = :tz, catch_up = :catch_up,
     handled_until = :handled_until, last_enqueued = :last_enqueued, updated_at = :updated_at
 WHERE queue = :queue AND name = :name AND handled_until = :seen
 
+-- name: delete_schedule
+-- forget_schedule: the stored state of a schedule no worker runs any more (its
+-- tasks stay).  A worker that still has it stores it again as new.
+DELETE FROM sqlq_schedules WHERE queue = :queue AND name = :name
+
 -- name: list_schedules
 -- Every schedule the database keeps (sqlq schedules), by queue and name.
 SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at
