@@ -1,0 +1,84 @@
+"""Probing dedupe keys and priorities (issue 13) as a new user and as an attacker
+would, on every face: each test is a problem found that way, fixed unless marked as
+an expected failure (which then says why it is not fixed here).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import databases
+import pytest
+import sqlalchemy as sa
+
+import sqlq
+from sqlq.keys import Added, Keyed
+
+Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[str]:
+    """The URL of a new, empty schema on the test server (dropped afterwards)."""
+    with databases.fresh_schema(postgres_url) as url:
+        yield url
+
+
+def _wait_for_a_lock_wait(engine: sa.Engine, process: subprocess.Popen[str]) -> None:
+    """Until ``process``'s redrive waits for a lock (its update of the test's schema)."""
+    deadline = time.monotonic() + 60
+    with engine.connect() as conn:
+        while time.monotonic() < deadline and process.poll() is None:
+            waiting = conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%%UPDATE sqlq_tasks%%'"
+            ).scalar()
+            if waiting:
+                return
+            conn.rollback()  # a transaction reads one snapshot of pg_stat_activity
+            time.sleep(0.02)
+    raise AssertionError(f"the redrive never waited for a lock: {process.communicate()}")
+
+
+def test_a_redrive_racing_a_keyed_add_leaves_the_task_dead_on_postgresql(pg: str) -> None:
+    """A DEAD task's key is free, so an add takes it; a redrive in another process,
+    looking at the same moment, finds no holder yet (the add has not committed) and
+    its update then meets the add's row in the unique index: it waits for the add,
+    which commits.  The redrive must leave that task DEAD (as the README says) and
+    still redrive the others, not fail the whole call with a StorageError."""
+    with sqlq.Queue(pg, lease_seconds=30, max_attempts=1) as q:
+        for task_id in ("keyed", "plain"):
+            q.add(task_id, key="k" if task_id == "keyed" else None)
+            assert q.reserve() == task_id and q.fail(task_id) == "DEAD"
+        engine = sa.create_engine(pg)
+        try:
+            with engine.connect() as conn:
+                conn.begin()
+                assert q.add("new", key="k", conn=conn) == Added(Keyed.ADDED, "new")
+                script = f"""
+                    import sqlq
+                    with sqlq.Queue({pg!r},
+                                    lease_seconds=30, max_attempts=1, busy_timeout=120) as q:
+                        print(q.redrive())
+                """
+                redrive = subprocess.Popen(
+                    [sys.executable, "-c", textwrap.dedent(script)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                _wait_for_a_lock_wait(engine, redrive)
+                conn.commit()
+            out, err = redrive.communicate(timeout=120)
+        finally:
+            engine.dispose()
+        assert redrive.returncode == 0, err
+        assert out.split() == ["1"]
+        states = {t.task_id: t.state for t in q.tasks()}
+        assert states == {"keyed": "DEAD", "plain": "AVAILABLE", "new": "AVAILABLE"}
+        assert q.add("again", key="k", on_key="merge") == Added(Keyed.MERGED, "new")
