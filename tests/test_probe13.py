@@ -82,3 +82,26 @@ def test_a_redrive_racing_a_keyed_add_leaves_the_task_dead_on_postgresql(pg: str
         states = {t.task_id: t.state for t in q.tasks()}
         assert states == {"keyed": "DEAD", "plain": "AVAILABLE", "new": "AVAILABLE"}
         assert q.add("again", key="k", on_key="merge") == Added(Keyed.MERGED, "new")
+
+
+#: 1024 characters (the limit of ids and keys) of 4 bytes each in UTF-8, that no
+#: compression shrinks: 4096 bytes.
+_WIDE = "".join(chr(0x10000 + (n * 7919) % 0xEFFFF) for n in range(1024))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PostgreSQL's btree indexes take entries of at most 2704 bytes: the unique "
+    "indexes on (queue, task_id) and (queue, dedupe_key) refuse an id or key of 1024 "
+    "characters that is more than about 2.6 kB in UTF-8 (a StorageError; SQLite and "
+    "WorkQueue take it).  A fix is an index on a digest of the text (a migration) or a "
+    "limit in bytes in the contract of every face",
+)
+def test_an_id_and_a_key_of_1024_wide_characters_on_postgresql(pg: str) -> None:
+    with sqlq.Queue(pg, lease_seconds=30, max_attempts=1) as q:
+        try:
+            assert q.add("a", key=_WIDE) == Added(Keyed.ADDED, "a")
+            assert q.add(_WIDE) is True
+        finally:  # whatever the answers, nothing was half done
+            assert {t.task_id for t in q.tasks()} <= {"a", _WIDE}
+            assert q.add("b", key="k") == Added(Keyed.ADDED, "b")
