@@ -919,20 +919,28 @@ class PostgresTransaction:
         self._announce = True
 
     def redrive(self, row_id: int) -> bool:
-        """The update in a savepoint: a holder of the task's key that a concurrent add
-        committed after this call's probe makes the unique index refuse it, and the
-        task stays DEAD (as when the probe sees the holder) without undoing the call."""
+        """A task with a dedupe key is updated in a savepoint: a holder of its key that
+        a concurrent add committed after this call's probe makes the unique index
+        refuse the update, and the task stays DEAD (as when the probe sees the holder)
+        without undoing the call.  A task without a key needs none."""
         cur = self._opened_cursor
+        params = {"id": row_id, "now": self._now, "keyed": False}
+        redriven = cur.execute(Q.redrive_task, params).rowcount == 1
+        if not redriven:  # it has a key (or is no longer DEAD)
+            redriven = self._redrive_keyed(cur, {**params, "keyed": True})
+        self._announce |= redriven
+        return redriven
+
+    def _redrive_keyed(self, cur: Any, params: dict[str, Any]) -> bool:
         cur.execute(Q.savepoint_redrive)
         try:
-            redriven = cur.execute(Q.redrive_task, {"id": row_id, "now": self._now}).rowcount == 1
+            redriven = cur.execute(Q.redrive_task, params).rowcount == 1
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != KEY_HOLDER_INDEX:
                 raise
             cur.execute(Q.rollback_redrive)
             return False
         cur.execute(Q.release_redrive)
-        self._announce |= redriven
         return bool(redriven)
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
