@@ -925,7 +925,7 @@ class PostgresTransaction:
         without undoing the call.  A task without a key needs none."""
         cur = self._opened_cursor
         params = {"id": row_id, "now": self._now, "keyed": False}
-        redriven = cur.execute(Q.redrive_task, params).rowcount == 1
+        redriven: bool = cur.execute(Q.redrive_task, params).rowcount == 1
         if not redriven:  # it has a key (or is no longer DEAD)
             redriven = self._redrive_keyed(cur, {**params, "keyed": True})
         self._announce |= redriven
@@ -934,14 +934,14 @@ class PostgresTransaction:
     def _redrive_keyed(self, cur: Any, params: dict[str, Any]) -> bool:
         cur.execute(Q.savepoint_redrive)
         try:
-            redriven = cur.execute(Q.redrive_task, params).rowcount == 1
+            redriven: bool = cur.execute(Q.redrive_task, params).rowcount == 1
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != KEY_HOLDER_INDEX:
                 raise
             cur.execute(Q.rollback_redrive)
             return False
         cur.execute(Q.release_redrive)
-        return bool(redriven)
+        return redriven
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
         params = {"queue": queue, "limit": None if limit < 0 else limit}
