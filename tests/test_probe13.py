@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import sqlq
+from sqlq.contract import MAX_TIME
 from sqlq.keys import Added, Keyed
 
 Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
@@ -105,3 +106,14 @@ def test_an_id_and_a_key_of_1024_wide_characters_on_postgresql(pg: str) -> None:
         finally:  # whatever the answers, nothing was half done
             assert {t.task_id for t in q.tasks()} <= {"a", _WIDE}
             assert q.add("b", key="k") == Added(Keyed.ADDED, "b")
+
+
+def test_strict_priorities_hold_across_the_longest_wait_there_can_be(make_queue: Factory) -> None:
+    """aging=None: a lower priority waits while any higher one is AVAILABLE, however
+    long it waited; the strict aging was exactly the longest wait (MAX_TIME), so a
+    task of priority 0 added at time 0 tied one of priority 1 added at MAX_TIME, and
+    went first, as the older of the two."""
+    q = make_queue(10, 3, aging=None)
+    q.add("low", 0)
+    q.add("high", MAX_TIME, priority=1)
+    assert q.reserve(MAX_TIME) == "high"
