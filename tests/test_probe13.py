@@ -5,11 +5,13 @@ an expected failure (which then says why it is not fixed here).
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import databases
@@ -17,7 +19,8 @@ import pytest
 import sqlalchemy as sa
 
 import sqlq
-from sqlq.contract import MAX_TIME
+from sqlq import cli
+from sqlq.contract import MAX_TIME, STRICT_AGING
 from sqlq.keys import Added, Keyed
 
 Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
@@ -117,3 +120,16 @@ def test_strict_priorities_hold_across_the_longest_wait_there_can_be(make_queue:
     q.add("low", 0)
     q.add("high", MAX_TIME, priority=1)
     assert q.reserve(MAX_TIME) == "high"
+
+
+def test_sqlq_add_aging_none_as_python_spells_it_and_the_error_names_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's Python says aging=None: `--aging None` is strict priorities too,
+    and a bad --aging says that 'none' is the other choice."""
+    db = str(tmp_path / "q.db")
+    assert cli.main(["add", db, "a", "--priority", "1", "--aging", "None"]) == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT aging FROM sqlq_tasks").fetchall() == [(STRICT_AGING,)]
+    assert cli.main(["add", db, "b", "--aging", "never"]) == 2
+    assert "or 'none' for strict priorities" in capsys.readouterr().err
