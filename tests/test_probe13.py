@@ -1,6 +1,11 @@
 """Probing dedupe keys and priorities (issue 13) as a new user and as an attacker
 would, on every face: each test is a problem found that way, fixed unless marked as
 an expected failure (which then says why it is not fixed here).
+
+Fixed: a PostgreSQL redrive racing a keyed add (sqlq/postgresql/backend.py), strict
+priorities at the longest wait (sqlq/contract.py STRICT_AGING), ``sqlq add --aging
+None`` (sqlq/cli/adding.py).  Expected failure: ids and keys beyond 2.6 kB of UTF-8
+on PostgreSQL (needs a migration).
 """
 
 from __future__ import annotations
