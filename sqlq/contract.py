@@ -123,8 +123,10 @@ MAX_PRIORITY: Final = 1000
 #: Seconds of waiting that one step of priority is worth (see the module docstring).
 DEFAULT_AGING: Final = 60.0
 #: The aging of strict priorities (``aging=None``): a step of priority outweighs
-#: any wait, since no two accepted times are further apart.
-STRICT_AGING: Final = float(MAX_TIME)
+#: any wait, being more than any two accepted times are apart (MAX_TIME would tie
+#: a task of priority 1 added at MAX_TIME with one of priority 0 added at 0, and
+#: the tie goes to the older).  Line keys stay within 2.1e15: whole seconds exact.
+STRICT_AGING: Final = 2.0 * MAX_TIME
 
 Number = int | float
 

@@ -246,7 +246,7 @@ def test_the_holder_lookup_and_the_keyed_insert_probe_indexes(queue_url: str) ->
             conn.execute("SET enable_seqscan = off")
             params = {"queue": "default", "key": "k", "cutoff": 0.0}
             plan = " | ".join(r[0] for r in conn.execute("EXPLAIN " + Q.key_holder, params))
-            params = {"id": 1, "now": 1.0}
+            params = {"id": 1, "now": 1.0, "keyed": True}
             redrive = conn.execute("EXPLAIN " + Q.redrive_task, params)
             plan_redrive = " | ".join(r[0] for r in redrive)
             conn.execute("RESET enable_seqscan")

@@ -175,7 +175,7 @@ def test_the_line_key_is_the_contracts_rule() -> None:
     assert line_key(1000, 0, STRICT_AGING) == 1000.0
     assert sqlq.WorkQueue(1, 1, aging=None).aging == STRICT_AGING
     # strict: one step of priority outweighs the longest wait there can be
-    assert line_key(MAX_TIME, 1, STRICT_AGING) <= line_key(0, 0, STRICT_AGING)
+    assert line_key(MAX_TIME, 1, STRICT_AGING) < line_key(0, 0, STRICT_AGING)
 
 
 def test_a_registered_task_has_a_default_priority_and_each_send_may_override_it() -> None:

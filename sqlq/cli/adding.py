@@ -326,8 +326,14 @@ _dedupe_key.__name__ = "dedupe key"
 
 
 def _aging(text: str) -> float | None:
-    """--aging: a duration (more than 0), or 'none' for strict priorities."""
-    return None if text == "none" else seconds(allow_minimum=False)(text)
+    """--aging: a duration (more than 0), or 'none' (any case: Python's None too)
+    for strict priorities."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return seconds(allow_minimum=False)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; or 'none' for strict priorities") from None
 
 
 def _task_name(text: str) -> str:

@@ -81,6 +81,9 @@ MARK_LAG = 1.0
 #: busy_timeout, or this if longer).  sqlq's calls never pause between statements.
 IDLE_IN_CALL_MIN = 5.0
 
+#: The unique index that lets one task of a queue hold a dedupe key (migration 0006).
+KEY_HOLDER_INDEX = "sqlq_tasks_key_holder"
+
 #: Connections a forked child inherited open: kept referenced, never closed there
 #: (closing one would end the parent's session on the server).
 _inherited: list[Any] = []
@@ -916,10 +919,29 @@ class PostgresTransaction:
         self._announce = True
 
     def redrive(self, row_id: int) -> bool:
+        """A task with a dedupe key is updated in a savepoint: a holder of its key that
+        a concurrent add committed after this call's probe makes the unique index
+        refuse the update, and the task stays DEAD (as when the probe sees the holder)
+        without undoing the call.  A task without a key needs none."""
         cur = self._opened_cursor
-        redriven = cur.execute(Q.redrive_task, {"id": row_id, "now": self._now}).rowcount == 1
+        params = {"id": row_id, "now": self._now, "keyed": False}
+        redriven: bool = cur.execute(Q.redrive_task, params).rowcount == 1
+        if not redriven:  # it has a key (or is no longer DEAD)
+            redriven = self._redrive_keyed(cur, {**params, "keyed": True})
         self._announce |= redriven
-        return bool(redriven)
+        return redriven
+
+    def _redrive_keyed(self, cur: Any, params: dict[str, Any]) -> bool:
+        cur.execute(Q.savepoint_redrive)
+        try:
+            redriven: bool = cur.execute(Q.redrive_task, params).rowcount == 1
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != KEY_HOLDER_INDEX:
+                raise
+            cur.execute(Q.rollback_redrive)
+            return False
+        cur.execute(Q.release_redrive)
+        return redriven
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
         params = {"queue": queue, "limit": None if limit < 0 else limit}

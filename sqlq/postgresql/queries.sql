@@ -367,18 +367,33 @@ WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 
 -- name: redrive_task
 -- DEAD -> AVAILABLE at the back of the line, attempts reset; the last error is kept.
--- Not if another task holds its dedupe key (a probe of sqlq_tasks_key_holder;
--- one that a concurrent add makes meanwhile is refused by that unique index).
+-- :keyed false: only a task without a dedupe key.  :keyed true: also one with a
+-- key, unless another task holds it (a probe of sqlq_tasks_key_holder; a holder
+-- that a concurrent add makes meanwhile is not seen here, but makes that unique
+-- index refuse the update: run it after savepoint_redrive).
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = nextval('sqlq_counter'), finished_at = NULL,
     updated_at = %(now)s::float8,
     line_key = %(now)s::float8 - priority * aging
 WHERE id = %(id)s AND state = 'DEAD'
   AND (dedupe_key IS NULL
-       OR NOT EXISTS (SELECT 1 FROM sqlq_tasks AS holder
-                      WHERE holder.queue = sqlq_tasks.queue
-                        AND holder.dedupe_key = sqlq_tasks.dedupe_key
-                        AND holder.finished_at IS NULL))
+       OR %(keyed)s AND NOT EXISTS (SELECT 1 FROM sqlq_tasks AS holder
+                                    WHERE holder.queue = sqlq_tasks.queue
+                                      AND holder.dedupe_key = sqlq_tasks.dedupe_key
+                                      AND holder.finished_at IS NULL))
+
+-- name: savepoint_redrive
+-- Before redrive_task: an update that sqlq_tasks_key_holder refuses (another
+-- holder of the key committed meanwhile) is undone alone, the task left DEAD.
+SAVEPOINT sqlq_redrive
+
+-- name: release_redrive
+-- Keep the redrive's update (or its finding that the task was not DEAD).
+RELEASE SAVEPOINT sqlq_redrive
+
+-- name: rollback_redrive
+-- Undo the update the key's new holder refused; the call goes on.
+ROLLBACK TO SAVEPOINT sqlq_redrive
 
 -- name: dead_ids
 -- DEAD tasks of a queue, the longest dead first (then in the order added).
