@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 
-from .contract import Completion, Number, Outcome, State
+from .contract import Completion, Limit, Number, Outcome, State
 from .payload import Encoded
 from .records import (
     Checkpoint,
@@ -72,10 +72,20 @@ class TaskRow(NamedTuple):
     result: str | None = None
     progress: float | None = None
     progress_message: str | None = None
+    group: str | None = None
 
 
 #: What a claim hands back: (task id, token, attempt, payload, task name).
 Claimed = tuple[str, int, int, Encoded, str | None]
+
+
+def claim_each(claim: Callable[[], Claimed | None], n: int) -> list[Claimed]:
+    """``claim()`` up to ``n`` times, until it finds nothing: a claim_many whose claims
+    each depend on the one before (a group's slots and rate)."""
+    claimed: list[Claimed] = []
+    while len(claimed) < n and (one := claim()) is not None:
+        claimed.append(one)
+    return claimed
 
 
 #: What stats and snapshot read: (counts per state, front of line available since,
@@ -116,8 +126,10 @@ class Transaction(Protocol):
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        group: str | None = None,
     ) -> bool:
-        """Add a task: AVAILABLE at the back of the line, or WAITING until ``run_at``.
+        """Add a task (of ``group``): AVAILABLE at the back of the line, or WAITING
+        until ``run_at``.
 
         False (and no change) if the id exists in the queue.
         """
@@ -130,12 +142,13 @@ class Transaction(Protocol):
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        group: str | None = None,
     ) -> list[bool]:
         """``insert`` for each (task id, payload, name) in order; an id seen earlier in the
         batch counts as existing."""
         ...
 
-    def claim_many(self, queue: str, n: int, seconds: Number) -> list[Claimed]:
+    def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
         """``claim`` up to ``n`` times, in line order (tokens increasing)."""
         ...
 
@@ -144,8 +157,17 @@ class Transaction(Protocol):
         result) whose lease is current; returns how many completed."""
         ...
 
-    def claim(self, queue: str, seconds: Number) -> Claimed | None:
-        """Reserve the front AVAILABLE task until ``time_after(now, seconds)``, or None."""
+    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
+        """Reserve the front AVAILABLE task until ``time_after(now, seconds)``, or None.
+
+        A grouped task is a candidate only while its group is below its limits at
+        ``now`` (see set_limit); the front of the ungrouped line and the front of the
+        first such group compete in line order.  The first group is the one whose
+        front is first in line, or with ``fair`` the one whose latest claim is the
+        oldest (round robin).  The claim counts against its group's limits in the
+        same transaction, and every end of the lease frees the slot in the
+        transaction that ends it.
+        """
         ...
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
@@ -251,6 +273,22 @@ class Transaction(Protocol):
     ) -> bool:
         """Store a progress report if ``token`` is the task's current lease and it still
         runs at ``now`` (as ``extend`` guards); False and no change otherwise."""
+        ...
+
+    # --- per-key limits (see Queue.set_limit) -------------------------------------------
+
+    def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
+        """Store the limits of ``group`` ('' for the queue's default), or remove them
+        (``limit`` None), and apply them to the groups they concern; False if there
+        was nothing to remove."""
+        ...
+
+    def limits(self, queue: str) -> dict[str, Limit]:
+        """The limits stored for the queue, by group ('' for the default)."""
+        ...
+
+    def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
+        """(leases, unfinished tasks) of each group with unfinished tasks."""
         ...
 
 

@@ -38,10 +38,12 @@ WAITING tasks (so that neither ever holds an entry of another state).
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import Any, Final
 
 from . import payload as payloads
@@ -52,6 +54,7 @@ from .contract import (
     MAX_TIME,
     Cancel,
     Completion,
+    Limit,
     Number,
     Outcome,
     State,
@@ -60,7 +63,9 @@ from .contract import (
     check_error,
     check_failures,
     check_flag,
+    check_group,
     check_leases,
+    check_limit,
     check_max_attempts,
     check_progress,
     check_result,
@@ -76,12 +81,13 @@ from .contract import (
     check_time,
     check_token,
     first_run,
+    limit_key,
     result_of,
     time_after,
     undecodable_error,
 )
 from .errors import InvalidPayload
-from .records import Heartbeat, Lease, QueueStats, TaskInfo
+from .records import GroupUse, Heartbeat, Lease, QueueStats, TaskInfo
 from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
@@ -108,9 +114,14 @@ _MAX_ATTEMPTS: Final = 9
 _RETRY: Final = 10  # the task's retry policy; None for Retry.immediate() (no delay to draw)
 _NAME: Final = 11
 _STOP: Final = 12  # when cancel asked the running task to stop; None if it did not
+_GROUP: Final = 13  # the task's group (see set_limit), or None
+_SEQ: Final = 14  # the line position it last took (the counter's value then)
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
+#: The finished states (a task in one holds no place in a group).
+_ENDED: Final = frozenset(state.value for state in FINISHED)
+
 #: Stands for an empty heap or FIFO: later than any event.
 _NEVER: Final[Entry] = (float("inf"), 0, "")
 
@@ -130,8 +141,10 @@ class WorkQueue:
         retry: Retry | None = None,
         max_payload_bytes: int = payloads.DEFAULT_MAX_PAYLOAD_BYTES,
         rng: random.Random | None = None,
+        fair: bool = False,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
+        self.fair = check_flag(fair, "fair")
         self.retry = check_retry(retry)
         self._retry = _stored(self.retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
@@ -149,6 +162,10 @@ class WorkQueue:
         # Kept apart from the records, so that tasks without them cost nothing more:
         self._results: dict[str, str] = {}  # task id -> stored result, if not None
         self._progress: dict[str, tuple[float | None, str | None]] = {}  # latest report
+        # Per-key limits (see set_limit): empty until a task with a group is added.
+        self._groups: dict[str, _Group] = {}
+        self._limits: dict[str, Limit] = {}  # by group, '' for the default
+        self._ready: list[tuple[Any, ...]] = []  # heap of (order..., group): see _push
 
     # --- the core contract --------------------------------------------------------
 
@@ -163,12 +180,14 @@ class WorkQueue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        group: str | None = None,
     ) -> bool:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
         False, and no change, if the id exists in any state.  ``name`` is stored
         with the task and its leases carry it; ``max_attempts`` and ``retry``
-        replace the queue's for this task.
+        replace the queue's for this task; ``group`` puts it under that group's
+        limits (see ``set_limit``).
         """
         if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
             task_id = check_task_id(task_id)
@@ -179,6 +198,7 @@ class WorkQueue:
             and name is None
             and max_attempts is None
             and retry is None
+            and group is None
         ):
             if (type(now) is int or type(now) is float) and self._now <= now < self._due:
                 self._now = now
@@ -187,14 +207,16 @@ class WorkQueue:
             tasks = self._tasks
             if task_id in tasks:
                 return False
-            tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                              self.max_attempts, self._retry, None, None]  # fmt: skip
             self._counter += 1
+            tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
+                              self.max_attempts, self._retry, None, None, None,
+                              self._counter]  # fmt: skip
             self._line.append(task_id)
             return True
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        task = (encoded, check_task_name(name), *self._policy(max_attempts, retry))
+        task = (encoded, check_task_name(name), *self._policy(max_attempts, retry),
+                check_group(group))  # fmt: skip
         now = self._advance(now)
         return self._insert(task_id, task, now, first_run(now, start))
 
@@ -233,6 +255,8 @@ class WorkQueue:
             return token is not None and state is _COMPLETED and record[_TOKEN] == token
         if token is not None and record[_TOKEN] != token:
             return False
+        if record[_GROUP] is not None:
+            self._free_slot(record)
         record[_STATE] = _COMPLETED
         record[_UPDATED] = record[_FINISHED] = now
         if stored is not None:
@@ -278,6 +302,7 @@ class WorkQueue:
         if token is not None and record[_TOKEN] != token:
             return None
         if not retry and record[_STOP] is None:
+            self._free_slot(record)
             _kill(record, now, text)
             return _DEAD
         return self._end_lease(task_id, record, now, text)
@@ -335,6 +360,7 @@ class WorkQueue:
         record = self._tasks.get(task_id)
         if record is None or record[_STATE] is not _RESERVED or record[_TOKEN] != token:
             return False
+        self._free_slot(record)
         if record[_STOP] is not None:  # asked to stop: it runs no more
             _finish(record, _CANCELLED, now, record[_ERROR])
             return True
@@ -359,7 +385,7 @@ class WorkQueue:
                 record[_STOP] = now
             return Cancel.STOPPING
         if state is _AVAILABLE:
-            self._line.remove(task_id)
+            self._out_of_line(task_id, record)
         elif state is _WAITING:
             self._waiting = [entry for entry in self._waiting if entry[2] != task_id]
             heapq.heapify(self._waiting)
@@ -397,16 +423,18 @@ class WorkQueue:
         run_at: Number | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        group: str | None = None,
     ) -> list[bool]:
         """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
-        triple), as one call."""
+        triple), as one call; all of ``group``, if given."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
         policy = self._policy(max_attempts, retry)
+        key = check_group(group)
         now = self._advance(now)
         when = first_run(now, start)
         return [
-            self._insert(task_id, (encoded, name, *policy), now, when)
+            self._insert(task_id, (encoded, name, *policy, key), now, when)
             for task_id, encoded, name in batch
         ]
 
@@ -519,6 +547,61 @@ class WorkQueue:
 
     # --- dead letters, retention, inspection ---------------------------------------
 
+    # --- per-key limits (see contract.check_limit) ----------------------------------
+
+    def set_limit(
+        self,
+        group: str | None,
+        now: Number,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: Number | None = None,
+    ) -> None:
+        """Limit the tasks of ``group`` (None: the default of groups without limits of
+        their own): at most ``concurrency`` leases at once, at most ``rate`` starts per
+        ``per`` seconds, spaced ``per / rate`` apart (see sqlq.Queue.set_limit)."""
+        key = limit_key(group)
+        limit = check_limit(concurrency, rate, per)
+        self._advance(now)
+        self._limits[key] = limit
+        self._apply_limits(key)
+
+    def remove_limit(self, group: str | None, now: Number) -> bool:
+        """Forget the limits set for ``group`` (None: the default); False if none were."""
+        key = limit_key(group)
+        self._advance(now)
+        if self._limits.pop(key, None) is None:
+            return False
+        self._apply_limits(key)
+        return True
+
+    def limits(self, now: Number) -> dict[str | None, Limit]:
+        """The limits set, by group (None: the default)."""
+        self._advance(now)
+        return {group or None: limit for group, limit in sorted(self._limits.items())}
+
+    def groups(self, now: Number) -> dict[str, GroupUse]:
+        """Each group with unfinished tasks: its leases now and its unfinished tasks
+        (walks the tasks: O(n))."""
+        self._advance(now)
+        unfinished: dict[str, int] = {}
+        for record in self._tasks.values():
+            if record[_GROUP] is not None and record[_STATE] not in _ENDED:
+                unfinished[record[_GROUP]] = unfinished.get(record[_GROUP], 0) + 1
+        return {
+            name: GroupUse(self._groups[name].running, count)
+            for name, count in sorted(unfinished.items())
+        }
+
+    def _apply_limits(self, key: str) -> None:
+        """The limits as they apply to the groups ``key`` concerns (every group for the
+        default '')."""
+        for name, group in self._groups.items():
+            if key in ("", name):
+                group.cap, group.spacing = _applied(self._limit_of(name))
+                self._push(name, group)
+
     def info(self, task_id: str, now: Number) -> TaskInfo | None:
         """Everything stored about a task, or None."""
         task_id = check_task_id(task_id)
@@ -600,7 +683,7 @@ class WorkQueue:
         added = [
             task_id
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
-            if self._insert(task_id, (encoded, schedule.task, *policy), now, now)
+            if self._insert(task_id, (encoded, schedule.task, *policy, None), now, now)
         ]
         self._schedules[schedule.name] = todo.cursor
         return Ticked(added, schedule.next_tick(todo.cursor), now)
@@ -609,7 +692,7 @@ class WorkQueue:
         """Counts per state, the age of the front of the line, the next deadlines."""
         now = self._advance(now)
         counts = self.counts()
-        front = self._tasks[self._line[0]] if self._line else None
+        front = min(self._fronts(), key=itemgetter(_SEQ), default=None)
         waking = self._waiting[0][0] if self._waiting else None
         return QueueStats(
             counts=counts,
@@ -625,6 +708,8 @@ class WorkQueue:
         if self._paused:
             return False
         if self._line or (self._waiting and self._waiting[0][0] <= now):
+            return True
+        if self._groups and self._ready_group(now) is not None:
             return True
         deadline = self._next_deadline()
         return deadline is not None and deadline <= now
@@ -691,25 +776,39 @@ class WorkQueue:
         )
 
     def _insert(self, task_id: str, task: tuple[Any, ...], now: Number, run_at: Number) -> bool:
-        """Add a task: ``task`` is (encoded payload, name, max_attempts, stored retry)."""
+        """Add a task: ``task`` is (encoded payload, name, max_attempts, stored retry,
+        group)."""
         tasks = self._tasks
         if task_id in tasks:
             return False
-        encoded, name, max_attempts, retry = task
+        encoded, name, max_attempts, retry, group = task
         record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None,
-                                   max_attempts, retry, name, None]  # fmt: skip
+                                   max_attempts, retry, name, None, group, 0]  # fmt: skip
+        if group is not None and group not in self._groups:
+            self._groups[group] = _Group(self._limit_of(group))
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
             self._counter += 1  # the line position, as the database numbers it
-            self._line.append(task_id)
+            record[_SEQ] = self._counter
+            if group is None:
+                self._line.append(task_id)
+            else:
+                self._group_append(task_id, record)
         return True
 
     def _take(self, now: Number) -> str | None:
         """Lease the front of the line: the task's id, or None if the line is empty."""
-        if not self._line or self._paused:
+        if self._paused:
             return None
-        task_id = self._line.popleft()
+        if self._groups:
+            task_id = self._take_front(now)
+            if task_id is None:
+                return None
+        elif self._line:
+            task_id = self._line.popleft()
+        else:
+            return None
         record = self._tasks[task_id]
         self._counter = token = self._counter + 1
         deadline = now + self.lease_seconds
@@ -728,13 +827,22 @@ class WorkQueue:
     def _claim(self, now: Number) -> Lease | None:
         """Lease the front of the line; a task whose payload cannot be decoded is
         dead-lettered on the way (see contract.undecodable_error)."""
-        while self._line and not self._paused:
-            task_id = self._line[0]
+        while not self._paused:
+            if self._groups:
+                front = self._front(now)
+                if front is None:
+                    return None
+                task_id = front[0]
+            elif self._line:
+                task_id = self._line[0]
+            else:
+                return None
             record = self._tasks[task_id]
             try:  # before the lease is taken: a RecursionError (short of stack) changes nothing
                 payload = payloads.decode(record[_PAYLOAD])
             except InvalidPayload as exc:
                 self._take(now)
+                self._free_slot(record)
                 _kill(record, now, undecodable_error(exc))
                 continue
             self._take(now)
@@ -747,6 +855,8 @@ class WorkQueue:
         """A failed or expired attempt at time ``when``: retry now, retry later, or DEAD
         (contract.after_failure's rule and _make_available, written out: this runs
         for every expiry, and each call would cost ~4% of a mixed call)."""
+        if record[_GROUP] is not None:
+            self._free_slot(record)
         if record[_STOP] is not None:  # asked to stop: it runs no more
             _finish(record, _CANCELLED, when, error)
             return _CANCELLED
@@ -763,14 +873,22 @@ class WorkQueue:
         else:
             record[_STATE] = _AVAILABLE
             self._counter += 1
-            self._line.append(task_id)
+            record[_SEQ] = self._counter
+            if record[_GROUP] is None:
+                self._line.append(task_id)
+            else:
+                self._group_append(task_id, record)
         return record[_STATE]  # type: ignore[no-any-return]
 
     def _make_available(self, task_id: str, record: Record, now: Number) -> None:
         record[_STATE] = _AVAILABLE
         record[_UPDATED] = now
         self._counter += 1
-        self._line.append(task_id)
+        record[_SEQ] = self._counter
+        if record[_GROUP] is None:
+            self._line.append(task_id)
+        else:
+            self._group_append(task_id, record)
 
     def _make_waiting(self, task_id: str, record: Record, run_at: Number, now: Number) -> None:
         self._counter += 1
@@ -831,7 +949,139 @@ class WorkQueue:
             result=payloads.readable(self._results.get(task_id)),
             progress=progress,
             progress_message=message,
+            group=record[_GROUP],
         )
+
+    # --- per-key limits: the groups' lines and the heap of groups that may start ------
+
+    def _limit_of(self, group: str) -> Limit:
+        """The limits that apply to ``group``: its own, else the queue's default."""
+        return self._limits.get(group) or self._limits.get("") or _NO_LIMIT
+
+    def _push(self, name: str, group: _Group) -> None:
+        """Enter the group in the heap of groups that may start a task, if it may (by
+        its front and its free slots; its rate is looked at when a claim pops it).
+        Entries are never removed: one that no longer matches its group (its order
+        moved, or it filled its slots) is dropped when it reaches the top."""
+        if group.line and group.running < group.cap:
+            heapq.heappush(self._ready, (*group.order(self.fair), name))
+
+    def _ready_group(self, now: Number) -> str | None:
+        """The first group (in line order, or round robin) that may start a task at
+        ``now``; groups waiting out their rate are passed over and kept."""
+        ready, groups = self._ready, self._groups
+        passed: list[tuple[Any, ...]] = []
+        found = None
+        while ready:
+            entry = ready[0]
+            group = groups[entry[-1]]
+            if not group.line or group.running >= group.cap or entry[:-1] != group.order(self.fair):
+                heapq.heappop(ready)  # stale
+            elif group.tat > now:
+                passed.append(heapq.heappop(ready))
+            else:
+                found = entry[-1]
+                break
+        for entry in passed:
+            heapq.heappush(ready, entry)
+        return found
+
+    def _front(self, now: Number) -> tuple[str, str | None] | None:
+        """The task a claim at ``now`` takes, and its group: the front of the
+        ungrouped line or of the first group that may start one, whichever is first
+        in line; None if neither has one."""
+        name = self._ready_group(now)
+        line = self._line
+        if name is None:
+            return (line[0], None) if line else None
+        seq, task_id = self._groups[name].line[0]
+        if line and self._tasks[line[0]][_SEQ] < seq:
+            return line[0], None
+        return task_id, name
+
+    def _take_front(self, now: Number) -> str | None:
+        """Take the task ``_front`` names out of its line, counting its group's start
+        (a slot, its rate, its turn in the round robin)."""
+        front = self._front(now)
+        if front is None:
+            return None
+        task_id, name = front
+        if name is None:
+            self._line.popleft()
+            return task_id
+        group = self._groups[name]
+        group.line.popleft()
+        group.running += 1
+        if group.spacing is not None:
+            group.tat = max(group.tat, now) + group.spacing
+        group.turn = self._counter + 1  # the lease's token
+        self._push(name, group)
+        return task_id
+
+    def _group_append(self, task_id: str, record: Record) -> None:
+        """A grouped task becomes AVAILABLE, at the back of its group's line."""
+        name = record[_GROUP]
+        group = self._groups[name]
+        group.line.append((record[_SEQ], task_id))
+        if len(group.line) == 1:
+            self._push(name, group)
+
+    def _out_of_line(self, task_id: str, record: Record) -> None:
+        """An AVAILABLE task leaves its line without a lease (cancel): O(n)."""
+        name = record[_GROUP]
+        if name is None:
+            self._line.remove(task_id)
+            return
+        group = self._groups[name]
+        group.line.remove((record[_SEQ], task_id))
+        self._push(name, group)
+
+    def _free_slot(self, record: Record) -> None:
+        """A RESERVED task's lease ends: its group (if any) has a slot free again."""
+        name = record[_GROUP]
+        if name is not None:
+            group = self._groups[name]
+            group.running -= 1
+            self._push(name, group)
+
+    def _fronts(self) -> list[Record]:
+        """The records at the front of every line (for stats)."""
+        heads = [self._tasks[self._line[0]]] if self._line else []
+        heads.extend(self._tasks[g.line[0][1]] for g in self._groups.values() if g.line)
+        return heads
+
+
+class _Group:
+    """A group's line of AVAILABLE tasks ((seq, id) in line order), its leases now,
+    the earliest time of its next start (tat), the token of its latest lease
+    (turn), and its limits as they apply (cap: the most leases at once; spacing:
+    seconds between starts, None for no rate)."""
+
+    __slots__ = ("cap", "line", "running", "spacing", "tat", "turn")
+
+    def __init__(self, limit: Limit) -> None:
+        self.line: deque[tuple[int, str]] = deque()
+        self.running = 0
+        self.tat: Number = 0
+        self.turn = 0
+        self.cap, self.spacing = _applied(limit)
+
+    def order(self, fair: bool) -> tuple[int, ...]:
+        """Its place among the groups that may start a task: the front of its line,
+        or (round robin) its latest lease's token, then the front."""
+        head = self.line[0][0]
+        return (self.turn, head) if fair else (head,)
+
+
+#: The limits of a group nobody limited.
+_NO_LIMIT: Final = Limit()
+
+
+def _applied(limit: Limit) -> tuple[float, float | None]:
+    """(cap, spacing) of a group under ``limit``."""
+    cap = math.inf if limit.concurrency is None else limit.concurrency
+    spacing = None if limit.rate is None or limit.per is None else limit.per / limit.rate
+    return cap, spacing
 
 
 def _stored(retry: Retry) -> Retry | None:

@@ -85,6 +85,17 @@ class TaskInfo:
     #: number and a message, each None if not reported.
     progress: float | None = None
     progress_message: str | None = None
+    #: The task's group (``add(..., group=...)``), whose limits it obeys, or None.
+    group: str | None = None
+
+
+class GroupUse(NamedTuple):
+    """A group with unfinished tasks, as ``Queue.groups`` reports it."""
+
+    #: Its leases now (RESERVED tasks).
+    running: int
+    #: Its tasks not finished (WAITING, AVAILABLE or RESERVED).
+    unfinished: int
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ tasks = Table(
     Column("result", Text, nullable=True),
     Column("progress", REAL, nullable=True),
     Column("progress_message", Text, nullable=True),
+    Column("group_key", Text, nullable=True),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
     CheckConstraint(STATES_SQL),
@@ -119,6 +120,7 @@ tasks = Table(
     CheckConstraint("payload IS NULL OR typeof(payload) IN ('text', 'blob')"),
     CheckConstraint("length(name) > 0"),
     CheckConstraint("result IS NULL OR state = 'COMPLETED'"),
+    CheckConstraint("length(group_key) > 0"),
     sqlite_strict=True,
 )
 
@@ -126,7 +128,14 @@ Index(
     "sqlq_tasks_line",
     tasks.c.queue,
     tasks.c.seq,
-    sqlite_where=text("state = 'AVAILABLE'"),
+    sqlite_where=text("state = 'AVAILABLE' AND group_key IS NULL"),
+)
+Index(
+    "sqlq_tasks_group_line",
+    tasks.c.queue,
+    tasks.c.group_key,
+    tasks.c.seq,
+    sqlite_where=text("state = 'AVAILABLE' AND group_key IS NOT NULL"),
 )
 Index(
     "sqlq_tasks_leases",
@@ -180,6 +189,56 @@ paused = Table(
     sqlite_strict=True,
     sqlite_with_rowid=False,
 )
+
+limits = Table(
+    "sqlq_limits",
+    metadata,
+    Column("queue", Text, primary_key=True, nullable=False),
+    Column("group_key", Text, primary_key=True, nullable=False),
+    Column("concurrency", Integer, nullable=True),
+    Column("rate", Integer, nullable=True),
+    Column("per", REAL, nullable=True),
+    CheckConstraint("length(queue) > 0"),
+    CheckConstraint("concurrency >= 1"),
+    CheckConstraint("rate >= 1"),
+    CheckConstraint("per > 0"),
+    CheckConstraint("(rate IS NULL) = (per IS NULL)"),
+    sqlite_strict=True,
+    sqlite_with_rowid=False,
+)
+
+groups = Table(
+    "sqlq_groups",
+    metadata,
+    Column("queue", Text, primary_key=True, nullable=False),
+    Column("group_key", Text, primary_key=True, nullable=False),
+    Column("live", Integer, nullable=False, server_default=text("0")),
+    Column("running", Integer, nullable=False, server_default=text("0")),
+    Column("head", Integer, nullable=True),
+    Column("cap", Integer, nullable=False),
+    Column("spacing", REAL, nullable=True),
+    Column("tat", REAL, nullable=False, server_default=text("0")),
+    Column("turn", Integer, nullable=False, server_default=text("0")),
+    CheckConstraint("length(queue) > 0"),
+    CheckConstraint("length(group_key) > 0"),
+    CheckConstraint("live >= 0"),
+    CheckConstraint("running >= 0"),
+    CheckConstraint("cap >= 1"),
+    CheckConstraint("spacing > 0"),
+    sqlite_strict=True,
+    sqlite_with_rowid=False,
+)
+
+_READY = "head IS NOT NULL AND running < cap"
+Index("sqlq_groups_by_head", groups.c.queue, groups.c.head, sqlite_where=text(_READY))
+Index(
+    "sqlq_groups_by_turn",
+    groups.c.queue,
+    groups.c.turn,
+    groups.c.head,
+    sqlite_where=text(_READY),
+)
+Index("sqlq_groups_live", groups.c.queue, sqlite_where=text("live > 0"))
 
 #: Read-only views for people at the sqlite3 shell (their SQL is in the migrations).
 VIEWS = ("sqlq_dead_letters", "sqlq_leases", "sqlq_queue_stats")

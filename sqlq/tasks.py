@@ -80,10 +80,12 @@ class Task(Generic[P, R]):
         run_at: Number | None = None,
         now: Number | None = None,
         conn: Any = None,
+        group: str | None = None,
     ) -> str | None:
         """Add a task that runs this function with ``kwargs``, as ``queue.add`` does
-        (``queue`` is a sqlq.Queue or WorkQueue).  Returns the task's id (``task_id``,
-        or a new uuid4 hex), or None if ``task_id`` exists (and nothing is stored).
+        (``queue`` is a sqlq.Queue or WorkQueue), in ``group`` if given (see
+        ``Queue.set_limit``).  Returns the task's id (``task_id``, or a new uuid4
+        hex), or None if ``task_id`` exists (and nothing is stored).
 
         Raises :class:`sqlq.errors.InvalidTask` before anything is stored if the
         function cannot take ``kwargs`` or they cannot be stored as JSON.
@@ -102,6 +104,7 @@ class Task(Generic[P, R]):
                 name=self.name,
                 max_attempts=self.max_attempts,
                 retry=self.retry,
+                group=group,
                 **options,
             )
         except (InvalidPayload, PayloadTooLarge) as exc:
@@ -121,6 +124,7 @@ class Task(Generic[P, R]):
         delay: Number | None = None,
         run_at: Number | None = None,
         now: Number | None = None,
+        group: str | None = None,
     ) -> str | None:
         """``enqueue`` for asyncio programs, on a :class:`sqlq.AsyncQueue`: the same
         checks and answers; the add runs in the AsyncQueue's thread, so the event
@@ -131,7 +135,14 @@ class Task(Generic[P, R]):
                 f"{type(queue).__name__} (use defer or enqueue)"
             )
         call = functools.partial(
-            self.enqueue, queue.sync, kwargs, task_id=task_id, delay=delay, run_at=run_at, now=now
+            self.enqueue,
+            queue.sync,
+            kwargs,
+            task_id=task_id,
+            delay=delay,
+            run_at=run_at,
+            now=now,
+            group=group,
         )
         return await queue._run(call)
 

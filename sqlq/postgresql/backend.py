@@ -46,8 +46,8 @@ from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 
-from ..backend import Claimed, Figures, Opened, TaskRow
-from ..contract import FINISHED, MAX_TIME, Completion, Number, Outcome, State
+from ..backend import Claimed, Figures, Opened, TaskRow, claim_each
+from ..contract import FINISHED, MAX_TIME, Completion, Limit, Number, Outcome, State
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
 from ..records import (
@@ -731,6 +731,7 @@ class PostgresTransaction:
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        group: str | None = None,
     ) -> bool:
         params = {
             "queue": queue,
@@ -744,6 +745,7 @@ class PostgresTransaction:
             "base": retry.base,
             "cap": retry.cap,
             "name": name,
+            "group_key": group,
             "channel": self._backend.channel(queue),
         }
         ((added, _announced),) = self._write(Q.insert_task, params)
@@ -756,6 +758,7 @@ class PostgresTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        group: str | None = None,
     ) -> list[bool]:
         """The ids the queue has are found first, so that only new ones take counter
         values; an id that another call adds meanwhile is skipped, and answered
@@ -782,6 +785,7 @@ class PostgresTransaction:
                 "base": retry.base,
                 "cap": retry.cap,
                 "now": self._now,
+                "group_key": group,
                 "channel": self._backend.channel(queue),
             }
             added = {row[0] for row in self._opened_cursor.execute(Q.insert_many, params)}
@@ -793,9 +797,12 @@ class PostgresTransaction:
             added.discard(key)  # a repeat in the batch existed by then
         return answers
 
-    def claim_many(self, queue: str, n: int, seconds: Number) -> list[Claimed]:
+    def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
         params = {"queue": queue, "n": n, "seconds": seconds, "max_time": MAX_TIME}
-        rows = [_claimed(row) for row in self._write(Q.claim_front_many, params) if row[0]]
+        found = self._write(Q.claim_front_many, params)
+        if found[0][0]:  # grouped tasks: one at a time, each may use up a group's slot
+            return claim_each(lambda: self._claim_grouped(queue, seconds, fair), n)
+        rows = [_claimed(row[1:]) for row in found if row[1]]
         rows.sort(key=itemgetter(1))
         return rows
 
@@ -809,9 +816,16 @@ class PostgresTransaction:
         ((done,),) = self._write(Q.complete_many, params)
         return int(done)
 
-    def claim(self, queue: str, seconds: Number) -> Claimed | None:
+    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
         params = {"queue": queue, "seconds": seconds, "max_time": MAX_TIME}
-        (row,) = self._write(Q.claim_front, params)
+        ((grouped, *row),) = self._write(Q.claim_front, params)
+        if grouped:
+            return self._claim_grouped(queue, seconds, fair)
+        return _claimed(tuple(row)) if row[0] else None
+
+    def _claim_grouped(self, queue: str, seconds: Number, fair: bool) -> Claimed | None:
+        params = {"queue": queue, "seconds": seconds, "max_time": MAX_TIME, "fair": fair}
+        (row,) = self._write(Q.claim_grouped, params)
         return _claimed(row) if row[0] else None
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
@@ -943,6 +957,25 @@ class PostgresTransaction:
         self._announce |= changed and not paused  # idle listeners claim at once
         return changed
 
+    def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
+        cur, params = self._opened_cursor, {"queue": queue, "group_key": group}
+        if limit is None:
+            changed = bool(cur.execute(Q.remove_limit, params).rowcount)
+        else:
+            cur.execute(Q.set_limit, {**params, **limit._asdict()})
+            changed = True
+        cur.execute(Q.apply_limits, params)
+        self._announce = True  # groups may start tasks they could not before
+        return changed
+
+    def limits(self, queue: str) -> dict[str, Limit]:
+        rows = self._opened_cursor.execute(Q.list_limits, {"queue": queue}).fetchall()
+        return {group: Limit(*rest) for group, *rest in rows}
+
+    def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
+        rows = self._opened_cursor.execute(Q.list_groups, {"queue": queue}).fetchall()
+        return {group: (running, live) for group, running, live in rows}
+
 
 def _figures(cur: Any, queue: str) -> Figures:
     """The figures of Queue.stats, in one statement (one snapshot)."""
@@ -982,12 +1015,12 @@ def _claimed(row: tuple[Any, ...]) -> Claimed:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
      run_at, payload, payload_bytes, error, created, updated, finished, name,
-     stop, result, progress, message) = row  # fmt: skip
+     stop, result, progress, message, group) = row  # fmt: skip
     return TaskRow(
         row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at,
         payload if payload_bytes is None else payload_bytes, read_or_none(error),
-        created, updated, finished, name, stop, result, progress, message,
+        created, updated, finished, name, stop, result, progress, message, group,
     )  # fmt: skip
 
 

@@ -43,9 +43,9 @@ from typing import Any, Literal, NoReturn, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from ..backend import Claimed, Figures, Opened, TaskRow
+from ..backend import Claimed, Figures, Opened, TaskRow, claim_each
 from ..clock import kernel_time
-from ..contract import FINISHED, Completion, Number, Outcome, State, time_after
+from ..contract import FINISHED, Completion, Limit, Number, Outcome, State, time_after
 from ..errors import (
     Busy,
     CannotOpen,
@@ -682,6 +682,7 @@ class SqliteTransaction:
         "_opened",
         "_stored_counter",
         "events",
+        "groups",
         "mark",
         "now",
         "queue",
@@ -722,7 +723,8 @@ class SqliteTransaction:
                 self._cur.execute(Q.savepoint)
             cur = self._cur
             asked = self.now
-            mark, counter, due = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
+            mark, counter, due, groups = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
+            self.groups: bool = groups  # the queue has grouped tasks not finished
             self.mark: Number = mark
             self._counter: int = counter
             self._stored_counter = counter
@@ -816,13 +818,15 @@ class SqliteTransaction:
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        group: str | None = None,
     ) -> bool:
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
-               retry.kind, retry.base, retry.cap, self.now, name)  # fmt: skip
+               retry.kind, retry.base, retry.cap, self.now, name, group)  # fmt: skip
         if self._cur.execute(Q.insert_task, row).rowcount != 1:
             return False
         self._counter += 1
+        self.groups = self.groups or group is not None
         return True
 
     def insert_many(
@@ -832,11 +836,13 @@ class SqliteTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        group: str | None = None,
     ) -> list[bool]:
         """One insert_batch of the whole batch when every id in it is new (the usual
         case); otherwise that is undone, the new ids are found first, and
         insert_task runs for them alone, so that only they take counter values."""
-        if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at):
+        self.groups = self.groups or (group is not None and bool(batch))
+        if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at, group):
             return [True] * len(batch)
         ids = json.dumps([item[0] for item in batch])
         seen = {row[0] for row in self._cur.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
@@ -852,7 +858,7 @@ class SqliteTransaction:
                 seen.add(task_id)
                 seq += 1
                 rows.append((queue, task_id, state, seq, max_attempts, run_at, payload,
-                             kind, base, cap, now, name))  # fmt: skip
+                             kind, base, cap, now, name, group))  # fmt: skip
         self._counter = seq
         if rows:
             self._cur.executemany(Q.insert_task, rows)
@@ -865,6 +871,7 @@ class SqliteTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        group: str | None,
     ) -> bool:
         """insert_batch, kept if it added every task; False (and nothing changed) if
         some id was not new, or a payload is bytes, which JSON cannot carry."""
@@ -875,7 +882,7 @@ class SqliteTransaction:
             return False
         state = "AVAILABLE" if run_at is None else "WAITING"
         params = (queue, items, state, self._counter, max_attempts, run_at,
-                  retry.kind, retry.base, retry.cap, self.now, pairs)  # fmt: skip
+                  retry.kind, retry.base, retry.cap, self.now, pairs, group)  # fmt: skip
         cur = self._cur
         cur.execute(Q.savepoint_batch)
         added: bool = cur.execute(Q.insert_batch, params).rowcount == len(batch)
@@ -886,7 +893,9 @@ class SqliteTransaction:
         cur.execute(Q.release_batch)
         return added
 
-    def claim_many(self, queue: str, n: int, seconds: Number) -> list[Claimed]:
+    def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
+        if self.groups:  # one at a time: each claim may use up a group's slot or rate
+            return claim_each(lambda: self.claim(queue, seconds, fair), n)
         params = {
             "queue": queue,
             "n": n,
@@ -904,10 +913,13 @@ class SqliteTransaction:
         rows = [(queue, task_id, token, now, result) for task_id, token, result in items]
         return int(self._cur.executemany(Q.complete_task, rows).rowcount)
 
-    def claim(self, queue: str, seconds: Number) -> Claimed | None:
+    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
         token, now = self._counter + 1, self.now
-        params = (queue, token, time_after(now, seconds), now)
-        row = self._cur.execute(Q.claim_front, params).fetchone()
+        deadline = time_after(now, seconds)
+        if self.groups:
+            row = self._cur.execute(Q.claim_grouped, (queue, token, deadline, now, fair)).fetchone()
+        else:
+            row = self._cur.execute(Q.claim_front, (queue, token, deadline, now)).fetchone()
         if row is None:
             return None
         self._counter = token
@@ -978,6 +990,7 @@ class SqliteTransaction:
         if self._cur.execute(Q.redrive_task, params).rowcount != 1:
             return False
         self._next_id()
+        self.groups = True  # (it may have a group: the claims of this call look)
         return True
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
@@ -1038,6 +1051,24 @@ class SqliteTransaction:
         }
         return bool(self._cur.execute(Q.report_progress, params).rowcount == 1)
 
+    def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
+        params = {"queue": queue, "group_key": group}
+        if limit is None:
+            changed = bool(self._cur.execute(Q.remove_limit, params).rowcount)
+        else:
+            self._cur.execute(Q.set_limit, {**params, **limit._asdict()})
+            changed = True
+        self._cur.execute(Q.apply_limits, params)
+        return changed
+
+    def limits(self, queue: str) -> dict[str, Limit]:
+        rows = self._cur.execute(Q.list_limits, {"queue": queue}).fetchall()
+        return {group: Limit(*rest) for group, *rest in rows}
+
+    def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
+        rows = self._cur.execute(Q.list_groups, {"queue": queue}).fetchall()
+        return {group: (running, live) for group, running, live in rows}
+
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
         if self._cur.execute(sql, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
@@ -1089,11 +1120,11 @@ def _fsync(path: str) -> None:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
      deadline, run_at, payload, error, created, updated, finished, name, stop,
-     result, progress, message) = row  # fmt: skip
+     result, progress, message, group) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at, payload, error,
-        created, updated, finished, name, stop, result, progress, message,
+        created, updated, finished, name, stop, result, progress, message, group,
     )  # fmt: skip
 
 

@@ -1,0 +1,104 @@
+-- 0011: per-key concurrency and rate limits, and fairness between groups.
+--
+-- * group_key: a task's group (a tenant, a user, an API); NULL for none.  Grouped
+--   tasks stay out of the ungrouped line's index (sqlq_tasks_line), so the claims
+--   of a queue without groups read what they read before; grouped AVAILABLE tasks
+--   have a line per group (sqlq_tasks_group_line).
+-- * sqlq_limits: the limits set per group of a queue, and the queue's default
+--   for groups without a row of their own (group_key ''), by set_limit.
+--   concurrency: leases at once; rate and per: starts, spaced per/rate seconds
+--   apart.  NULL: no such limit.
+-- * sqlq_groups: a row per group that ever had a task: its RESERVED tasks
+--   (running), its unfinished ones (live), the seq of the front of its line
+--   (head; NULL when it has no AVAILABLE task), its limits as they apply (cap,
+--   spacing), the earliest time of its next start (tat, the "theoretical arrival
+--   time" of a GCRA without a burst) and the token of its latest lease (turn,
+--   the order of the round robin).  The triggers below keep it in step with the
+--   tasks in the statement that moves a task, whatever statement that is (a
+--   claim, a completion, an expiry applied, a cancel), so a slot is freed in the
+--   transaction that ends its lease.  The claims pick a group by the partial
+--   indexes of groups that can start one (a front of line and a free slot):
+--   a group at its limit is not read at all.
+
+ALTER TABLE sqlq_tasks ADD COLUMN group_key TEXT CHECK (length(group_key) > 0);
+
+DROP INDEX sqlq_tasks_line;
+
+CREATE INDEX sqlq_tasks_line ON sqlq_tasks (queue, seq)
+    WHERE state = 'AVAILABLE' AND group_key IS NULL;
+
+CREATE INDEX sqlq_tasks_group_line ON sqlq_tasks (queue, group_key, seq)
+    WHERE state = 'AVAILABLE' AND group_key IS NOT NULL;
+
+CREATE TABLE sqlq_limits (
+    queue       TEXT    NOT NULL CHECK (length(queue) > 0),
+    group_key   TEXT    NOT NULL,
+    concurrency INTEGER CHECK (concurrency >= 1),
+    rate        INTEGER CHECK (rate >= 1),
+    per         REAL    CHECK (per > 0),
+    PRIMARY KEY (queue, group_key),
+    CHECK ((rate IS NULL) = (per IS NULL))
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE sqlq_groups (
+    queue     TEXT    NOT NULL CHECK (length(queue) > 0),
+    group_key TEXT    NOT NULL CHECK (length(group_key) > 0),
+    live      INTEGER NOT NULL DEFAULT 0 CHECK (live >= 0),
+    running   INTEGER NOT NULL DEFAULT 0 CHECK (running >= 0),
+    head      INTEGER,
+    cap       INTEGER NOT NULL CHECK (cap >= 1),
+    spacing   REAL    CHECK (spacing > 0),
+    tat       REAL    NOT NULL DEFAULT 0,
+    turn      INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, group_key)
+) STRICT, WITHOUT ROWID;
+
+-- Groups that can start a task, in line order (the front of each group's line)
+-- and in round-robin order (the group served longest ago first).
+CREATE INDEX sqlq_groups_by_head ON sqlq_groups (queue, head)
+    WHERE head IS NOT NULL AND running < cap;
+
+CREATE INDEX sqlq_groups_by_turn ON sqlq_groups (queue, turn, head)
+    WHERE head IS NOT NULL AND running < cap;
+
+-- Groups with unfinished tasks: a call's first statement asks whether the queue
+-- has any, and its claims take the ungrouped line's statements when it has none.
+CREATE INDEX sqlq_groups_live ON sqlq_groups (queue) WHERE live > 0;
+
+CREATE TRIGGER sqlq_group_added AFTER INSERT ON sqlq_tasks
+WHEN new.group_key IS NOT NULL
+BEGIN
+    INSERT INTO sqlq_groups (queue, group_key, cap, spacing)
+    SELECT new.queue, new.group_key, coalesce(l.concurrency, 9223372036854775807),
+           l.per / l.rate
+    FROM (SELECT 1) LEFT JOIN (SELECT concurrency, rate, per FROM sqlq_limits
+                               WHERE queue = new.queue
+                                 AND (group_key = new.group_key OR group_key = '')
+                               ORDER BY group_key = '' LIMIT 1) AS l
+    WHERE true
+    ON CONFLICT (queue, group_key) DO NOTHING;
+    UPDATE sqlq_groups
+    SET live = live + 1,
+        head = iif(new.state = 'AVAILABLE', coalesce(head, new.seq), head)
+    WHERE queue = new.queue AND group_key = new.group_key;
+END;
+
+CREATE TRIGGER sqlq_group_moved AFTER UPDATE OF state ON sqlq_tasks
+WHEN new.group_key IS NOT NULL AND new.state <> old.state
+BEGIN
+    UPDATE sqlq_groups
+    SET running = running + (new.state = 'RESERVED') - (old.state = 'RESERVED'),
+        live = live
+               + (new.state = 'AVAILABLE' OR new.state = 'WAITING' OR new.state = 'RESERVED')
+               - (old.state = 'AVAILABLE' OR old.state = 'WAITING' OR old.state = 'RESERVED'),
+        head = CASE WHEN new.state = 'AVAILABLE' THEN coalesce(head, new.seq)
+                    WHEN old.state = 'AVAILABLE'
+                    THEN (SELECT min(seq) FROM sqlq_tasks
+                          WHERE queue = new.queue AND group_key = new.group_key
+                            AND state = 'AVAILABLE')
+                    ELSE head END,
+        tat = iif(new.state = 'RESERVED' AND spacing IS NOT NULL,
+                  max(tat, new.updated_at) + spacing, tat),
+        turn = iif(new.state = 'RESERVED', new.lease_id, turn)
+    WHERE queue = new.queue AND group_key = new.group_key;
+END;
