@@ -164,7 +164,7 @@ def _foreign(path: Path, kind: str) -> None:
 
 def test_subcommands_are_the_documented_set() -> None:
     expected = ["add", "backup", "dead", "demo", "list", "migrate", "purge", "redrive", "show"]
-    expected += ["schedules", "stats", "cancel", "pause", "resume"]
+    expected += ["schedules", "stats", "cancel", "pause", "resume", "limits"]
     assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 
@@ -254,6 +254,7 @@ NEEDS_DB = {
     "cancel": ["d6"],
     "pause": [],
     "resume": [],
+    "limits": [],
     "backup": ["copy.db"],
     "worker": ["somewhere.handlers:handle"],
 }

@@ -8,6 +8,7 @@ the only slot of its group."""
 from __future__ import annotations
 
 import itertools
+import json
 import signal
 import subprocess
 import sys
@@ -412,3 +413,76 @@ def test_a_killed_workers_expired_lease_frees_the_only_slot(tmp_path: Path, queu
     mark, task_id, token = lines[0].split()
     assert (mark, task_id) == ("start", "s-0")  # the killed lease: never ended
     assert _most_at_once(lines, lambda task_id: "solo", frozenset({token})) == {"solo": 1}
+
+
+# --- the command line ----------------------------------------------------------------
+
+
+def _sqlq(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sqlq", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_cli_adds_grouped_tasks_and_sets_shows_and_removes_limits(queue_url: str) -> None:
+    added = _sqlq("add", queue_url, "a1", "a2", "a3", "--group", "tenant:1")
+    assert added.returncode == 0, added.stderr
+    assert _sqlq("add", queue_url, "u1").returncode == 0
+    assert _sqlq("limits", queue_url).stdout.splitlines() == [
+        "queue 'default':",
+        "group     concurrency  rate       running  unfinished",
+        "tenant:1  (default)    (default)        0           3",
+    ]
+    set_one = _sqlq("limits", queue_url, "tenant:1", "--concurrency", "2", "--rate", "10")
+    assert set_one.returncode == 0, set_one.stderr
+    assert _sqlq("limits", queue_url, "--default", "--concurrency", "5").returncode == 0
+    shown = _sqlq("limits", queue_url, "--json")
+    assert json.loads(shown.stdout) == {
+        "database": json.loads(shown.stdout)["database"],
+        "queue": "default",
+        "limits": [
+            {"group": None, "concurrency": 5, "rate": None, "per": None},
+            {"group": "tenant:1", "concurrency": 2, "rate": 10, "per": 1.0},
+        ],
+        "groups": [{"group": "tenant:1", "running": 0, "unfinished": 3}],
+    }
+    with sqlq.Queue(queue_url, lease_seconds=60, max_attempts=3) as q:
+        assert q.info("a1").group == "tenant:1" and q.info("u1").group is None
+        assert [q.reserve(), q.reserve(), q.reserve()] == ["a1", "u1", None]  # a rate of 10/s
+    listed = _sqlq("list", queue_url).stdout.splitlines()
+    assert listed[0].split()[:3] == ["task_id", "name", "group"]
+    assert listed[1].split()[:3] == ["a1", "-", "tenant:1"]
+    assert "group:        tenant:1" in _sqlq("show", queue_url, "a2").stdout
+    assert json.loads(_sqlq("show", queue_url, "u1", "--json").stdout)["group"] is None
+    removed = _sqlq("limits", queue_url, "tenant:1", "--remove", "--json")
+    assert json.loads(removed.stdout)["removed"] is True
+    again = _sqlq("limits", queue_url, "tenant:1", "--remove")
+    assert again.stdout.startswith("tenant:1: no limits were set\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "2"], "give the GROUP to change"),
+        (["g"], "give --concurrency/--rate/--per, --unlimited or --remove"),
+        (["g", "--default", "--remove"], "not both"),
+        (["g", "--remove", "--unlimited"], "--unlimited or --remove"),
+        (["g", "--concurrency", "0"], "must be at least 1"),
+        (["", "--concurrency", "1"], "group must not be empty"),
+        (["g", "--per", "0"], "more than 0"),
+    ],
+)
+def test_the_cli_refuses_bad_limits(queue_url: str, args: list[str], message: str) -> None:
+    assert _sqlq("add", queue_url, "t").returncode == 0
+    refused = _sqlq("limits", queue_url, *args)
+    assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+    assert json.loads(_sqlq("limits", queue_url, "--json").stdout)["limits"] == []
+
+
+def test_a_per_without_a_rate_is_refused_by_the_queue(queue_url: str) -> None:
+    assert _sqlq("add", queue_url, "t").returncode == 0
+    refused = _sqlq("limits", queue_url, "g", "--per", "5")
+    assert refused.returncode == 1 and "per (seconds) goes with a rate" in refused.stderr

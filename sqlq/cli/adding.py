@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from .. import payload as payloads
-from ..contract import MAX_ATTEMPTS, check_name, check_task_id
+from ..contract import MAX_ATTEMPTS, check_task_id
 from ..durable import Queue
 from ..errors import InvalidArgument, InvalidPayload
 from .common import (
@@ -29,6 +29,7 @@ from .common import (
     add_json,
     add_queue,
     creatable,
+    named,
     open_queue,
     plural,
     positive_int,
@@ -109,10 +110,18 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add.add_argument(
         "--name",
         metavar="NAME",
-        type=_task_name,
+        type=named("task name"),
         help=(
             "the tasks' name: a worker given a sqlq.Tasks registry runs the function "
             "registered under it, with the payload (a JSON object) as keyword arguments"
+        ),
+    )
+    add.add_argument(
+        "--group",
+        metavar="GROUP",
+        type=named("group"),
+        help=(
+            "the tasks' group (a tenant, a user, an API): they obey its limits (see `sqlq limits`)"
         ),
     )
     add.add_argument(
@@ -151,7 +160,7 @@ def _add(args: argparse.Namespace) -> int:
         if args.name is not None:  # (id, payload, name) triples
             batch = [(*(i if isinstance(i, tuple) else (i, None)), args.name) for i in batch]
         try:
-            results = queue.add_many(batch, delay=args.delay, run_at=args.run_at)
+            results = queue.add_many(batch, delay=args.delay, run_at=args.run_at, group=args.group)
         except InvalidArgument as exc:
             raise CliError(f"{where}: {exc}{_so_far(counts)}") from exc
         added = sum(results)
@@ -203,16 +212,6 @@ def _add(args: argparse.Namespace) -> int:
         f"{counts['existed']} already existed"
     )
     return EXIT_OK
-
-
-def _task_name(text: str) -> str:
-    try:
-        return check_name(text, "task name", InvalidArgument)
-    except InvalidArgument as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-_task_name.__name__ = "task name"
 
 
 def _so_far(counts: dict[str, int]) -> str:

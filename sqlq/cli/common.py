@@ -20,9 +20,9 @@ import sqlalchemy as sa
 
 from ..backend import Backend
 from ..backends import database_file, open_backend
-from ..contract import MAX_BATCH, MAX_LEASE_SECONDS, MAX_TIME, State, check_queue_name
+from ..contract import MAX_BATCH, MAX_LEASE_SECONDS, MAX_TIME, State, check_name, check_queue_name
 from ..durable import Queue
-from ..errors import InvalidConfig, SchemaError
+from ..errors import InvalidArgument, InvalidConfig, SchemaError
 from ..payload import Undecodable
 from ..records import TaskInfo
 from ..retry import Retry
@@ -69,6 +69,18 @@ def positive_int(minimum: int, maximum: int | None = None) -> Callable[[str], in
         return value
 
     return _typed("int", parse)
+
+
+def named(what: str) -> Callable[[str], str]:
+    """The parser of an argument naming a task's name or a group (as check_name takes it)."""
+
+    def parse(text: str) -> str:
+        try:
+            return check_name(text, what, InvalidArgument)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return _typed(what, parse)
 
 
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}

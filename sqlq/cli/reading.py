@@ -280,10 +280,12 @@ def _list(args: argparse.Namespace) -> int:
     if not tasks:
         print(f"no tasks{which} in queue {args.queue!r}")
         return EXIT_OK
+    grouped = any(t.group is not None for t in tasks)  # a column only where it says something
     rows = [
         [
             printable(t.task_id),
             _name(t),
+            *([shorten(t.group, 20)] if grouped else []),
             t.state,
             f"{t.attempts}/{t.max_attempts}",
             shorten(_reported(t), 30),
@@ -291,7 +293,8 @@ def _list(args: argparse.Namespace) -> int:
         ]
         for t in tasks
     ]
-    table(["task_id", "name", "state", "attempts", "progress", "last_error"], rows)
+    header = ["task_id", "name", *(["group"] if grouped else []), "state", "attempts"]
+    table([*header, "progress", "last_error"], rows)
     if len(tasks) == args.limit:
         print(f"(the first {args.limit} tasks{which}; --limit N shows more)")
     return EXIT_OK
@@ -324,6 +327,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("task_id", printable(info.task_id)),
         ("queue", printable(queue)),
         ("name", _name(info)),
+        ("group", "-" if info.group is None else printable(info.group)),
         ("state", info.state),
         ("attempts", str(info.attempts)),
         ("max_attempts", str(info.max_attempts)),
