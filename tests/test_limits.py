@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -486,3 +487,22 @@ def test_a_per_without_a_rate_is_refused_by_the_queue(queue_url: str) -> None:
     assert _sqlq("add", queue_url, "t").returncode == 0
     refused = _sqlq("limits", queue_url, "g", "--per", "5")
     assert refused.returncode == 1 and "per (seconds) goes with a rate" in refused.stderr
+
+
+def test_sqlq_worker_fair_claims_round_robin(queue_url: str) -> None:
+    with sqlq.Queue(queue_url, lease_seconds=60, max_attempts=1) as q:
+        q.add_many(["a0", "a1", "a2"], group="A")
+        q.add_many(["b0", "b1"], group="B")
+    tests = str(Path(__file__).resolve().parent)
+    command = [sys.executable, "-m", "sqlq", "worker", queue_url, "runner_handlers:fast"]
+    worker = subprocess.run(
+        [*command, "--burst", "--fair", "--summary-every", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": tests},
+    )
+    assert worker.returncode == 0, worker.stderr
+    with sqlq.Queue(queue_url, lease_seconds=60, max_attempts=1) as q:
+        tokens = {task.task_id: task.token for task in q.tasks()}
+    assert sorted(tokens, key=tokens.__getitem__) == ["a0", "b0", "a1", "b1", "a2"]
