@@ -7,6 +7,7 @@ the only slot of its group."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -506,3 +507,38 @@ def test_sqlq_worker_fair_claims_round_robin(queue_url: str) -> None:
     with sqlq.Queue(queue_url, lease_seconds=60, max_attempts=1) as q:
         tokens = {task.task_id: task.token for task in q.tasks()}
     assert sorted(tokens, key=tokens.__getitem__) == ["a0", "b0", "a1", "b1", "a2"]
+
+
+def test_a_registered_task_enqueued_in_a_group_obeys_its_limit(make_queue: Factory) -> None:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="report")
+    def report(tenant: int) -> None: ...
+
+    q = make_queue(10, 3)
+    q.set_limit("tenant:1", 0, concurrency=1)
+    first = report.enqueue(q, {"tenant": 1}, task_id="r1", group="tenant:1", now=0)
+    second = report.enqueue(q, {"tenant": 1}, task_id="r2", group="tenant:1", now=0)
+    assert (first, second) == ("r1", "r2")
+    assert q.info("r2", 0).group == "tenant:1"
+    assert _claims(q, 1, 2) == ["r1", None]
+
+
+def test_an_async_queue_takes_groups_and_limits(queue_url: str) -> None:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="report")
+    def report() -> None: ...
+
+    async def main() -> list[str | None]:
+        async with sqlq.AsyncQueue(queue_url, lease_seconds=10, max_attempts=3) as q:
+            await q.set_limit("g", concurrency=1)
+            await q.add("a", group="g")
+            await report.enqueue_async(q, {}, task_id="b", group="g")
+            assert await q.limits() == {"g": Limit(1, None, None)}
+            assert (await q.groups())["g"] == GroupUse(0, 2)
+            taken = [await q.reserve(), await q.reserve()]
+            assert await q.remove_limit("g")
+            return [*taken, await q.reserve()]
+
+    assert asyncio.run(main()) == ["a", None, "b"]
