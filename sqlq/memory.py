@@ -545,8 +545,6 @@ class WorkQueue:
         record[_UPDATED] = now
         return True
 
-    # --- dead letters, retention, inspection ---------------------------------------
-
     # --- per-key limits (see contract.check_limit) ----------------------------------
 
     def set_limit(
@@ -601,6 +599,8 @@ class WorkQueue:
             if key in ("", name):
                 group.cap, group.spacing = _applied(self._limit_of(name))
                 self._push(name, group)
+
+    # --- dead letters, retention, inspection ---------------------------------------
 
     def info(self, task_id: str, now: Number) -> TaskInfo | None:
         """Everything stored about a task, or None."""
@@ -789,12 +789,7 @@ class WorkQueue:
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
-            self._counter += 1  # the line position, as the database numbers it
-            record[_SEQ] = self._counter
-            if group is None:
-                self._line.append(task_id)
-            else:
-                self._group_append(task_id, record)
+            self._make_available(task_id, record, now)
         return True
 
     def _take(self, now: Number) -> str | None:

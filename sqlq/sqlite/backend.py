@@ -826,7 +826,8 @@ class SqliteTransaction:
         if self._cur.execute(Q.insert_task, row).rowcount != 1:
             return False
         self._counter += 1
-        self.groups = self.groups or group is not None
+        if group is not None:
+            self.groups = True
         return True
 
     def insert_many(
@@ -841,7 +842,8 @@ class SqliteTransaction:
         """One insert_batch of the whole batch when every id in it is new (the usual
         case); otherwise that is undone, the new ids are found first, and
         insert_task runs for them alone, so that only they take counter values."""
-        self.groups = self.groups or (group is not None and bool(batch))
+        if group is not None:
+            self.groups = True
         if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at, group):
             return [True] * len(batch)
         ids = json.dumps([item[0] for item in batch])
