@@ -30,6 +30,16 @@ Cancel and pause (see ``Queue.cancel``, ``Queue.pause``):
   find nothing and ``ready`` says False) until ``resume``; everything else
   works as before: adds, and the leases already out (complete, fail, extend,
   expiries, wake-ups).
+
+Per-key limits (see ``Queue.set_limit``): a task added with a group holds a slot
+of it from its claim until its lease ends, however it ends (complete, fail,
+release, cancel, expiry); a claim takes a grouped task only while its group has
+fewer leases than its concurrency limit and its rate allows a start at the
+call's time (starts ``per / rate`` apart).  Among the tasks it may take, a claim
+takes the first in line (the line order of tasks added, woken or retried), or
+with ``fair`` the front of the group whose latest claim is the oldest, unless the
+front of the ungrouped line comes before it.  Limits change no state: a task a
+limit holds back stays AVAILABLE.
 """
 
 from __future__ import annotations
