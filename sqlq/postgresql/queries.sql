@@ -654,12 +654,13 @@ WITH {{_call}}, ungrouped AS (
     FOR UPDATE OF sqlq_groups SKIP LOCKED
 ), front AS (
     SELECT t.id, t.seq
-    FROM sqlq_tasks AS t,
-         (SELECT group_key FROM first_in_line
+    FROM (SELECT group_key FROM first_in_line
           UNION ALL SELECT group_key FROM served_longest_ago) AS chosen
-    WHERE t.queue = %(queue)s AND t.group_key = chosen.group_key AND t.state = 'AVAILABLE'
-    ORDER BY {{_line_order}} LIMIT 1
-    FOR UPDATE OF t SKIP LOCKED
+    CROSS JOIN LATERAL (SELECT id, seq FROM sqlq_tasks
+                        WHERE queue = %(queue)s AND group_key = chosen.group_key
+                          AND state = 'AVAILABLE'
+                        ORDER BY {{_line_order}} LIMIT 1
+                        FOR UPDATE SKIP LOCKED) AS t
 ), claimed AS (
     UPDATE sqlq_tasks
     SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
