@@ -506,7 +506,7 @@ MUTANTS = [
     ),
     Mutant(  # only a completion frees a slot: a failure or an expiry keeps it
         "sql-expiry-keeps-the-slot",
-        "sqlq/sqlite/migrations/0011_group_limits.sql",
+        "sqlq/sqlite/queries.sql",
         "running = running + (new.state = 'RESERVED') - (old.state = 'RESERVED'),",
         "running = running + (new.state = 'RESERVED')\n"
         "                  - (old.state = 'RESERVED' AND new.state = 'COMPLETED'),",

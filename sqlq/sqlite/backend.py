@@ -820,15 +820,24 @@ class SqliteTransaction:
         name: str | None,
         group: str | None = None,
     ) -> bool:
+        if group is not None:
+            self._grouping()
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
                retry.kind, retry.base, retry.cap, self.now, name, group)  # fmt: skip
         if self._cur.execute(Q.insert_task, row).rowcount != 1:
             return False
         self._counter += 1
-        if group is not None:
-            self.groups = True
         return True
+
+    def _grouping(self) -> None:
+        """Before a grouped task is added: the triggers that keep its group's row (made
+        by the first such add of the file, see migrations/0011), and the claims of
+        this call take the statements that know groups."""
+        if not self.groups:
+            self._cur.execute(Q.create_group_added_trigger)
+            self._cur.execute(Q.create_group_moved_trigger)
+            self.groups = True
 
     def insert_many(
         self,
@@ -842,8 +851,8 @@ class SqliteTransaction:
         """One insert_batch of the whole batch when every id in it is new (the usual
         case); otherwise that is undone, the new ids are found first, and
         insert_task runs for them alone, so that only they take counter values."""
-        if group is not None:
-            self.groups = True
+        if group is not None and batch:
+            self._grouping()
         if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at, group):
             return [True] * len(batch)
         ids = json.dumps([item[0] for item in batch])
@@ -992,7 +1001,6 @@ class SqliteTransaction:
         if self._cur.execute(Q.redrive_task, params).rowcount != 1:
             return False
         self._next_id()
-        self.groups = True  # (it may have a group: the claims of this call look)
         return True
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:

@@ -543,3 +543,51 @@ WHERE queue = :queue ORDER BY group_key
 -- many tasks are unfinished (sqlq limits), by group.
 SELECT group_key, running, live FROM sqlq_groups
 WHERE queue = :queue AND live > 0 ORDER BY group_key
+
+-- name: create_group_added_trigger
+-- Before the first add of a grouped task in the file (see migrations/0011; no
+-- change if it exists): a grouped task added gets its group's row (with the
+-- limits that apply to it, from sqlq_limits) and counts in it, at the front of
+-- its line if AVAILABLE.
+CREATE TRIGGER IF NOT EXISTS sqlq_group_added AFTER INSERT ON sqlq_tasks
+WHEN new.group_key IS NOT NULL
+BEGIN
+    INSERT INTO sqlq_groups (queue, group_key, cap, spacing)
+    SELECT new.queue, new.group_key, coalesce(l.concurrency, 9223372036854775807),
+           l.per / l.rate
+    FROM (SELECT 1) LEFT JOIN (SELECT concurrency, rate, per FROM sqlq_limits
+                               WHERE queue = new.queue
+                                 AND (group_key = new.group_key OR group_key = '')
+                               ORDER BY group_key = '' LIMIT 1) AS l
+    WHERE true
+    ON CONFLICT (queue, group_key) DO NOTHING;
+    UPDATE sqlq_groups
+    SET live = live + 1,
+        head = iif(new.state = 'AVAILABLE', coalesce(head, new.seq), head)
+    WHERE queue = new.queue AND group_key = new.group_key;
+END
+
+-- name: create_group_moved_trigger
+-- With create_group_added_trigger: every change of a grouped task's state moves
+-- its group's row in the same statement: a lease taken (running + 1, the rate's
+-- tat moved on, the turn taken) or ended however it ends (running - 1), the
+-- unfinished tasks, and the front of the line.
+CREATE TRIGGER IF NOT EXISTS sqlq_group_moved AFTER UPDATE OF state ON sqlq_tasks
+WHEN new.group_key IS NOT NULL AND new.state <> old.state
+BEGIN
+    UPDATE sqlq_groups
+    SET running = running + (new.state = 'RESERVED') - (old.state = 'RESERVED'),
+        live = live
+               + (new.state = 'AVAILABLE' OR new.state = 'WAITING' OR new.state = 'RESERVED')
+               - (old.state = 'AVAILABLE' OR old.state = 'WAITING' OR old.state = 'RESERVED'),
+        head = CASE WHEN new.state = 'AVAILABLE' THEN coalesce(head, new.seq)
+                    WHEN old.state = 'AVAILABLE'
+                    THEN (SELECT min(seq) FROM sqlq_tasks
+                          WHERE queue = new.queue AND group_key = new.group_key
+                            AND state = 'AVAILABLE')
+                    ELSE head END,
+        tat = iif(new.state = 'RESERVED' AND spacing IS NOT NULL,
+                  max(tat, new.updated_at) + spacing, tat),
+        turn = iif(new.state = 'RESERVED', new.lease_id, turn)
+    WHERE queue = new.queue AND group_key = new.group_key;
+END
