@@ -303,3 +303,33 @@ def test_a_connection_through_another_sqlite_library_is_refused(db_path: Path) -
     stdlib.dispose()
     assert q.status("x") is None
     q.close()
+
+
+def _triggers(queue: sqlq.Queue) -> list[str]:
+    """The triggers of the queue's file, read with the queue's SQLite library (a
+    connection of another library would drop the queue's file locks as it closes)."""
+    with queue.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT name FROM sqlite_schema WHERE type = 'trigger'")
+        return sorted(name for (name,) in rows)
+
+
+def test_the_group_triggers_come_with_the_first_grouped_add_and_bind_every_connection(
+    db_path: Path,
+) -> None:
+    """A file whose queues use no groups has no trigger (its adds and claims run
+    none); the first grouped add makes them, and a queue whose statements were
+    prepared before (another process's, here another connection's) obeys them."""
+    first = open_queue(db_path)
+    first.add("plain", 0)
+    assert first.reserve(0) == "plain"
+    assert _triggers(first) == []
+    second = open_queue(db_path)
+    second.set_limit("g", 0, concurrency=1)
+    assert _triggers(first) == []  # limits alone need no trigger
+    second.add_many(["g1", "g2"], 0, group="g")
+    assert _triggers(first) == ["sqlq_group_added", "sqlq_group_moved"]
+    assert [first.reserve(1), first.reserve(1)] == ["g1", None]  # its lease counted
+    assert first.complete("g1", 2) and second.reserve(2) == "g2"
+    assert second.groups(2)["g"].running == 1
+    first.close()
+    second.close()
