@@ -26,17 +26,21 @@ PostgreSQL later) implements them with its own SQL and promises:
 * Line positions, wake-up orders and lease tokens come from one counter per
   database that only grows; every move to AVAILABLE or WAITING, and every
   lease, takes the next value.
+* The line is ordered by (line key, seq): every move to AVAILABLE sets the
+  task's line key to ``contract.line_key(now, priority, aging)``, at the call's
+  ``now`` (whatever time the event had), with the priority and aging the task
+  was added with.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 
-from .contract import Completion, Limit, Number, Outcome, State
+from .contract import DEFAULT_AGING, Completion, Limit, Number, Outcome, State
 from .payload import Encoded
 from .records import (
     Checkpoint,
@@ -47,6 +51,9 @@ from .records import (
     StorageFacts,
 )
 from .retry import Retry
+
+if TYPE_CHECKING:
+    from .browse import Browse, Found
 
 
 class TaskRow(NamedTuple):
@@ -73,6 +80,8 @@ class TaskRow(NamedTuple):
     progress: float | None = None
     progress_message: str | None = None
     group: str | None = None
+    dedupe_key: str | None = None
+    priority: int = 0
 
 
 #: What a claim hands back: (task id, token, attempt, payload, task name).
@@ -91,6 +100,15 @@ def claim_each(claim: Callable[[], Claimed | None], n: int) -> list[Claimed]:
 #: What stats and snapshot read: (counts per state, front of line available since,
 #: next deadline, next run_at, paused).
 Figures = tuple[dict[str, int], Number | None, Number | None, Number | None, bool]
+
+
+class Holder(NamedTuple):
+    """The task that holds a dedupe key (see sqlq.keys), as ``key_holder`` finds it."""
+
+    row_id: int
+    task_id: str
+    state: State
+    seq: int
 
 
 #: A due event: (time, counter, task).  A RESERVED task's lease ran out at that
@@ -126,10 +144,13 @@ class Transaction(Protocol):
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
         group: str | None = None,
     ) -> bool:
-        """Add a task (of ``group``): AVAILABLE at the back of the line, or WAITING
-        until ``run_at``.
+        """Add a task (of ``group``): AVAILABLE at its place in the line (``priority``'s, see the
+        module docstring), or WAITING until ``run_at``.
 
         False (and no change) if the id exists in the queue.
         """
@@ -142,6 +163,9 @@ class Transaction(Protocol):
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
         group: str | None = None,
     ) -> list[bool]:
         """``insert`` for each (task id, payload, name) in order; an id seen earlier in the
@@ -158,15 +182,16 @@ class Transaction(Protocol):
         ...
 
     def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
-        """Reserve the front AVAILABLE task until ``time_after(now, seconds)``, or None.
+        """Reserve the front AVAILABLE task (the lowest line key, then seq) until
+        ``time_after(now, seconds)``, or None.
 
         A grouped task is a candidate only while its group is below its limits at
         ``now`` (see set_limit); the front of the ungrouped line and the front of the
-        first such group compete in line order.  The first group is the one whose
-        front is first in line, or with ``fair`` the one whose latest claim is the
-        oldest (round robin).  The claim counts against its group's limits in the
-        same transaction, and every end of the lease frees the slot in the
-        transaction that ends it.
+        first such group compete in line order (the lowest line key, then seq).  The
+        first group is the one whose front is first in line, or with ``fair`` the
+        one whose latest claim is the oldest (round robin).  The claim counts against
+        its group's limits in the same transaction, and every end of the lease frees
+        the slot in the transaction that ends it.
         """
         ...
 
@@ -210,11 +235,12 @@ class Transaction(Protocol):
         ...
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
-        """WAITING -> AVAILABLE at the back of the line; guarded by the wake-up ``order``."""
+        """WAITING -> AVAILABLE (woken at ``at``); guarded by the wake-up ``order``."""
         ...
 
     def redrive(self, row_id: int) -> bool:
-        """DEAD -> AVAILABLE at the back of the line with attempts reset."""
+        """DEAD -> AVAILABLE at ``now`` with attempts reset; False, and no change, if
+        another task holds its dedupe key (see sqlq.keys)."""
         ...
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
@@ -273,6 +299,41 @@ class Transaction(Protocol):
     ) -> bool:
         """Store a progress report if ``token`` is the task's current lease and it still
         runs at ``now`` (as ``extend`` guards); False and no change otherwise."""
+        ...
+
+    # --- dedupe keys (sqlq.keys) -------------------------------------------------------
+
+    def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
+        """The task of ``queue`` that holds ``key``: the one not finished with it, else
+        (if ``cutoff`` is not None) the one that finished with it latest, if after
+        ``cutoff``; None if there is none.  Two probes of indexes, never a scan."""
+        ...
+
+    def insert_keyed(
+        self,
+        queue: str,
+        task_id: str,
+        key: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+        name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
+        group: str | None = None,
+    ) -> bool:
+        """``insert`` of a task holding ``key``; False, and no change, if the id exists
+        or another task holds the key (one added meanwhile by a concurrent call,
+        whose transaction this insert waits for)."""
+        ...
+
+    def debounce(self, holder: Holder, payload: Encoded, run_at: Number | None) -> bool:
+        """The holder (WAITING or AVAILABLE) takes ``payload`` and runs at ``run_at``:
+        WAITING until then, or None: AVAILABLE, keeping its place in the line if it
+        was AVAILABLE, else at the back.  A compare-and-set on the holder's state
+        and seq as found: False, and no change, if it moved meanwhile."""
         ...
 
     # --- per-key limits (see Queue.set_limit) -------------------------------------------
@@ -433,4 +494,23 @@ class Backend(Protocol):
     def schedules(self) -> list[ScheduleState]:
         """Every schedule the database keeps, by queue and name: read only, without
         the write lock."""
+        ...
+
+    # --- the dashboard (sqlq.web): reads only, without the write lock --------------------
+
+    def browse(self, where: Browse) -> list[Found]:
+        """A keyset page of the tasks of every queue that match ``where`` (see
+        sqlq.browse): read only, without the write lock, as last written."""
+        ...
+
+    def find(self, queue: str, task_id: str) -> TaskRow | None:
+        """The task as last written, or None: read only, without the write lock."""
+        ...
+
+    def finished_per_bucket(
+        self, queue: str, since: Number, bucket: int
+    ) -> list[tuple[Number, str, int]]:
+        """(start of a ``bucket``-second span, state, how many tasks of ``queue`` finished
+        in that state then) since ``since``, in time order: read only, without the
+        write lock."""
         ...

@@ -31,12 +31,30 @@ Cancel and pause (see ``Queue.cancel``, ``Queue.pause``):
   works as before: adds, and the leases already out (complete, fail, extend,
   expiries, wake-ups).
 
+Priorities (``add(..., priority=p)``, an int from MIN_PRIORITY to MAX_PRIORITY,
+0 by default; see ``line_key``): a claim takes the AVAILABLE task with the
+lowest *line key*, then the one that joined the line first.  A task's line key
+is the time it joined the line (the time of the call that made it AVAILABLE:
+its add, release, fail or redrive, or the first call after its wake-up or its
+lease's expiry) minus ``p * aging`` seconds, ``aging`` (DEFAULT_AGING; positive)
+being the option of the queue that added it (stored with the task, as its
+max_attempts and retry policy, so whichever process retries or wakes it later
+places it the same way): it is ordered as if it had joined ``p * aging``
+seconds earlier (tasks of priority 0 at the time they joined, whatever the
+aging).  So within one priority the line is FIFO, a task goes before
+every task of a lower priority that joined less than ``Δp * aging`` seconds
+before it, and a task waits for a higher-priority task that joins at most
+``Δp * aging`` seconds after it, never for later ones: no priority starves.
+With ``aging=None`` priorities are strict: aging is STRICT_AGING, more than any
+two times differ, so a lower priority waits while any higher one is AVAILABLE.
+One priority (all 0, the default) is the FIFO line of the core contract.
+
 Per-key limits (see ``Queue.set_limit``): a task added with a group holds a slot
 of it from its claim until its lease ends, however it ends (complete, fail,
 release, cancel, expiry); a claim takes a grouped task only while its group has
 fewer leases than its concurrency limit and its rate allows a start at the
 call's time (starts ``per / rate`` apart).  Among the tasks it may take, a claim
-takes the first in line (the line order of tasks added, woken or retried), or
+takes the first in line (the lowest line key, see Priorities above), or
 with ``fair`` the front of the group whose latest claim is the oldest, unless the
 front of the ungrouped line comes before it.  Limits change no state: a task a
 limit holds back stays AVAILABLE.
@@ -109,6 +127,14 @@ MAX_LEASE_SECONDS: Final = 10**9
 MAX_ATTEMPTS: Final = 10**6
 #: Longest accepted task id or queue name, in characters.
 MAX_ID_LENGTH: Final = 1024
+#: The range of priorities (higher first); 0 by default.
+MIN_PRIORITY: Final = -1000
+MAX_PRIORITY: Final = 1000
+#: Seconds of waiting that one step of priority is worth (see the module docstring).
+DEFAULT_AGING: Final = 60.0
+#: The aging of strict priorities (``aging=None``): a step of priority outweighs
+#: any wait, since no two accepted times are further apart.
+STRICT_AGING: Final = float(MAX_TIME)
 
 Number = int | float
 
@@ -205,6 +231,42 @@ def check_settings(lease_seconds: object, max_attempts: object) -> tuple[Number,
             f"got {lease_seconds!r}"
         )
     return lease_seconds, check_max_attempts(max_attempts)
+
+
+def check_priority(priority: object, error: type[Exception] = InvalidArgument) -> int:
+    """A task's priority: an int (not a bool) from MIN_PRIORITY to MAX_PRIORITY."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise error(f"priority must be an int, not {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise error(f"priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {priority!r}")
+    return int(priority)
+
+
+def check_aging(aging: object) -> float:
+    """A queue's aging: seconds of waiting worth one step of priority, a number in
+    (0, MAX_LEASE_SECONDS]; None for strict priorities (STRICT_AGING)."""
+    if aging is None:
+        return STRICT_AGING
+    if isinstance(aging, bool) or not isinstance(aging, int | float):
+        raise InvalidConfig(
+            f"aging must be a number of seconds, or None for strict priorities; "
+            f"not {type(aging).__name__}"
+        )
+    if not 0 < aging <= MAX_LEASE_SECONDS:  # also rejects NaN
+        raise InvalidConfig(
+            f"aging must be a number of seconds in (0, {MAX_LEASE_SECONDS}], "
+            f"or None for strict priorities; got {aging!r}"
+        )
+    return float(aging)
+
+
+def line_key(joined: Number, priority: int, aging: float) -> float:
+    """The order of a task in the line (lowest first, then the order it joined):
+    the time it joined moved ``priority * aging`` seconds earlier.  The SQL of both
+    backends computes the same doubles (``now - priority * aging``), and so does a
+    float ``aging`` here.  For priority 0 it is the time: times and line positions
+    grow together, so one priority is the FIFO line."""
+    return joined - priority * aging
 
 
 def check_max_attempts(max_attempts: object) -> int:

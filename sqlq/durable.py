@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 import sqlalchemy as sa
 
@@ -25,6 +25,7 @@ from . import payload as payloads
 from .backend import Backend, Claimed, Event, Figures, TaskRow, Transaction
 from .backends import open_backend
 from .contract import (
+    DEFAULT_AGING,
     FINISHED,
     LEASE_EXPIRED,
     MAX_LEASE_SECONDS,
@@ -36,6 +37,7 @@ from .contract import (
     Outcome,
     State,
     after_failure,
+    check_aging,
     check_batch,
     check_count,
     check_error,
@@ -45,6 +47,7 @@ from .contract import (
     check_leases,
     check_limit,
     check_max_attempts,
+    check_priority,
     check_progress,
     check_queue_name,
     check_result,
@@ -66,6 +69,7 @@ from .contract import (
     undecodable_error,
 )
 from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload, SchemaError
+from .keys import Added, Keyed, KeyRule, check_key, on_holder
 from .records import (
     Checkpoint,
     GroupUse,
@@ -109,8 +113,10 @@ class Queue:
     most ``max_clock_step`` early.  A ``now`` passed in, or a custom ``clock``,
     is trusted as given (that is the injectable clock of tests and replays).
 
-    ``max_attempts`` and ``retry`` are stored with each task when it is added;
-    ``lease_seconds`` applies to the leases this object hands out.
+    ``max_attempts``, ``retry`` and ``aging`` (seconds of waiting one step of
+    priority is worth, DEFAULT_AGING; None for strict priorities: see
+    sqlq.contract) are stored with each task when it is added; ``lease_seconds``
+    applies to the leases this object hands out.
 
     ``path_or_url`` chooses the backend (see sqlq.backends); the other keyword
     options are the backend's: for SQLite ``synchronous`` ("full" or "normal"),
@@ -136,10 +142,12 @@ class Queue:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         max_clock_step: float | None = DEFAULT_MAX_CLOCK_STEP,
+        aging: float | None = DEFAULT_AGING,
         fair: bool = False,
         **options: Any,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
+        self.aging = check_aging(aging)
         self.fair = check_flag(fair, "fair")
         if max_clock_step is not None and (
             isinstance(max_clock_step, bool)
@@ -187,6 +195,7 @@ class Queue:
 
     # --- the core contract --------------------------------------------------------
 
+    @overload
     def add(
         self,
         task_id: str,
@@ -199,8 +208,51 @@ class Queue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
+        key: None = None,
+        on_key: None = None,
+        key_window: None = None,
         group: str | None = None,
-    ) -> bool:
+    ) -> bool: ...
+
+    @overload
+    def add(
+        self,
+        task_id: str,
+        now: Number | None = None,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        conn: sa.Connection | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        priority: int = 0,
+        key: str,
+        on_key: str | None = None,
+        key_window: Number | None = None,
+        group: str | None = None,
+    ) -> Added: ...
+
+    def add(
+        self,
+        task_id: str,
+        now: Number | None = None,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        conn: sa.Connection | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        priority: int = 0,
+        key: str | None = None,
+        on_key: str | None = None,
+        key_window: Number | None = None,
+        group: str | None = None,
+    ) -> bool | Added:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
         False, and no change, if the id exists in any state.  With ``conn`` (a
@@ -209,8 +261,17 @@ class Queue:
         stored with the task and its leases carry it; ``max_attempts`` and
         ``retry`` replace the queue's for this task.  ``group`` (a tenant, a
         user, an API) puts it under that group's limits (see ``set_limit``).
+        ``priority`` (an int from -1000 to 1000, higher first) places it in the
+        line with the queue's ``aging`` (see sqlq.contract).
+
+        With ``key`` (a dedupe key), ``on_key`` ("refuse", "merge" or "debounce")
+        and ``key_window`` (seconds) say what happens if another task holds the
+        key, and the answer is an :class:`sqlq.keys.Added` naming the holder (see
+        sqlq.keys).
         """
         task_id = check_task_id(task_id)
+        if type(priority) is not int or priority:  # 0, the usual case, needs no check
+            priority = check_priority(priority)
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
         if name is None and max_attempts is None and retry is None and group is None:
@@ -219,9 +280,45 @@ class Queue:
             name = check_task_name(name)
             group = check_group(group)
             limit, policy = self._policy(max_attempts, retry)
+        if key is not None or on_key is not None or key_window is not None:
+            rule = check_key(key, on_key, key_window)
+            with self._call(now, conn) as tx:
+                waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
+                task = (task_id, limit, policy, encoded, waiting, name)
+                return self._add_keyed(tx, rule, task, priority, group)
         with self._call(now, conn, one_write=True) as tx:
             waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
-            return tx.insert(self.queue, task_id, limit, policy, encoded, waiting, name, group)
+            return tx.insert(
+                self.queue, task_id, limit, policy, encoded, waiting, name,
+                priority=priority, aging=self.aging, group=group,
+            )  # fmt: skip
+
+    def _add_keyed(
+        self,
+        tx: Transaction,
+        rule: KeyRule,
+        task: tuple[str, int, Retry, payloads.Encoded, Number | None, str | None],
+        priority: int,
+        group: str | None,
+    ) -> Added:
+        """add with a dedupe key (see sqlq.keys): the holder first, then the insert.
+        On PostgreSQL a concurrent call may take the key, or move its holder, between
+        this call's statements: the insert or the debounce then changes nothing, and
+        the holder is looked up again (it is the other call's now)."""
+        task_id, limit, policy, encoded, waiting, name = task
+        cutoff = None if rule.window is None else tx.now - rule.window
+        while True:
+            holder = tx.key_holder(self.queue, rule.key, cutoff)
+            if holder is not None:
+                outcome = on_holder(rule.on_key, holder.state)
+                if outcome is not Keyed.DEBOUNCED or tx.debounce(holder, encoded, waiting):
+                    return Added(outcome, holder.task_id)
+            elif tx.insert_keyed(self.queue, task_id, rule.key, limit, policy, encoded,
+                                 waiting, name, priority=priority,
+                                 aging=self.aging, group=group):  # fmt: skip
+                return Added(Keyed.ADDED, task_id)
+            elif tx.get(self.queue, task_id) is not None:
+                return Added(Keyed.EXISTS, None)
 
     def reserve(self, now: Number | None = None) -> str | None:
         """Lease the front task until ``now + lease_seconds``; None if none is available.
@@ -421,17 +518,29 @@ class Queue:
         conn: sa.Connection | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
         group: str | None = None,
     ) -> list[bool]:
         """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
-        triple), in one transaction; all of ``group``, if given."""
+        triple), in one transaction; all with the same ``priority``,
+        and all of ``group``, if given."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
         limit, policy = self._policy(max_attempts, retry)
+        priority = check_priority(priority)
         group = check_group(group)
         with self._call(now, conn, one_write=True) as tx:
             waiting = _waiting(tx.now, first_run(tx.now, start))
-            return tx.insert_many(self.queue, batch, limit, policy, waiting, group)
+            return tx.insert_many(
+                self.queue,
+                batch,
+                limit,
+                policy,
+                waiting,
+                priority=priority,
+                aging=self.aging,
+                group=group,
+            )
 
     def claim_many(self, n: int, now: Number | None = None) -> list[Lease]:
         """Up to ``n`` leases from the front of the line, in one transaction."""
@@ -677,7 +786,9 @@ class Queue:
         added = [
             task_id
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
-            if tx.insert(self.queue, task_id, limit, policy, encoded, None, schedule.task)
+            if tx.insert(
+                self.queue, task_id, limit, policy, encoded, None, schedule.task, aging=self.aging
+            )
         ]
         last = todo.ticks[-1] if todo.ticks else None if found is None else found.last_enqueued
         state = ScheduleState(
@@ -954,4 +1065,6 @@ def _info(task: TaskRow) -> TaskInfo:
         progress=task.progress,
         progress_message=task.progress_message,
         group=task.group,
+        key=task.dedupe_key,
+        priority=task.priority,
     )

@@ -4,8 +4,19 @@ Data structures (n = number of tasks):
 
 * ``_tasks``: task id -> record, a list indexed by the ``_STATE``... constants
   below (a list is built in one step; an object would cost a constructor call).
-* ``_line``: a FIFO (deque) of AVAILABLE ids; only ``reserve``/``claim`` take
-  from it, and every move to AVAILABLE appends to it.
+* ``_line``: priority -> a FIFO (deque) of (line key, counter, task id), one per
+  AVAILABLE task of that priority (contract.line_key); only ``reserve``/``claim``
+  take from them, and every move to AVAILABLE appends to one.  Within a priority
+  the keys grow with the time high-water mark, so each FIFO is in line order.
+* ``_fronts``: a min-heap of (line key, counter, priority), the first entry of
+  each FIFO: its top is the front of the line.  While one priority is in line
+  its entry is not kept up to date (there is nothing to compare it with) until
+  a second priority joins, so a claim then costs a popleft, as a single FIFO.
+* ``_groups``: group -> _Group, for per-key limits: a heap of the line entries of
+  the group's AVAILABLE tasks (a grouped task is never in ``_line``), its leases,
+  its rate's next start and its turn; ``_ready``: a heap of the groups that may
+  start a task, by their fronts (or round robin), stale entries dropped when they
+  reach the top.  Both stay empty until a grouped task is added.
 * ``_leases``: a FIFO (deque) of (deadline, token, task id), one per
   reservation.  Every deadline is ``time_after(now, lease_seconds)`` with ``now``
   the time high-water mark, and tokens only grow, so it is sorted as it is
@@ -30,9 +41,12 @@ costs about as much as the checks, so the usual cases are written out in place.)
 
 Every call of the core contract is O(log n) amortised: each event pushes one
 entry, and each entry is popped at most once.  Inspection calls (``tasks``,
-``dead``, ``redrive`` of all, ``purge``) walk the tasks: O(n), and so does
-``cancel`` of a task not started, which takes it out of the line or the heap of
-WAITING tasks (so that neither ever holds an entry of another state).
+``dead``, ``redrive`` of all, ``purge``) walk the tasks: O(n), and so do
+``cancel`` of a task not started and a debounce that moves one (sqlq.keys), which
+take it out of the line or the heap of WAITING tasks (so that neither ever holds
+an entry of another state).  Dedupe keys live apart from the records (``_keys``:
+each key's tasks, the latest holder last; ``_key_of``), so that tasks without one
+cost nothing more.
 """
 
 from __future__ import annotations
@@ -43,11 +57,11 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from operator import itemgetter
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from . import payload as payloads
 from .contract import (
+    DEFAULT_AGING,
     FINISHED,
     LEASE_EXPIRED,
     MAX_ID_LENGTH,
@@ -58,6 +72,7 @@ from .contract import (
     Number,
     Outcome,
     State,
+    check_aging,
     check_batch,
     check_count,
     check_error,
@@ -67,6 +82,7 @@ from .contract import (
     check_leases,
     check_limit,
     check_max_attempts,
+    check_priority,
     check_progress,
     check_result,
     check_retry,
@@ -82,11 +98,13 @@ from .contract import (
     check_token,
     first_run,
     limit_key,
+    line_key,
     result_of,
     time_after,
     undecodable_error,
 )
 from .errors import InvalidPayload
+from .keys import Added, Keyed, KeyRule, check_key, on_holder
 from .records import GroupUse, Heartbeat, Lease, QueueStats, TaskInfo
 from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
@@ -114,8 +132,8 @@ _MAX_ATTEMPTS: Final = 9
 _RETRY: Final = 10  # the task's retry policy; None for Retry.immediate() (no delay to draw)
 _NAME: Final = 11
 _STOP: Final = 12  # when cancel asked the running task to stop; None if it did not
-_GROUP: Final = 13  # the task's group (see set_limit), or None
-_SEQ: Final = 14  # the line position it last took (the counter's value then)
+_PRIORITY: Final = 13
+_GROUP: Final = 14  # the task's group (see set_limit), or None
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
@@ -141,16 +159,19 @@ class WorkQueue:
         retry: Retry | None = None,
         max_payload_bytes: int = payloads.DEFAULT_MAX_PAYLOAD_BYTES,
         rng: random.Random | None = None,
+        aging: float | None = DEFAULT_AGING,
         fair: bool = False,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
+        self.aging = check_aging(aging)
         self.fair = check_flag(fair, "fair")
         self.retry = check_retry(retry)
         self._retry = _stored(self.retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
         self._rng = check_rng(rng)
         self._tasks: dict[str, Record] = {}
-        self._line: deque[str] = deque()
+        self._line: dict[int, deque[Entry]] = {}
+        self._fronts: list[tuple[Number, int, int]] = []
         self._leases: deque[Entry] = deque()
         self._extended: list[Entry] = []
         self._waiting: list[Entry] = []
@@ -162,12 +183,52 @@ class WorkQueue:
         # Kept apart from the records, so that tasks without them cost nothing more:
         self._results: dict[str, str] = {}  # task id -> stored result, if not None
         self._progress: dict[str, tuple[float | None, str | None]] = {}  # latest report
+        self._keys: dict[str, list[str]] = {}  # dedupe key -> its tasks, the latest holder last
+        self._key_of: dict[str, str] = {}  # task id -> its dedupe key
         # Per-key limits (see set_limit): empty until a task with a group is added.
         self._groups: dict[str, _Group] = {}
         self._limits: dict[str, Limit] = {}  # by group, '' for the default
         self._ready: list[tuple[Any, ...]] = []  # heap of (order..., group): see _push
 
     # --- the core contract --------------------------------------------------------
+
+    @overload
+    def add(
+        self,
+        task_id: str,
+        now: Number,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        priority: int = 0,
+        key: None = None,
+        on_key: None = None,
+        key_window: None = None,
+        group: str | None = None,
+    ) -> bool: ...
+
+    @overload
+    def add(
+        self,
+        task_id: str,
+        now: Number,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        priority: int = 0,
+        key: str,
+        on_key: str | None = None,
+        key_window: Number | None = None,
+        group: str | None = None,
+    ) -> Added: ...
 
     def add(
         self,
@@ -180,14 +241,21 @@ class WorkQueue:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
+        key: str | None = None,
+        on_key: str | None = None,
+        key_window: Number | None = None,
         group: str | None = None,
-    ) -> bool:
+    ) -> bool | Added:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
         False, and no change, if the id exists in any state.  ``name`` is stored
         with the task and its leases carry it; ``max_attempts`` and ``retry``
-        replace the queue's for this task; ``group`` puts it under that group's
-        limits (see ``set_limit``).
+        replace the queue's for this task.  ``priority`` (-1000 to 1000, higher
+        first) places it in the line with the queue's ``aging`` (see sqlq.contract);
+        ``group`` puts it under that group's limits (see ``set_limit``).
+        ``key``, ``on_key`` and ``key_window``: a dedupe key, answered with an Added
+        (see sqlq.keys).
         """
         if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
             task_id = check_task_id(task_id)
@@ -198,6 +266,11 @@ class WorkQueue:
             and name is None
             and max_attempts is None
             and retry is None
+            and key is None
+            and on_key is None
+            and key_window is None
+            and type(priority) is int
+            and priority == 0
             and group is None
         ):
             if (type(now) is int or type(now) is float) and self._now <= now < self._due:
@@ -207,18 +280,61 @@ class WorkQueue:
             tasks = self._tasks
             if task_id in tasks:
                 return False
-            self._counter += 1
             tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                              self.max_attempts, self._retry, None, None, None,
-                              self._counter]  # fmt: skip
-            self._line.append(task_id)
+                              self.max_attempts, self._retry, None, None, 0, None]  # fmt: skip
+            line = self._line.get(0)
+            if line is None:
+                self._join_line(task_id, tasks[task_id])
+            else:  # _join_line, inline: line_key(now, 0, aging) is now
+                self._counter += 1
+                line.append((now, self._counter, task_id))
             return True
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        task = (encoded, check_task_name(name), *self._policy(max_attempts, retry),
+        policy = self._policy(max_attempts, retry)
+        task = (encoded, check_task_name(name), *policy, check_priority(priority),
                 check_group(group))  # fmt: skip
+        if key is None and on_key is None and key_window is None:
+            now = self._advance(now)
+            return self._insert(task_id, task, now, first_run(now, start))
+        rule = check_key(key, on_key, key_window)
         now = self._advance(now)
-        return self._insert(task_id, task, now, first_run(now, start))
+        return self._add_keyed(task_id, task, rule, now, first_run(now, start))
+
+    def _add_keyed(
+        self, task_id: str, task: tuple[Any, ...], rule: KeyRule, now: Number, run_at: Number
+    ) -> Added:
+        """add with a dedupe key (see sqlq.keys), as Queue decides it."""
+        holders = self._keys.get(rule.key)
+        holder = holders[-1] if holders else None  # the latest: the only one that can hold
+        if holder is not None:
+            record = self._tasks[holder]
+            finished = record[_FINISHED]
+            if finished is None or (rule.window is not None and finished > now - rule.window):
+                outcome = on_holder(rule.on_key, record[_STATE])
+                if outcome is Keyed.DEBOUNCED:
+                    self._debounce(holder, record, task[0], now, run_at)
+                return Added(outcome, holder)
+        if not self._insert(task_id, task, now, run_at):
+            return Added(Keyed.EXISTS, None)
+        self._keys.setdefault(rule.key, []).append(task_id)
+        self._key_of[task_id] = rule.key
+        return Added(Keyed.ADDED, task_id)
+
+    def _debounce(
+        self, task_id: str, record: Record, encoded: Any, now: Number, run_at: Number
+    ) -> None:
+        """The holder, WAITING or AVAILABLE, takes the payload and runs at ``run_at``
+        (an AVAILABLE one keeps its place in the line if that is now)."""
+        record[_PAYLOAD] = encoded
+        record[_UPDATED] = now
+        if run_at <= now and record[_STATE] is _AVAILABLE:
+            return
+        self._unqueue(task_id, record[_STATE])
+        if run_at > now:
+            self._make_waiting(task_id, record, run_at, now)
+        else:
+            self._make_available(task_id, record, now)
 
     def reserve(self, now: Number) -> str | None:
         """Lease the front task until ``now + lease_seconds``; None if none is available."""
@@ -384,13 +500,9 @@ class WorkQueue:
             if record[_STOP] is None:
                 record[_STOP] = now
             return Cancel.STOPPING
-        if state is _AVAILABLE:
-            self._out_of_line(task_id, record)
-        elif state is _WAITING:
-            self._waiting = [entry for entry in self._waiting if entry[2] != task_id]
-            heapq.heapify(self._waiting)
-        else:
+        if state is not _AVAILABLE and state is not _WAITING:
             return None
+        self._unqueue(task_id, state)
         _finish(record, _CANCELLED, now, record[_ERROR])
         return Cancel.CANCELLED
 
@@ -423,18 +535,19 @@ class WorkQueue:
         run_at: Number | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
         group: str | None = None,
     ) -> list[bool]:
         """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
-        triple), as one call; all of ``group``, if given."""
+        triple), as one call; all with the same ``priority``
+        and all of ``group``, if given."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        policy = self._policy(max_attempts, retry)
-        key = check_group(group)
+        policy = (*self._policy(max_attempts, retry), check_priority(priority), check_group(group))
         now = self._advance(now)
         when = first_run(now, start)
         return [
-            self._insert(task_id, (encoded, name, *policy, key), now, when)
+            self._insert(task_id, (encoded, name, *policy), now, when)
             for task_id, encoded, name in batch
         ]
 
@@ -638,7 +751,7 @@ class WorkQueue:
         count = 0
         for task_id in self._dead_ids() if ids is None else ids:
             record = self._tasks.get(task_id)
-            if record is not None and record[_STATE] is _DEAD:
+            if record is not None and record[_STATE] is _DEAD and self._key_free(task_id):
                 record[_ATTEMPTS] = 0
                 record[_FINISHED] = None
                 self._make_available(task_id, record, now)
@@ -671,6 +784,9 @@ class WorkQueue:
             del self._tasks[task_id]
             self._results.pop(task_id, None)
             self._progress.pop(task_id, None)
+            key = self._key_of.pop(task_id, None)
+            if key is not None:
+                self._keys[key].remove(task_id)
         return len(doomed)
 
     def tick(self, schedule: Schedule, now: Number) -> Ticked:
@@ -683,7 +799,7 @@ class WorkQueue:
         added = [
             task_id
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
-            if self._insert(task_id, (encoded, schedule.task, *policy, None), now, now)
+            if self._insert(task_id, (encoded, schedule.task, *policy, 0, None), now, now)
         ]
         self._schedules[schedule.name] = todo.cursor
         return Ticked(added, schedule.next_tick(todo.cursor), now)
@@ -692,7 +808,8 @@ class WorkQueue:
         """Counts per state, the age of the front of the line, the next deadlines."""
         now = self._advance(now)
         counts = self.counts()
-        front = min(self._fronts(), key=itemgetter(_SEQ), default=None)
+        first = min(self._line_fronts(), default=None)
+        front = None if first is None else self._tasks[first[2]]
         waking = self._waiting[0][0] if self._waiting else None
         return QueueStats(
             counts=counts,
@@ -707,7 +824,7 @@ class WorkQueue:
         now = max(check_time(now), self._now)
         if self._paused:
             return False
-        if self._line or (self._waiting and self._waiting[0][0] <= now):
+        if self._fronts or (self._waiting and self._waiting[0][0] <= now):
             return True
         if self._groups and self._ready_group(now) is not None:
             return True
@@ -777,32 +894,29 @@ class WorkQueue:
 
     def _insert(self, task_id: str, task: tuple[Any, ...], now: Number, run_at: Number) -> bool:
         """Add a task: ``task`` is (encoded payload, name, max_attempts, stored retry,
-        group)."""
+        priority, group)."""
         tasks = self._tasks
         if task_id in tasks:
             return False
-        encoded, name, max_attempts, retry, group = task
+        encoded, name, max_attempts, retry, priority, group = task
         record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None,
-                                   max_attempts, retry, name, None, group, 0]  # fmt: skip
+                                   max_attempts, retry, name, None, priority, group]  # fmt: skip
         if group is not None and group not in self._groups:
             self._groups[group] = _Group(self._limit_of(group))
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
-            self._make_available(task_id, record, now)
+            self._join_line(task_id, record)
         return True
 
     def _take(self, now: Number) -> str | None:
         """Lease the front of the line: the task's id, or None if the line is empty."""
-        if self._paused:
-            return None
-        if self._groups:
-            task_id = self._take_front(now)
-            if task_id is None:
+        if not self._groups:
+            fronts = self._fronts
+            if not fronts or self._paused:
                 return None
-        elif self._line:
-            task_id = self._line.popleft()
-        else:
+            task_id = self._pop_line(fronts[0][2])
+        elif self._paused or (task_id := self._take_front(now)) is None:  # type: ignore[assignment]
             return None
         record = self._tasks[task_id]
         self._counter = token = self._counter + 1
@@ -828,8 +942,8 @@ class WorkQueue:
                 if front is None:
                     return None
                 task_id = front[0]
-            elif self._line:
-                task_id = self._line[0]
+            elif self._fronts:
+                task_id = self._line[self._fronts[0][2]][0][2]
             else:
                 return None
             record = self._tasks[task_id]
@@ -867,23 +981,71 @@ class WorkQueue:
             self._make_waiting(task_id, record, time_after(when, delay), when)
         else:
             record[_STATE] = _AVAILABLE
-            self._counter += 1
-            record[_SEQ] = self._counter
-            if record[_GROUP] is None:
-                self._line.append(task_id)
-            else:
-                self._group_append(task_id, record)
+            self._join_line(task_id, record)
         return record[_STATE]  # type: ignore[no-any-return]
+
+    def _unqueue(self, task_id: str, state: str) -> None:
+        """Take an AVAILABLE task out of the line, or a WAITING one out of the heap of
+        wake-ups (O(n): cancel and debounce)."""
+        if state is _AVAILABLE:
+            record = self._tasks[task_id]
+            if record[_GROUP] is None:
+                self._leave_line(task_id, record[_PRIORITY])
+            else:
+                self._leave_group_line(task_id, record[_GROUP])
+        else:
+            self._waiting = [entry for entry in self._waiting if entry[2] != task_id]
+            heapq.heapify(self._waiting)
 
     def _make_available(self, task_id: str, record: Record, now: Number) -> None:
         record[_STATE] = _AVAILABLE
         record[_UPDATED] = now
+        self._join_line(task_id, record)
+
+    def _join_line(self, task_id: str, record: Record) -> None:
+        """Put an AVAILABLE task in line at the call's time (an expiry or a wake-up
+        too, as the database does), by its priority and the queue's aging (the one
+        every task of this object was added with); its line position comes from the
+        counter, as the database numbers it."""
         self._counter += 1
-        record[_SEQ] = self._counter
-        if record[_GROUP] is None:
-            self._line.append(task_id)
+        priority = record[_PRIORITY]
+        entry = (line_key(self._now, priority, self.aging), self._counter, task_id)
+        if record[_GROUP] is not None:
+            self._group_append(record[_GROUP], entry)
+            return
+        line = self._line.get(priority)
+        if line is None:
+            self._line[priority] = deque((entry,))
+            fronts = self._fronts
+            if len(fronts) == 1:  # the one priority in line: its front brought up to date
+                alone = fronts[0][2]
+                key, counter, _ = self._line[alone][0]
+                fronts[0] = (key, counter, alone)
+            heapq.heappush(fronts, (entry[0], entry[1], priority))
         else:
-            self._group_append(task_id, record)
+            line.append(entry)
+
+    def _pop_line(self, priority: int) -> str:
+        """Take the front of the (ungrouped) line, of ``priority`` (the top of
+        ``_fronts``'s): its id."""
+        fronts, line = self._fronts, self._line[priority]
+        task_id: str = line.popleft()[2]
+        if not line:
+            heapq.heappop(fronts)
+            del self._line[priority]
+        elif len(fronts) > 1:  # (alone in line, its front is not kept: see the docstring)
+            key, counter, _ = line[0]
+            heapq.heapreplace(fronts, (key, counter, priority))
+        return task_id
+
+    def _leave_line(self, task_id: str, priority: int) -> None:
+        """Take an AVAILABLE task out of the line (cancel, debounce): O(n)."""
+        line = self._line[priority]
+        line.remove(next(entry for entry in line if entry[2] == task_id))
+        if not line:
+            del self._line[priority]
+        self._fronts = [(fifo[0][0], fifo[0][1], p) for p, fifo in self._line.items()]
+        heapq.heapify(self._fronts)
 
     def _make_waiting(self, task_id: str, record: Record, run_at: Number, now: Number) -> None:
         self._counter += 1
@@ -915,6 +1077,19 @@ class WorkQueue:
             and record[_WHEN] == deadline
         )
 
+    def _key_free(self, task_id: str) -> bool:
+        """May this finished task become a holder of its key again (redrive)?  Yes if
+        it has no key or no task holds it; then it is the key's latest holder."""
+        key = self._key_of.get(task_id)
+        if key is None:
+            return True
+        holders = self._keys[key]
+        if self._tasks[holders[-1]][_FINISHED] is None:
+            return False
+        holders.remove(task_id)
+        holders.append(task_id)
+        return True
+
     def _dead_ids(self) -> list[str]:
         dead = [
             (r[_FINISHED], i, tid)
@@ -945,6 +1120,8 @@ class WorkQueue:
             progress=progress,
             progress_message=message,
             group=record[_GROUP],
+            key=self._key_of.get(task_id),
+            priority=record[_PRIORITY],
         )
 
     # --- per-key limits: the groups' lines and the heap of groups that may start ------
@@ -986,13 +1163,13 @@ class WorkQueue:
         ungrouped line or of the first group that may start one, whichever is first
         in line; None if neither has one."""
         name = self._ready_group(now)
-        line = self._line
+        head = self._line[self._fronts[0][2]][0] if self._fronts else None
         if name is None:
-            return (line[0], None) if line else None
-        seq, task_id = self._groups[name].line[0]
-        if line and self._tasks[line[0]][_SEQ] < seq:
-            return line[0], None
-        return task_id, name
+            return None if head is None else (head[2], None)
+        entry = self._groups[name].line[0]
+        if head is not None and head[:2] < entry[:2]:
+            return head[2], None
+        return entry[2], name
 
     def _take_front(self, now: Number) -> str | None:
         """Take the task ``_front`` names out of its line, counting its group's start
@@ -1002,10 +1179,10 @@ class WorkQueue:
             return None
         task_id, name = front
         if name is None:
-            self._line.popleft()
+            self._pop_line(self._fronts[0][2])
             return task_id
         group = self._groups[name]
-        group.line.popleft()
+        heapq.heappop(group.line)
         group.running += 1
         if group.spacing is not None:
             group.tat = max(group.tat, now) + group.spacing
@@ -1013,22 +1190,20 @@ class WorkQueue:
         self._push(name, group)
         return task_id
 
-    def _group_append(self, task_id: str, record: Record) -> None:
-        """A grouped task becomes AVAILABLE, at the back of its group's line."""
-        name = record[_GROUP]
+    def _group_append(self, name: str, entry: Entry) -> None:
+        """A task of group ``name`` joins its group's line (``entry``: its line key,
+        counter and id); the group enters the heap of groups anew if its front moved."""
         group = self._groups[name]
-        group.line.append((record[_SEQ], task_id))
-        if len(group.line) == 1:
+        heapq.heappush(group.line, entry)
+        if group.line[0] is entry:
             self._push(name, group)
 
-    def _out_of_line(self, task_id: str, record: Record) -> None:
-        """An AVAILABLE task leaves its line without a lease (cancel): O(n)."""
-        name = record[_GROUP]
-        if name is None:
-            self._line.remove(task_id)
-            return
+    def _leave_group_line(self, task_id: str, name: str) -> None:
+        """An AVAILABLE task leaves its group's line without a lease (cancel,
+        debounce): O(n)."""
         group = self._groups[name]
-        group.line.remove((record[_SEQ], task_id))
+        group.line = [entry for entry in group.line if entry[2] != task_id]
+        heapq.heapify(group.line)
         self._push(name, group)
 
     def _free_slot(self, record: Record) -> None:
@@ -1039,15 +1214,16 @@ class WorkQueue:
             group.running -= 1
             self._push(name, group)
 
-    def _fronts(self) -> list[Record]:
-        """The records at the front of every line (for stats)."""
-        heads = [self._tasks[self._line[0]]] if self._line else []
-        heads.extend(self._tasks[g.line[0][1]] for g in self._groups.values() if g.line)
+    def _line_fronts(self) -> list[Entry]:
+        """The entries at the front of every line, the ungrouped one's and each
+        group's (for stats)."""
+        heads = [self._line[self._fronts[0][2]][0]] if self._fronts else []
+        heads.extend(g.line[0] for g in self._groups.values() if g.line)
         return heads
 
 
 class _Group:
-    """A group's line of AVAILABLE tasks ((seq, id) in line order), its leases now,
+    """A group's line of AVAILABLE tasks (a heap of (line key, counter, id)), its leases now,
     the earliest time of its next start (tat), the token of its latest lease
     (turn), and its limits as they apply (cap: the most leases at once; spacing:
     seconds between starts, None for no rate)."""
@@ -1055,17 +1231,17 @@ class _Group:
     __slots__ = ("cap", "line", "running", "spacing", "tat", "turn")
 
     def __init__(self, limit: Limit) -> None:
-        self.line: deque[tuple[int, str]] = deque()
+        self.line: list[Entry] = []
         self.running = 0
         self.tat: Number = 0
         self.turn = 0
         self.cap, self.spacing = _applied(limit)
 
-    def order(self, fair: bool) -> tuple[int, ...]:
-        """Its place among the groups that may start a task: the front of its line,
-        or (round robin) its latest lease's token, then the front."""
-        head = self.line[0][0]
-        return (self.turn, head) if fair else (head,)
+    def order(self, fair: bool) -> tuple[Number, ...]:
+        """Its place among the groups that may start a task: the front of its line
+        (line key, counter), or (round robin) its latest lease's token, then the front."""
+        key, counter, _ = self.line[0]
+        return (self.turn, key, counter) if fair else (key, counter)
 
 
 #: The limits of a group nobody limited.

@@ -87,6 +87,10 @@ class TaskInfo:
     progress_message: str | None = None
     #: The task's group (``add(..., group=...)``), whose limits it obeys, or None.
     group: str | None = None
+    #: The task's dedupe key (``add(..., key=...)``, see sqlq.keys), or None.
+    key: str | None = None
+    #: Its priority (higher first; see sqlq.contract).
+    priority: int = 0
 
 
 class GroupUse(NamedTuple):

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import REAL, UserDefinedType
 
-from .contract import State
+from .contract import MAX_PRIORITY, MIN_PRIORITY, State
 from .retry import KINDS
 
 
@@ -94,6 +94,10 @@ tasks = Table(
     Column("result", Text, nullable=True),
     Column("progress", REAL, nullable=True),
     Column("progress_message", Text, nullable=True),
+    Column("dedupe_key", Text, nullable=True),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("aging", REAL, nullable=False, server_default=text("60")),
+    Column("line_key", REAL, nullable=False, server_default=text("0")),
     Column("group_key", Text, nullable=True),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
@@ -120,6 +124,8 @@ tasks = Table(
     CheckConstraint("payload IS NULL OR typeof(payload) IN ('text', 'blob')"),
     CheckConstraint("length(name) > 0"),
     CheckConstraint("result IS NULL OR state = 'COMPLETED'"),
+    CheckConstraint(f"priority BETWEEN {MIN_PRIORITY} AND {MAX_PRIORITY}"),
+    CheckConstraint("aging > 0"),
     CheckConstraint("length(group_key) > 0"),
     sqlite_strict=True,
 )
@@ -127,6 +133,7 @@ tasks = Table(
 Index(
     "sqlq_tasks_line",
     tasks.c.queue,
+    tasks.c.line_key,
     tasks.c.seq,
     sqlite_where=text("state = 'AVAILABLE' AND group_key IS NULL"),
 )
@@ -134,6 +141,7 @@ Index(
     "sqlq_tasks_group_line",
     tasks.c.queue,
     tasks.c.group_key,
+    tasks.c.line_key,
     tasks.c.seq,
     sqlite_where=text("state = 'AVAILABLE' AND group_key IS NOT NULL"),
 )
@@ -157,6 +165,20 @@ Index(
     tasks.c.state,
     tasks.c.finished_at,
     sqlite_where=text("finished_at IS NOT NULL"),
+)
+Index(
+    "sqlq_tasks_key_holder",
+    tasks.c.queue,
+    tasks.c.dedupe_key,
+    unique=True,
+    sqlite_where=text("dedupe_key IS NOT NULL AND finished_at IS NULL"),
+)
+Index(
+    "sqlq_tasks_key_finished",
+    tasks.c.queue,
+    tasks.c.dedupe_key,
+    tasks.c.finished_at,
+    sqlite_where=text("dedupe_key IS NOT NULL AND finished_at IS NOT NULL"),
 )
 
 schedules = Table(
@@ -214,6 +236,7 @@ groups = Table(
     Column("group_key", Text, primary_key=True, nullable=False),
     Column("live", Integer, nullable=False, server_default=text("0")),
     Column("running", Integer, nullable=False, server_default=text("0")),
+    Column("head_key", REAL, nullable=True),
     Column("head", Integer, nullable=True),
     Column("cap", Integer, nullable=False),
     Column("spacing", REAL, nullable=True),
@@ -230,11 +253,18 @@ groups = Table(
 )
 
 _READY = "head IS NOT NULL AND running < cap"
-Index("sqlq_groups_by_head", groups.c.queue, groups.c.head, sqlite_where=text(_READY))
+Index(
+    "sqlq_groups_by_head",
+    groups.c.queue,
+    groups.c.head_key,
+    groups.c.head,
+    sqlite_where=text(_READY),
+)
 Index(
     "sqlq_groups_by_turn",
     groups.c.queue,
     groups.c.turn,
+    groups.c.head_key,
     groups.c.head,
     sqlite_where=text(_READY),
 )

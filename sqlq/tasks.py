@@ -2,11 +2,12 @@
 
 * :class:`Tasks` maps a task's name to its function.  ``@tasks.task`` (bare, the
   name is ``module.qualname``) or ``@tasks.task(name=..., max_attempts=...,
-  retry=...)`` registers a function and gives back a :class:`Task`.
+  retry=..., priority=...)`` registers a function and gives back a :class:`Task`.
 * :class:`Task` is still the plain function when called; ``defer(queue,
   **kwargs)`` and ``enqueue(queue, kwargs, ...)`` add a task named after it whose
   payload is the keyword arguments (a JSON object), checked against the
-  function's signature first, with the task's own max_attempts and retry.
+  function's signature first, with the task's own max_attempts, retry and
+  priority (``enqueue(..., priority=p)`` overrides the priority for one task).
 * :func:`runner` turns what a :class:`sqlq.Worker` is given (a plain handler or
   a registry) into the one callable it runs for each lease; it refuses, when
   the worker is made, a handler that could not take a single task.
@@ -27,9 +28,16 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from .aio import AsyncQueue
-from .contract import Number, check_max_attempts, check_retry, check_task_name
+from .contract import (
+    Number,
+    check_max_attempts,
+    check_priority,
+    check_retry,
+    check_task_name,
+)
 from .durable import Queue
 from .errors import InvalidConfig, InvalidPayload, InvalidTask, NotRetryable, PayloadTooLarge
+from .keys import Added
 from .memory import WorkQueue
 from .records import Lease
 from .retry import Retry
@@ -50,12 +58,15 @@ class Task(Generic[P, R]):
         name: str,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
     ) -> None:
         self.fn = fn
         self.name = name
         #: Replace the queue's for tasks added through this Task (None: the queue's).
         self.max_attempts = max_attempts
         self.retry = retry
+        #: The priority of tasks added through this Task, unless ``enqueue`` gives one.
+        self.priority = priority
         self.signature = _keyword_signature(fn, name)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -80,12 +91,20 @@ class Task(Generic[P, R]):
         run_at: Number | None = None,
         now: Number | None = None,
         conn: Any = None,
+        priority: int | None = None,
+        key: str | None = None,
+        on_key: str | None = None,
+        key_window: Number | None = None,
         group: str | None = None,
     ) -> str | None:
         """Add a task that runs this function with ``kwargs``, as ``queue.add`` does
-        (``queue`` is a sqlq.Queue or WorkQueue), in ``group`` if given (see
-        ``Queue.set_limit``).  Returns the task's id (``task_id``, or a new uuid4
-        hex), or None if ``task_id`` exists (and nothing is stored).
+        (``queue`` is a sqlq.Queue or WorkQueue), with ``priority`` (None: this
+        Task's), in ``group`` if given (see ``Queue.set_limit``).  Returns the
+        task's id (``task_id``, or a new uuid4 hex), or None if ``task_id`` exists
+        (and nothing is stored).
+        With a dedupe ``key`` (see sqlq.keys): the id of the task that holds it and
+        does the work (the new one, or the holder it merged or debounced into), or
+        None if the add was refused.
 
         Raises :class:`sqlq.errors.InvalidTask` before anything is stored if the
         function cannot take ``kwargs`` or they cannot be stored as JSON.
@@ -104,11 +123,17 @@ class Task(Generic[P, R]):
                 name=self.name,
                 max_attempts=self.max_attempts,
                 retry=self.retry,
+                priority=self.priority if priority is None else priority,
+                key=key,
+                on_key=on_key,
+                key_window=key_window,
                 group=group,
                 **options,
             )
         except (InvalidPayload, PayloadTooLarge) as exc:
             raise InvalidTask(f"task {self.name!r}: the arguments cannot be stored: {exc}") from exc
+        if isinstance(added, Added):
+            return added.holder if added else None
         return task_id if added else None
 
     async def defer_async(self, queue: AsyncQueue, /, **kwargs: Any) -> str | None:
@@ -124,6 +149,10 @@ class Task(Generic[P, R]):
         delay: Number | None = None,
         run_at: Number | None = None,
         now: Number | None = None,
+        priority: int | None = None,
+        key: str | None = None,
+        on_key: str | None = None,
+        key_window: Number | None = None,
         group: str | None = None,
     ) -> str | None:
         """``enqueue`` for asyncio programs, on a :class:`sqlq.AsyncQueue`: the same
@@ -135,15 +164,9 @@ class Task(Generic[P, R]):
                 f"{type(queue).__name__} (use defer or enqueue)"
             )
         call = functools.partial(
-            self.enqueue,
-            queue.sync,
-            kwargs,
-            task_id=task_id,
-            delay=delay,
-            run_at=run_at,
-            now=now,
-            group=group,
-        )
+            self.enqueue, queue.sync, kwargs, task_id=task_id, delay=delay, run_at=run_at, now=now,
+            priority=priority, key=key, on_key=on_key, key_window=key_window, group=group,
+        )  # fmt: skip
         return await queue._run(call)
 
     def arguments(self, kwargs: object) -> dict[str, Any]:
@@ -179,6 +202,7 @@ class Tasks:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -188,13 +212,15 @@ class Tasks:
         name: str | None = None,
         max_attempts: int | None = None,
         retry: Retry | None = None,
+        priority: int = 0,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a task: ``@tasks.task`` (named ``module.qualname``)
-        or ``@tasks.task(name=..., max_attempts=..., retry=...)``.  A name already
-        registered, or a function that cannot take keyword arguments, is refused
-        (InvalidConfig)."""
+        or ``@tasks.task(name=..., max_attempts=..., retry=..., priority=...)``.  A
+        name already registered, a function that cannot take keyword arguments, or a
+        priority out of range is refused (InvalidConfig)."""
         limit = None if max_attempts is None else check_max_attempts(max_attempts)
         policy = None if retry is None else check_retry(retry)
+        rank = check_priority(priority, InvalidConfig)
         wanted = check_task_name(name, InvalidConfig)
 
         def register(fn: Callable[P, R]) -> Task[P, R]:
@@ -204,7 +230,7 @@ class Tasks:
             assert chosen is not None
             if chosen in self._tasks:
                 raise InvalidConfig(f"a task named {chosen!r} is registered already")
-            task = Task(fn, chosen, limit, policy)
+            task = Task(fn, chosen, limit, policy, rank)
             self._tasks[chosen] = task
             return task
 

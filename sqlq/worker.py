@@ -149,6 +149,7 @@ from .monitor import ACTIVE, Monitor, Phase, Running
 from .records import Lease
 from .schedule import Schedule, check_schedule
 from .tasks import Tasks, failure, runner
+from .worker_metrics import WorkerMetrics
 
 __all__ = [
     "Clock",
@@ -294,6 +295,8 @@ class Worker:
     of that clock; None or 0, the default: never) is how often it logs a summary
     line (``sqlq worker`` does every 60 s).  ``schedules`` are periodic tasks the
     worker adds (see the module docstring), besides a registry's own.
+    ``metrics_port``: serve the worker's histograms (transaction and handler times)
+    at ``http://127.0.0.1:PORT/metrics`` while it runs (see sqlq.worker_metrics).
     """
 
     def __init__(
@@ -312,6 +315,7 @@ class Worker:
         clock: Clock | None = None,
         summary_every: float | None = None,
         schedules: Iterable[Schedule] = (),
+        metrics_port: int | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidConfig(f"concurrency must be an int of at least 1, got {concurrency!r}")
@@ -392,6 +396,7 @@ class Worker:
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
         self.schedules = _schedules(handler, schedules, queue.max_payload_bytes)
+        self.metrics = None if metrics_port is None else WorkerMetrics(queue.queue, metrics_port)
         # When each schedule is due next, by the worker's clock (-inf: at once).
         self._ticks = [-math.inf] * len(self.schedules)
 
@@ -454,6 +459,8 @@ class Worker:
         try:
             self._listen_for_announcements()
             self._start_threads()
+            if self.metrics is not None:
+                self.metrics.start()
             self.log.info(
                 "worker started: queue %r, concurrency %d, lease %gs, heartbeat %gs, "
                 "time limit %s, grace %gs%s",
@@ -482,6 +489,8 @@ class Worker:
             if self._cancel_announcements is not None:
                 self._cancel_announcements()
             self._stop_threads()
+            if self.metrics is not None:
+                self.metrics.stop()
             self.queue.interrupt_waits(None)
             stats = self.stats
             self.log.info(
@@ -644,6 +653,7 @@ class Worker:
         failed = [
             (e.lease.task_id, e.lease.token, *failure(x)) for e, x, _ in batch if x is not None
         ]
+        began = self.clock.monotonic() if self.metrics is not None else 0.0
         try:
             done, states, leases = self.queue.settle_and_claim(
                 slots if claim else 0, completed=completed, failed=failed
@@ -657,6 +667,8 @@ class Worker:
                 raise
             self._log_busy(exc)
             return _BUSY
+        if self.metrics is not None:
+            self.metrics.transaction(self.clock.monotonic() - began)
         answers = iter(done), iter(states)
         with self._cond:
             self._stats.commits += 1
@@ -830,6 +842,9 @@ class Worker:
         self, entry: Running, error: BaseException | None, late: bool, answer: bool | str | None
     ) -> None:
         """Count and log an outcome the queue has answered (holding _cond)."""
+        if self.metrics is not None:
+            ran = 0.0 if entry.ended is None else entry.ended - entry.started
+            self.metrics.handled(entry.lease.name, _outcome(error, late, answer), ran)
         if answer and error is None:
             self._stats.completed += 1
             if self.log.isEnabledFor(logging.DEBUG):  # a line per task: built only if shown
@@ -1031,6 +1046,15 @@ def _schedules(handler: object, given: Iterable[Schedule], limit: int) -> list[S
     if len(set(names)) != len(names):
         raise InvalidConfig(f"two schedules of a worker have the same name: {sorted(names)}")
     return found
+
+
+def _outcome(error: BaseException | None, late: bool, answer: bool | str | None) -> str:
+    """An outcome as WorkerMetrics counts it (the cases of Worker._acknowledge)."""
+    if answer:
+        return (
+            "completed" if error is None else "cancelled" if answer == State.CANCELLED else "failed"
+        )
+    return "late" if late else "lost"
 
 
 def _pending_text(pending: tuple[int, int] | None) -> str:

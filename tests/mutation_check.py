@@ -47,6 +47,8 @@ POSTGRESQL = ("tests/test_postgresql.py", *CORE)
 SCHEDULES = ("tests/test_schedules.py",)
 RESULTS = ("tests/test_results.py", "tests/test_stateful.py")
 LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
+KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
+PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 
 
 @dataclass(frozen=True)
@@ -266,14 +268,14 @@ MUTANTS = [
     Mutant(
         "sql-claim-takes-the-back-of-the-line",
         "sqlq/sqlite/queries.sql",
-        "            ORDER BY seq LIMIT 1)",
-        "            ORDER BY seq DESC LIMIT 1)",
+        "            ORDER BY line_key, seq LIMIT 1)",
+        "            ORDER BY line_key DESC, seq DESC LIMIT 1)",
     ),
     Mutant(
         "sql-claim-many-takes-the-back-of-the-line",
         "sqlq/sqlite/queries.sql",
-        "ORDER BY seq LIMIT :n",
-        "ORDER BY seq DESC LIMIT :n",
+        "ORDER BY line_key, seq LIMIT :n",
+        "ORDER BY line_key DESC, seq DESC LIMIT :n",
     ),
     Mutant(
         "sql-redrive-keeps-attempts",
@@ -367,8 +369,8 @@ MUTANTS = [
     Mutant(
         "pg-claim-waits-for-a-held-row",
         "sqlq/postgresql/queries.sql",
-        "ORDER BY seq LIMIT 1\n                FOR UPDATE SKIP LOCKED)",
-        "ORDER BY seq LIMIT 1\n                FOR UPDATE)",
+        "ORDER BY line_key, seq LIMIT 1\n                FOR UPDATE SKIP LOCKED)",
+        "ORDER BY line_key, seq LIMIT 1\n                FOR UPDATE)",
         POSTGRESQL,
     ),
     Mutant(
@@ -529,9 +531,71 @@ MUTANTS = [
     Mutant(
         "memory-round-robin-by-line-order",
         "sqlq/memory.py",
-        "return (self.turn, head) if fair else (head,)",
-        "return (0, head) if fair else (head,)",
+        "return (self.turn, key, counter) if fair else (key, counter)",
+        "return (0, key, counter) if fair else (key, counter)",
         LIMITS,
+    ),
+    # --- dedupe keys (sqlq.keys)
+    Mutant(
+        "memory-key-holder-ignores-reserved-tasks",
+        "sqlq/memory.py",
+        "if finished is None or (rule.window is not None and finished > now - rule.window):",
+        "if (finished is None and record[_STATE] is not _RESERVED) or (\n"
+        "                rule.window is not None and finished > now - rule.window\n"
+        "            ):",
+        KEYS,
+    ),
+    Mutant(
+        "postgresql-no-race-guard-for-keys",
+        "sqlq/postgresql/migrations/0006_dedupe_keys.sql",
+        "CREATE UNIQUE INDEX sqlq_tasks_key_holder",
+        "CREATE INDEX sqlq_tasks_key_holder",
+        ("tests/test_keys.py",),
+    ),
+    Mutant(
+        "sqlite-key-window-finds-the-oldest-holder",
+        "sqlq/sqlite/queries.sql",
+        "     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3\n"
+        "     ORDER BY finished_at DESC, seq DESC LIMIT 1))",
+        "     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3\n"
+        "     ORDER BY finished_at, seq LIMIT 1))",
+        KEYS,
+    ),
+    # --- priorities
+    Mutant(
+        "sql-claim-ignores-priorities",
+        "sqlq/sqlite/queries.sql",
+        "            ORDER BY line_key, seq LIMIT 1)",
+        "            ORDER BY seq LIMIT 1)",
+        PRIORITIES,
+    ),
+    Mutant(
+        "pg-claim-many-ignores-priorities",
+        "sqlq/postgresql/queries.sql",
+        "    ORDER BY line_key, seq LIMIT %(n)s",
+        "    ORDER BY seq LIMIT %(n)s",
+        PRIORITIES,
+    ),
+    Mutant(
+        "memory-aging-sign-flipped",
+        "sqlq/contract.py",
+        "    return joined - priority * aging",
+        "    return joined + priority * aging",
+        PRIORITIES,
+    ),
+    Mutant(
+        "sql-retry-forgets-the-priority",
+        "sqlq/sqlite/queries.sql",
+        "    line_key = :now - priority * aging,",
+        "    line_key = :now,",
+        PRIORITIES,
+    ),
+    Mutant(
+        "sql-retry-with-a-fixed-aging",
+        "sqlq/sqlite/queries.sql",
+        "    line_key = :now - priority * aging,",
+        "    line_key = :now - priority * 60,",
+        PRIORITIES,
     ),
 ]
 

@@ -183,3 +183,17 @@ def test_the_targets_judge_postgresql_by_issue_12s_rules(
     assert verdicts["PostgreSQL growth: faster than procrastinate per task, every row"] is True
     assert verdicts["PostgreSQL processes: faster than procrastinate per task, every row"] is False
     assert verdicts["PostgreSQL enqueue: faster than procrastinate per task, every row"] is None
+
+
+@pytest.mark.processes
+def test_the_dashboard_bench_runs(tmp_path: Path) -> None:
+    """bench/dashboard.py: worker throughput with `sqlq web` polled and without, once on
+    a tiny file; its table has the ratio."""
+    command = [sys.executable, "-m", "bench.dashboard", "--tasks", "200", "--rounds", "1"]
+    command += ["--workers", "2", "--big", "1000"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    header, _, row, *pages = proc.stdout.splitlines()
+    assert "ratio" in header.split("|")[5]
+    assert float(row.split("|")[5]) > 0
+    assert len([line for line in pages if line.startswith("| `/")]) == 9  # each page timed

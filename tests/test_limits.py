@@ -179,6 +179,38 @@ def test_a_cancelled_front_of_a_group_leaves_the_next_one_first(make_queue: Fact
     assert _claims(q, 2, 3) == ["a1", "u0", None]
 
 
+def test_a_groups_front_is_its_highest_priority_task(make_queue: Factory) -> None:
+    """A group's line is ordered as the ungrouped line (line key, then seq), and the
+    fronts of the lines compete by the same order."""
+    q = make_queue(10, 3, aging=None)
+    q.add("a-low", 0, group="A")
+    q.add("u-mid", 0, priority=1)
+    q.add("a-high", 0, group="A", priority=2)
+    q.add("b-mid", 0, group="B", priority=1)
+    assert _claims(q, 1, 5) == ["a-high", "u-mid", "b-mid", "a-low", None]
+
+
+def test_a_keyed_add_in_a_group_obeys_its_limit(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    q.set_limit("A", 0, concurrency=1)
+    assert q.add("k1", 0, key="one", group="A").holder == "k1"
+    assert q.add("k2", 0, key="two", group="A").holder == "k2"
+    assert q.info("k2", 0).group == "A"
+    assert _claims(q, 1, 2) == ["k1", None]
+    assert q.groups(1) == {"A": GroupUse(1, 2)}
+
+
+def test_a_debounce_that_moves_a_groups_front_moves_the_group(make_queue: Factory) -> None:
+    """A debounce gives an AVAILABLE holder a new place at the back of the line: its
+    group's front is then the next task (not a place the holder left)."""
+    q = make_queue(10, 3)
+    q.add("held", 0, key="k", group="A")
+    q.add("next", 0, group="A")
+    q.add("held-again", 1, key="k", on_key="debounce", delay=5)
+    assert _claims(q, 2, 2) == ["next", None]
+    assert _claims(q, 6, 2) == ["held", None]
+
+
 def test_a_paused_queue_hands_out_no_grouped_task(make_queue: Factory) -> None:
     q = make_queue(10, 3)
     q.add("a0", 0, group="A")

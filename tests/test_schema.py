@@ -159,6 +159,7 @@ RELEASED = [
     (6, "schedules", "24e3dbce600495a95654f36a83b9eb9bf4db170c6c9b83f2926f43835a873788"),
     (7, "cancel_pause", "73fda0b73290fce67a4b8e6cdb8fff20d65460a382f11d6549e24fc1e8aa01c2"),
     (8, "results", "a85e7cc36b532418c429b3ad53de684d0dddb9040fe4c9e61949f7709cf44347"),
+    (9, "dedupe_keys", "150932bc0a8809150e019c075f8a0d204e426e396156ebd912fee27e07f98644"),
 ]
 
 
@@ -534,3 +535,25 @@ def test_a_version_5_database_keeps_every_task_through_migration_7(
                  "immediate", 0.0, 0.0, 1.0, 60.0, 60.0, None, None)  # fmt: skip
     assert kept == [(*rows[0], None), cancelled, (*rows[2], 60.0), *((*r, None) for r in rows[3:])]
     assert views == [("default", 1, 0), ("mail", 0, 0)] and stopping == [("held",)]
+
+
+def test_a_version_9_database_keeps_its_line_through_migration_10(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 10 (priorities): the tasks in line keep their order (priority 0, line
+    key 0: as if they joined at the epoch), ahead of the tasks added after it but
+    for strict priorities above 0."""
+    columns = "queue, task_id, state, seq, attempts, max_attempts, created_at, updated_at"
+    rows = [
+        ("default", "old-1", "AVAILABLE", 3, 0, 3, 1.0, 1.0),
+        ("default", "old-2", "AVAILABLE", 4, 0, 3, 2.0, 2.0),
+    ]
+    _database_at(db_path, monkeypatch, 9, columns, rows)
+    with (
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q,
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=3, aging=None) as strict,
+    ):
+        q.add("new", 60, priority=1)  # aging 60: as if it joined at 0, after the old ones
+        strict.add("urgent", 60, priority=1)
+        assert q.info("old-1", 60).priority == 0
+        assert [q.reserve(60) for _ in range(5)] == ["urgent", "old-1", "old-2", "new", None]

@@ -86,7 +86,7 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         for fair, groups in ((0, "sqlq_groups_by_head"), (1, "sqlq_groups_by_turn")):
             grouped = plan(Q.claim_grouped, ("q", 1, 1, 1, fair))
             assert groups in grouped and "sqlq_tasks_line" in grouped
-            assert "sqlq_tasks_group_line (queue=? AND group_key=? AND seq=?)" in grouped
+            assert "sqlq_tasks_group_line (queue=? AND group_key=? AND line_key=? AND seq=?)" in grouped
             assert "SCAN sqlq_" not in grouped
         ready = plan(Q.ready, {"queue": "q", "now": 1})
         assert "sqlq_groups_by_head" in ready and "SCAN sqlq_" not in ready

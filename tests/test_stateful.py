@@ -6,7 +6,8 @@
   written to be obviously correct rather than fast.
 * ``FeaturesDurableVsMemory``: Queue against WorkQueue again, with the worker
   features too: tokens, heartbeats, release, delays, retry backoff, payloads,
-  errors, dead letters, purge, batches, inspection, periodic tasks, cancel and pause;
+  errors, dead letters, purge, batches, inspection, periodic tasks, cancel and pause,
+  dedupe keys, priorities (with each queue's aging, strict ones included);
   ``LimitsDurableVsMemory``: grouped tasks, per-group limits and round robin.
 * ``test_long_histories_...``: Queue against WorkQueue again without hypothesis:
   long seeded random histories, rich in calls that find lease expiries and
@@ -382,6 +383,11 @@ payloads = st.one_of(
     st.lists(st.integers(0, 3), max_size=3),
     st.dictionaries(st.sampled_from(["k", "v"]), st.integers(0, 3), max_size=2),
 )
+#: Priorities of adds (0 most often) and the queues' aging (None: strict priorities):
+#: agings shorter and longer than the time steps, so that waits outweigh priorities
+#: sometimes and never.
+priorities = st.sampled_from([0, 0, 0, 1, -1, 2])
+agings = st.sampled_from([None, 0.5, 3, 60])
 #: Results of completions (JSON values).
 results = st.one_of(st.none(), st.integers(-5, 5), st.text(max_size=5), st.lists(st.none()))
 
@@ -397,13 +403,19 @@ SCHEDULES = [
 
 
 class FeaturesDurableVsMemory(OnDurable):
-    @initialize(lease_seconds=leases, max_attempts=attempt_limits, retry=retry_policies)
-    def open_queues(self, lease_seconds: int, max_attempts: int, retry: sqlq.Retry) -> None:
-        self.log.append(f"lease_seconds={lease_seconds}, max_attempts={max_attempts}, {retry}")
+    @initialize(
+        lease_seconds=leases, max_attempts=attempt_limits, retry=retry_policies, aging=agings
+    )
+    def open_queues(
+        self, lease_seconds: int, max_attempts: int, retry: sqlq.Retry, aging: float | None
+    ) -> None:
+        self.log.append(
+            f"lease_seconds={lease_seconds}, max_attempts={max_attempts}, {retry}, {aging=}"
+        )
         self.tokens: list[int] = [1, 2]
         self.leases: list[tuple[str, int]] = []  # (task id, token) of every lease handed out
-        self.left = self.open_durable(lease_seconds, max_attempts, retry=retry)
-        self.right = sqlq.WorkQueue(lease_seconds, max_attempts, retry=retry)
+        self.left = self.open_durable(lease_seconds, max_attempts, retry=retry, aging=aging)
+        self.right = sqlq.WorkQueue(lease_seconds, max_attempts, retry=retry, aging=aging)
 
     def _token(self, data: st.DataObject) -> int:
         return data.draw(st.sampled_from(self.tokens))
@@ -421,6 +433,7 @@ class FeaturesDurableVsMemory(OnDurable):
         name=names,
         max_attempts=own_attempts,
         retry=own_retries,
+        priority=priorities,
     )
     def add_with_payload(
         self,
@@ -431,6 +444,7 @@ class FeaturesDurableVsMemory(OnDurable):
         name: Any,
         max_attempts: Any,
         retry: Any,
+        priority: int,
     ) -> None:
         self._same(
             "add",
@@ -441,6 +455,43 @@ class FeaturesDurableVsMemory(OnDurable):
             name=name,
             max_attempts=max_attempts,
             retry=retry,
+            priority=priority,
+        )
+
+    @rule(
+        task_id=task_ids,
+        move=time_moves,
+        key=st.sampled_from(["k", "k2"]),
+        on_key=st.sampled_from([None, "refuse", "merge", "debounce", "debounce"]),
+        window=st.sampled_from([None, None, 0, 2, 10]),
+        payload=st.one_of(st.none(), st.integers(0, 3)),
+        delay=st.sampled_from([None, None, 0, 1, 3, 6]),
+        priority=priorities,
+    )
+    def add_with_key(
+        self,
+        task_id: str,
+        move: Any,
+        key: str,
+        on_key: Any,
+        window: Any,
+        payload: Any,
+        delay: Any,
+        priority: int,
+    ) -> None:
+        """Dedupe keys (sqlq.keys): two keys, so that adds often find one held, by a
+        task in any state (retried, finished within the window, purged, redriven),
+        with priorities (a debounce moves a task by its own)."""
+        self._same(
+            "add",
+            task_id,
+            self._time(move),
+            payload=payload,
+            delay=delay,
+            priority=priority,
+            key=key,
+            on_key=on_key,
+            key_window=window,
         )
 
     @rule(move=time_moves)
@@ -468,9 +519,19 @@ class FeaturesDurableVsMemory(OnDurable):
         move=time_moves,
         max_attempts=own_attempts,
         retry=own_retries,
+        priority=priorities,
     )
-    def add_many(self, items: list[Any], move: Any, max_attempts: Any, retry: Any) -> None:
-        self._same("add_many", items, self._time(move), max_attempts=max_attempts, retry=retry)
+    def add_many(
+        self, items: list[Any], move: Any, max_attempts: Any, retry: Any, priority: int
+    ) -> None:
+        self._same(
+            "add_many",
+            items,
+            self._time(move),
+            max_attempts=max_attempts,
+            retry=retry,
+            priority=priority,
+        )
 
     @rule(task_id=task_ids, move=time_moves, data=st.data())
     def complete_with_token(self, task_id: str, move: Any, data: st.DataObject) -> None:
@@ -810,16 +871,21 @@ class _History:
                 sqlq.Retry.exponential(1, 4, jitter=False),
             ]
         )
+        # Priorities and the aging come from a generator of their own: the histories'
+        # calls are those of before, and only the order of the line differs.
+        self.ranks = random.Random(-1 - seed)
+        aging = self.ranks.choice([None, 1, 4, 60])
         self.durable = sqlq.Queue(
             url,
             lease_seconds=lease_seconds,
             max_attempts=max_attempts,
             retry=retry,
+            aging=aging,
             **queue_options(url),
         )
-        self.memory = sqlq.WorkQueue(lease_seconds, max_attempts, retry=retry)
+        self.memory = sqlq.WorkQueue(lease_seconds, max_attempts, retry=retry, aging=aging)
         self.reader = self.durable.engine.connect()
-        self.log = [f"seed={seed} lease_seconds={lease_seconds} {max_attempts=} {retry}"]
+        self.log = [f"seed={seed} lease_seconds={lease_seconds} {max_attempts=} {retry} {aging=}"]
         self.now = 0
         self.tokens: list[int] = [1]
         self.mixed = self.ties = 0  # calls that found both kinds of event due (at one time)
@@ -870,6 +936,7 @@ class _History:
             own["max_attempts"] = rng.randint(1, 6)
         if rng.random() < 0.2:
             own["retry"] = rng.choice([sqlq.Retry.immediate(), sqlq.Retry.fixed(1)])
+        own["priority"] = self.ranks.choice([0, 0, 1, -1, 3])
         return own
 
     def _keep(self, leases: Any) -> None:

@@ -9,6 +9,7 @@ Subcommands, one module per kind:
 * control.py: `cancel`, `pause`, `resume`
 * limits.py: `limits` (per-group limits)
 * running.py: `worker`, `demo`
+* web.py: `web` (the dashboard; the `web` extra)
 
 Exit codes: 0 success; 1 a sqlq error (sqlq.errors.SqlqError: the database
 could not be read or written, is not a sqlq database, an unknown task, ...);
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import SqlqError
-from . import adding, control, limits, maintenance, reading, running, schedules
+from . import adding, control, limits, maintenance, reading, running, schedules, web
 from .common import (
     DURATION_SYNTAX,
     EXIT_ERROR,
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     limits.register(commands)
     maintenance.register_migrate(commands)
     running.register_demo(commands)
+    web.register(commands)
     return parser
 
 

@@ -15,9 +15,16 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from .. import payload as payloads
-from ..contract import MAX_ATTEMPTS, check_task_id
+from ..contract import (
+    DEFAULT_AGING,
+    MAX_ATTEMPTS,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    check_task_id,
+)
 from ..durable import Queue
 from ..errors import InvalidArgument, InvalidPayload
+from ..keys import ON_KEY, Added, Keyed
 from .common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -29,11 +36,13 @@ from .common import (
     add_json,
     add_queue,
     creatable,
+    duration,
     named,
     open_queue,
     plural,
     positive_int,
     print_json,
+    printable,
     retry_policy,
     seconds,
     unix_time,
@@ -117,6 +126,53 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         ),
     )
     add.add_argument(
+        "--key",
+        metavar="KEY",
+        type=named("dedupe key"),
+        help=(
+            "a dedupe key for the one TASK_ID: while another task of the queue holds it "
+            "(WAITING, AVAILABLE or RESERVED, or finished within --key-window), --on-key "
+            "says what happens, and the answer names the holder"
+        ),
+    )
+    add.add_argument(
+        "--on-key",
+        choices=ON_KEY,
+        help=(
+            "with --key, when the key is held: refuse (the default: nothing changes), "
+            "merge (nothing changes; the holder does the work) or debounce (a holder not "
+            "started takes the payload and the run time of this add)"
+        ),
+    )
+    add.add_argument(
+        "--key-window",
+        metavar="DURATION",
+        type=duration,
+        help="with --key: a holder that finished less than this long ago still holds it",
+    )
+    add.add_argument(
+        "--priority",
+        metavar="N",
+        type=positive_int(MIN_PRIORITY, MAX_PRIORITY),
+        default=0,
+        help=(
+            f"the tasks' priority, {MIN_PRIORITY} to {MAX_PRIORITY}: higher goes first, "
+            "each priority in the order added (default %(default)s)"
+        ),
+    )
+    add.add_argument(
+        "--aging",
+        metavar="DURATION",
+        type=_aging,
+        default=DEFAULT_AGING,
+        help=(
+            "the seconds of waiting one step of priority is worth, stored with each task: "
+            "a task goes before lower priorities that came less than (difference x aging) "
+            "earlier, so none starves; 'none' for strict priorities (default %(default)gs; "
+            "give every process of a queue the same)"
+        ),
+    )
+    add.add_argument(
         "--group",
         metavar="GROUP",
         type=named("group"),
@@ -146,6 +202,11 @@ def _add(args: argparse.Namespace) -> int:
         raise UsageError("--raw goes with --payload-file")
     if args.from_file == "-" and args.payload_file == "-":
         raise UsageError("--from-file and --payload-file cannot both read stdin")
+    keyed = args.key is not None
+    if not keyed and (args.on_key is not None or args.key_window is not None):
+        raise UsageError("--on-key and --key-window go with --key")
+    if keyed and (len(args.task_ids) != 1 or args.from_file is not None):
+        raise UsageError("--key adds one task: give one TASK_ID and no --from-file")
     default = _default_payload(args)
     try:  # refused before a database is created
         for task_id in args.task_ids:
@@ -160,7 +221,13 @@ def _add(args: argparse.Namespace) -> int:
         if args.name is not None:  # (id, payload, name) triples
             batch = [(*(i if isinstance(i, tuple) else (i, None)), args.name) for i in batch]
         try:
-            results = queue.add_many(batch, delay=args.delay, run_at=args.run_at, group=args.group)
+            results = queue.add_many(
+                batch,
+                delay=args.delay,
+                run_at=args.run_at,
+                priority=args.priority,
+                group=args.group,
+            )
         except InvalidArgument as exc:
             raise CliError(f"{where}: {exc}{_so_far(counts)}") from exc
         added = sum(results)
@@ -171,10 +238,13 @@ def _add(args: argparse.Namespace) -> int:
             f"{counts['existed']} already existed"
         )
 
+    if keyed:
+        return _add_keyed(args, db, created, default)
+
     # The input file is opened first: if it cannot be read, no database is created.
     with (
         _open_input(args.from_file) as source,
-        open_queue(db, args.queue, args.max_attempts, args.retry) as q,
+        open_queue(db, args.queue, args.max_attempts, args.retry, args.aging) as q,
     ):
         items = [t if default is None else (t, default) for t in args.task_ids]
         for start in range(0, len(items), ADD_BATCH):
@@ -212,6 +282,55 @@ def _add(args: argparse.Namespace) -> int:
         f"{counts['existed']} already existed"
     )
     return EXIT_OK
+
+
+def _add_keyed(args: argparse.Namespace, db: Any, created: bool, payload: Any) -> int:
+    """`sqlq add TASK_ID --key KEY`: one add, answered with what happened and the holder."""
+    (task_id,) = args.task_ids
+    with open_queue(db, args.queue, args.max_attempts, args.retry, args.aging) as q:
+        answer = q.add(
+            task_id,
+            payload=payload,
+            delay=args.delay,
+            run_at=args.run_at,
+            name=args.name,
+            priority=args.priority,
+            key=args.key,
+            on_key=args.on_key,
+            key_window=args.key_window,
+            group=args.group,
+        )
+    assert isinstance(answer, Added)
+    added, existed = answer.outcome is Keyed.ADDED, answer.outcome is Keyed.EXISTS
+    if args.json:
+        print_json(
+            {
+                "database": db.name,
+                "queue": args.queue,
+                "created": created,
+                "added": int(added),
+                "existed": int(existed),
+                "key": {"key": args.key, "outcome": answer.outcome.value, "holder": answer.holder},
+            }
+        )
+        return EXIT_OK
+    if created:
+        print(f"created {db.name}")
+    if added or existed:
+        print(f"added {int(added)} task to queue {args.queue!r}; {int(existed)} already existed")
+    else:
+        done = {Keyed.REFUSED: "not added", Keyed.MERGED: "merged into the holder"}
+        what = done.get(answer.outcome, "debounced: the holder took its payload and run time")
+        print(
+            f"task {printable(task_id)} {what}: key {printable(args.key)} is held by task "
+            f"{printable(answer.holder or '')}"
+        )
+    return EXIT_OK
+
+
+def _aging(text: str) -> float | None:
+    """--aging: a duration (more than 0), or 'none' for strict priorities."""
+    return None if text == "none" else seconds(allow_minimum=False)(text)
 
 
 def _so_far(counts: dict[str, int]) -> str:

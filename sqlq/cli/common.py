@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import base64
-import dataclasses
 import json
 import math
 import os
@@ -20,11 +18,17 @@ import sqlalchemy as sa
 
 from ..backend import Backend
 from ..backends import database_file, open_backend
-from ..contract import MAX_BATCH, MAX_LEASE_SECONDS, MAX_TIME, State, check_name, check_queue_name
+from ..contract import (
+    DEFAULT_AGING,
+    MAX_BATCH,
+    MAX_LEASE_SECONDS,
+    MAX_TIME,
+    State,
+    check_name,
+    check_queue_name,
+)
 from ..durable import Queue
 from ..errors import InvalidArgument, InvalidConfig, SchemaError
-from ..payload import Undecodable
-from ..records import TaskInfo
 from ..retry import Retry
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -331,11 +335,22 @@ def sqlq_database(arg: str, *, allow_older: bool, creates: str = "") -> Database
         return db
 
 
-def open_queue(db: Database, name: str, max_attempts: int = 1, retry: Retry | None = None) -> Queue:
+def open_queue(
+    db: Database,
+    name: str,
+    max_attempts: int = 1,
+    retry: Retry | None = None,
+    aging: float | None = DEFAULT_AGING,
+) -> Queue:
     """A sqlq.Queue for the commands (lease_seconds only matters to claim, never called)."""
     with _usage_error_if_refused():
         return Queue(
-            db.target, lease_seconds=30, max_attempts=max_attempts, queue=name, retry=retry
+            db.target,
+            lease_seconds=30,
+            max_attempts=max_attempts,
+            queue=name,
+            retry=retry,
+            aging=aging,
         )
 
 
@@ -348,33 +363,6 @@ def print_json(document: Any) -> None:
 
 def error(command: str, message: str) -> None:
     print(f"sqlq {command}: error: {message}", file=sys.stderr, flush=True)
-
-
-def payload_json(payload: Any) -> tuple[str, Any]:
-    """(payload_type, JSON value): "none", "json" (the value), "bytes" (base64 text)
-    or "undecodable" (the text as stored)."""
-    if payload is None:
-        return "none", None
-    if isinstance(payload, bytes):
-        return "bytes", base64.b64encode(payload).decode("ascii")
-    if isinstance(payload, Undecodable):
-        return "undecodable", payload.text
-    return "json", payload
-
-
-def task_json(info: TaskInfo, queue: str) -> dict[str, Any]:
-    """Every field of a TaskInfo as JSON, with the queue and the payload's type (and
-    for a payload that cannot be decoded, why: payload_error)."""
-    document: dict[str, Any] = {
-        "queue": queue,
-        **{f.name: getattr(info, f.name) for f in dataclasses.fields(info)},
-    }
-    document["payload_type"], document["payload"] = payload_json(info.payload)
-    if isinstance(info.payload, Undecodable):
-        document["payload_error"] = info.payload.reason
-    if isinstance(info.result, Undecodable):
-        document["result"], document["result_error"] = info.result.text, info.result.reason
-    return document
 
 
 def plural(count: int, noun: str) -> str:

@@ -180,7 +180,8 @@ def _purge(args: argparse.Namespace) -> int:
         return EXIT_OK
     age = f" that finished at least {span(args.older_than)} ago" if args.older_than else ""
     parts = " and ".join(f"{n} {state}" for state, n in removed.items())
-    print(f"removed {parts} tasks{age} from queue {args.queue!r}")
+    noun = "task" if sum(removed.values()) == 1 else "tasks"
+    print(f"removed {parts} {noun}{age} from queue {args.queue!r}")
     if sizes is not None:
         print(f"vacuum: the file went from {byte_size(sizes.before)} to {byte_size(sizes.after)}")
     return EXIT_OK

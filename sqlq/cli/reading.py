@@ -22,6 +22,7 @@ from typing import Any
 from ..contract import State
 from ..payload import Undecodable
 from ..records import QueueOverview, TaskInfo
+from ..shapes import overview_json, task_json
 from .common import (
     EXIT_OK,
     CliError,
@@ -47,7 +48,6 @@ from .common import (
     sqlq_database,
     state_name,
     table,
-    task_json,
 )
 
 READ_ONLY_NOTE = "it must exist and be a sqlq database at the current schema; it is not created"
@@ -169,25 +169,8 @@ def _stats(args: argparse.Namespace) -> int:
         wal = backend.storage_facts().wal_bytes
         software = backend.describe()
 
-    queues: dict[str, dict[str, int]] = {}
-    details: dict[str, dict[str, Any]] = {}
-    for queue in sorted(found):
-        figures = found[queue]
-        counts = {state.value: figures.counts.get(state.value, 0) for state in State}
-        # A state this version does not know (a newer schema) is shown, not dropped.
-        counts.update({s: n for s, n in sorted(figures.counts.items()) if s not in counts})
-        queues[queue] = counts
-        front = figures.available_since
-        details[queue] = {
-            "total": sum(counts.values()),
-            "oldest_available_age": None if front is None else max(0.0, now - front),
-            "leases": counts[State.RESERVED.value],
-            "next_deadline": figures.next_deadline,
-            "next_run_at": figures.next_run_at,
-            "paused": figures.paused,
-        }
-    names = {queue: found[queue].names for queue in sorted(found) if found[queue].names}
-
+    figures = overview_json(found, now)
+    queues, details, names = figures["queues"], figures["stats"], figures["names"]
     if args.json:
         print_json(
             {
@@ -196,9 +179,7 @@ def _stats(args: argparse.Namespace) -> int:
                 "schema_version": version,
                 "wal_bytes": wal,
                 "now": now,
-                "queues": queues,
-                "stats": details,
-                "names": names,
+                **figures,
             }
         )
         return EXIT_OK
@@ -281,20 +262,23 @@ def _list(args: argparse.Namespace) -> int:
         print(f"no tasks{which} in queue {args.queue!r}")
         return EXIT_OK
     grouped = any(t.group is not None for t in tasks)  # a column only where it says something
+    prioritised = any(t.priority for t in tasks)  # the column only where priorities are used
     rows = [
         [
             printable(t.task_id),
             _name(t),
             *([shorten(t.group, 20)] if grouped else []),
             t.state,
+            *([str(t.priority)] if prioritised else []),
             f"{t.attempts}/{t.max_attempts}",
             shorten(_reported(t), 30),
             shorten(t.last_error),
         ]
         for t in tasks
     ]
-    header = ["task_id", "name", *(["group"] if grouped else []), "state", "attempts"]
-    table([*header, "progress", "last_error"], rows)
+    header = ["task_id", "name", *(["group"] if grouped else []), "state"]
+    priority = ["priority"] if prioritised else []
+    table([*header, *priority, "attempts", "progress", "last_error"], rows)
     if len(tasks) == args.limit:
         print(f"(the first {args.limit} tasks{which}; --limit N shows more)")
     return EXIT_OK
@@ -328,7 +312,9 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("queue", printable(queue)),
         ("name", _name(info)),
         ("group", "-" if info.group is None else printable(info.group)),
+        ("key", "-" if info.key is None else printable(info.key)),
         ("state", info.state),
+        ("priority", str(info.priority)),
         ("attempts", str(info.attempts)),
         ("max_attempts", str(info.max_attempts)),
         ("token", "-" if info.token is None else str(info.token)),

@@ -46,8 +46,18 @@ from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 
-from ..backend import Claimed, Figures, Opened, TaskRow, claim_each
-from ..contract import FINISHED, MAX_TIME, Completion, Limit, Number, Outcome, State
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow, claim_each
+from ..browse import Browse, Found, task_row
+from ..contract import (
+    DEFAULT_AGING,
+    FINISHED,
+    MAX_TIME,
+    Completion,
+    Limit,
+    Number,
+    Outcome,
+    State,
+)
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
 from ..records import (
@@ -499,6 +509,32 @@ class PostgresBackend:
         rows = self._read(lambda cur: cur.execute(Q.list_schedules).fetchall())
         return [ScheduleState(*row) for row in rows]
 
+    # --- the dashboard: reads only ------------------------------------------------------
+
+    def browse(self, where: Browse) -> list[Found]:
+        statement = Q.browse_newest if where.order == "newest" else Q.browse_line
+        params = where.params()
+        params["prefix"] = stored_or_none(where.prefix)
+
+        def page(cur: Any) -> list[Found]:
+            cur.execute(statement, params)
+            columns = [d.name for d in cur.description]
+            return [task_row(columns, row, read) for row in cur.fetchall()]
+
+        return self._read(page)
+
+    def find(self, queue: str, task_id: str) -> TaskRow | None:
+        params = {"queue": queue, "task_id": stored(task_id)}
+        row = self._read(lambda cur: cur.execute(Q.get_task, params).fetchone())
+        return None if row is None else _task_row(row)
+
+    def finished_per_bucket(
+        self, queue: str, since: Number, bucket: int
+    ) -> list[tuple[Number, str, int]]:
+        params = {"queue": queue, "since": since, "bucket": bucket}
+        rows = self._read(lambda cur: cur.execute(Q.finished_per_bucket, params).fetchall())
+        return [(at, state, count) for at, state, count in rows]
+
 
 class PostgresTransaction:
     """One call's transaction and statements; see sqlq.backend.Transaction.
@@ -731,6 +767,9 @@ class PostgresTransaction:
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
         group: str | None = None,
     ) -> bool:
         params = {
@@ -747,6 +786,8 @@ class PostgresTransaction:
             "name": name,
             "group_key": group,
             "channel": self._backend.channel(queue),
+            "priority": priority,
+            "aging": aging,
         }
         ((added, _announced),) = self._write(Q.insert_task, params)
         return bool(added)
@@ -758,6 +799,9 @@ class PostgresTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
         group: str | None = None,
     ) -> list[bool]:
         """The ids the queue has are found first, so that only new ones take counter
@@ -787,6 +831,8 @@ class PostgresTransaction:
                 "now": self._now,
                 "group_key": group,
                 "channel": self._backend.channel(queue),
+                "priority": priority,
+                "aging": aging,
             }
             added = {row[0] for row in self._opened_cursor.execute(Q.insert_many, params)}
         else:
@@ -864,6 +910,7 @@ class PostgresTransaction:
             "error": stored_or_none(error),
             "finished_at": at if state in FINISHED else None,
             "at": at,
+            "now": self._now,
         }
         row = self._opened_cursor.execute(Q.end_lease, params).fetchone()
         self._announce |= state is State.AVAILABLE
@@ -885,8 +932,9 @@ class PostgresTransaction:
         return None if stop is None else bool(stop)
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
-        params = {"id": task.row_id, "order": order, "at": at}
-        if self._opened_cursor.execute(Q.wake_task, params).rowcount != 1:
+        cur = self._opened_cursor  # (first: the call's time is known once it opened)
+        params = {"id": task.row_id, "order": order, "at": at, "now": self._now}
+        if cur.execute(Q.wake_task, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
         self._announce = True
 
@@ -976,6 +1024,65 @@ class PostgresTransaction:
         rows = self._opened_cursor.execute(Q.list_groups, {"queue": queue}).fetchall()
         return {group: (running, live) for group, running, live in rows}
 
+    def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
+        params = {"queue": queue, "key": key, "cutoff": cutoff}
+        row = self._opened_cursor.execute(Q.key_holder, params).fetchone()
+        return None if row is None else Holder(row[0], read(row[1]), State(row[2]), row[3])
+
+    def insert_keyed(
+        self,
+        queue: str,
+        task_id: str,
+        key: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+        name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
+        group: str | None = None,
+    ) -> bool:
+        cur = self._opened_cursor  # (first: the call's time is known once it opened)
+        params = {
+            "queue": queue,
+            "task_id": stored(task_id),
+            "state": "AVAILABLE" if run_at is None else "WAITING",
+            "max_attempts": max_attempts,
+            "run_at": run_at,
+            "payload": payload if isinstance(payload, str) else None,
+            "payload_bytes": payload if isinstance(payload, bytes) else None,
+            "kind": retry.kind,
+            "base": retry.base,
+            "cap": retry.cap,
+            "name": name,
+            "key": key,
+            "group_key": group,
+            "priority": priority,
+            "aging": aging,
+            "now": self._now,
+        }
+        added = cur.execute(Q.insert_keyed_task, params).fetchone() is not None
+        self._announce |= added and run_at is None
+        return added
+
+    def debounce(self, holder: Holder, payload: Encoded, run_at: Number | None) -> bool:
+        cur = self._opened_cursor
+        params = {
+            "id": holder.row_id,
+            "state": holder.state.value,
+            "seen": holder.seq,
+            "stays": run_at is None and holder.state is State.AVAILABLE,
+            "run_at": run_at,
+            "payload": payload if isinstance(payload, str) else None,
+            "payload_bytes": payload if isinstance(payload, bytes) else None,
+            "now": self._now,
+        }
+        changed = cur.execute(Q.debounce_task, params).fetchone() is not None
+        self._announce |= changed and run_at is None and holder.state is State.WAITING
+        return changed
+
 
 def _figures(cur: Any, queue: str) -> Figures:
     """The figures of Queue.stats, in one statement (one snapshot)."""
@@ -1015,12 +1122,13 @@ def _claimed(row: tuple[Any, ...]) -> Claimed:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
      run_at, payload, payload_bytes, error, created, updated, finished, name,
-     stop, result, progress, message, group) = row  # fmt: skip
+     stop, result, progress, message, key, priority, group) = row  # fmt: skip
     return TaskRow(
         row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at,
         payload if payload_bytes is None else payload_bytes, read_or_none(error),
         created, updated, finished, name, stop, result, progress, message, group,
+        key, priority,
     )  # fmt: skip
 
 

@@ -161,16 +161,19 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
 -- name: insert_task
 -- Add a task (see _call: the call's time, and (mark, now, due, go) first in the
 -- answer), AVAILABLE at the back of the line or WAITING until run_at, taking
--- the next counter value as its seq; nothing (and no counter value) if the id
--- exists in any state.  Announces an AVAILABLE task on :channel (see
+-- the next counter value as its seq and contract.line_key's line key; nothing (and no counter value) if the id exists in
+-- any state.  Announces an AVAILABLE task on :channel (see
 -- listen.py) in the same statement.  Then (added, announced): 1 or 0 each.
 WITH {{_call}}, added AS (
     INSERT INTO sqlq_tasks
         (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
-         retry_kind, retry_base, retry_cap, created_at, updated_at, name, group_key)
+         retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+         line_key, group_key)
     SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
            %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
-           %(cap)s::float8, call.now, call.now, %(name)s, %(group_key)s
+           %(cap)s::float8, call.now, call.now, %(name)s, %(priority)s::integer,
+           %(aging)s::float8, call.now - %(priority)s::integer * %(aging)s::float8,
+           %(group_key)s
     FROM call
     WHERE call.go
       AND NOT EXISTS (SELECT 1 FROM sqlq_tasks
@@ -198,10 +201,12 @@ WITH items AS (
 ), added AS (
     INSERT INTO sqlq_tasks
         (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
-         retry_kind, retry_base, retry_cap, created_at, updated_at, name, group_key)
+         retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+         line_key, group_key)
     SELECT %(queue)s, task_id, %(state)s, seq, 0, %(max_attempts)s, %(run_at)s::float8,
            payload, payload_bytes, %(kind)s, %(base)s::float8, %(cap)s::float8,
-           %(now)s::float8, %(now)s::float8, name, %(group_key)s
+           %(now)s::float8, %(now)s::float8, name, %(priority)s::integer, %(aging)s::float8,
+           %(now)s::float8 - %(priority)s::integer * %(aging)s::float8, %(group_key)s
     FROM numbered ORDER BY k
     ON CONFLICT (queue, task_id) DO NOTHING
     RETURNING task_id, state
@@ -216,8 +221,8 @@ SELECT task_id, (SELECT n FROM announced) FROM added
 SELECT task_id FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = ANY (%(ids)s::text[])
 
 -- name: claim_front
--- Reserve the front of the queue's line (see _call: the call's time, and (mark,
--- now, due, go) first in the answer): count an attempt, take the next counter
+-- Reserve the front of the queue's line, the lowest (line_key, seq) (see _call:
+-- the call's time, and (mark, now, due, go) first in the answer): count an attempt, take the next counter
 -- value as the lease's token, set its deadline :seconds after the call's time
 -- (at most :max_time).  A front row that another transaction is claiming is
 -- skipped (the next one is taken).  Nothing while the queue is paused (a probe
@@ -236,7 +241,7 @@ WITH {{_call}}, grouped AS (
       AND id = (SELECT id FROM sqlq_tasks
                 WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL
                   AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
-                ORDER BY seq LIMIT 1
+                ORDER BY line_key, seq LIMIT 1
                 FOR UPDATE SKIP LOCKED)
     RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
 )
@@ -251,14 +256,14 @@ FROM call LEFT JOIN claimed ON true
 WITH {{_call}}, grouped AS (
     SELECT EXISTS (SELECT 1 FROM sqlq_groups WHERE queue = %(queue)s AND live > 0) AS found
 ), line AS (
-    SELECT id, seq FROM sqlq_tasks
+    SELECT id, line_key, seq FROM sqlq_tasks
     WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL
       AND (SELECT go FROM call) AND NOT (SELECT found FROM grouped)
       AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
-    ORDER BY seq LIMIT %(n)s
+    ORDER BY line_key, seq LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), ranked AS (
-    SELECT id, row_number() OVER (ORDER BY seq) AS rank FROM line
+    SELECT id, row_number() OVER (ORDER BY line_key, seq) AS rank FROM line
 ), tokens AS (
     SELECT g AS rank, nextval('sqlq_counter') AS token
     FROM generate_series(1, (SELECT count(*) FROM line)) AS g
@@ -279,7 +284,7 @@ FROM call LEFT JOIN claimed ON true
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, group_key
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s
 
@@ -290,7 +295,7 @@ WHERE queue = %(queue)s AND task_id = %(task_id)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, group_key
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
   AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
@@ -333,7 +338,8 @@ SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM done) FROM 
 
 -- name: end_lease
 -- End a lease that failed, ran out or was given back: AVAILABLE (the next
--- counter value as seq), WAITING (the next value as wake-up order, until
+-- counter value as seq, and the line key of a task that joins the line at the
+-- call's time :now), WAITING (the next value as wake-up order, until
 -- :run_at) or DEAD (:finished_at).  Compare-and-set on the lease the caller
 -- saw; no row means the task moved.  Returns the new seq.
 UPDATE sqlq_tasks
@@ -341,6 +347,7 @@ SET state = %(state)s,
     seq = CASE WHEN %(state)s IN ('AVAILABLE', 'WAITING') THEN nextval('sqlq_counter')
                ELSE seq END,
     run_at = %(run_at)s::float8, deadline = NULL,
+    line_key = %(now)s::float8 - priority * aging,
     attempts = attempts + %(attempts_delta)s, last_error = %(error)s,
     finished_at = %(finished_at)s::float8, updated_at = %(at)s::float8
 WHERE id = %(id)s AND state = 'RESERVED' AND lease_id = %(token)s
@@ -363,19 +370,29 @@ WITH {{_call}}, moved AS (
 SELECT call.mark, call.now, call.due, call.go, (SELECT stop FROM moved) FROM call
 
 -- name: wake_task
--- WAITING -> AVAILABLE at the back of the line when run_at has come.
--- Compare-and-set on the wake-up the caller saw.
+-- WAITING -> AVAILABLE when run_at (:at) has come, joining the line at the
+-- call's time :now (its place: see insert_task).  Compare-and-set on the
+-- wake-up the caller saw.
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', seq = nextval('sqlq_counter'), run_at = NULL,
-    updated_at = %(at)s::float8
+    updated_at = %(at)s::float8,
+    line_key = %(now)s::float8 - priority * aging
 WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 
 -- name: redrive_task
 -- DEAD -> AVAILABLE at the back of the line, attempts reset; the last error is kept.
+-- Not if another task holds its dedupe key (a probe of sqlq_tasks_key_holder;
+-- one that a concurrent add makes meanwhile is refused by that unique index).
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = nextval('sqlq_counter'), finished_at = NULL,
-    updated_at = %(now)s::float8
+    updated_at = %(now)s::float8,
+    line_key = %(now)s::float8 - priority * aging
 WHERE id = %(id)s AND state = 'DEAD'
+  AND (dedupe_key IS NULL
+       OR NOT EXISTS (SELECT 1 FROM sqlq_tasks AS holder
+                      WHERE holder.queue = sqlq_tasks.queue
+                        AND holder.dedupe_key = sqlq_tasks.dedupe_key
+                        AND holder.finished_at IS NULL))
 
 -- name: dead_ids
 -- DEAD tasks of a queue, the longest dead first (then in the order added).
@@ -389,7 +406,7 @@ LIMIT %(limit)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, group_key
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s
 ORDER BY id
@@ -400,7 +417,7 @@ LIMIT %(limit)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, group_key
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND state = %(state)s
 ORDER BY id
@@ -423,14 +440,14 @@ SELECT (SELECT coalesce(json_object_agg(state, n), '{}'::json)
         FROM (SELECT state, count(*) AS n FROM sqlq_tasks
               WHERE queue = %(queue)s GROUP BY state) AS per_state),
        (SELECT updated_at
-        FROM ((SELECT updated_at, seq FROM sqlq_tasks
+        FROM ((SELECT updated_at, line_key, seq FROM sqlq_tasks
                WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL
                ORDER BY {{_line_order}} LIMIT 1)
               UNION ALL
-              (SELECT t.updated_at, t.seq FROM sqlq_groups AS g
+              (SELECT t.updated_at, t.line_key, t.seq FROM sqlq_groups AS g
                JOIN sqlq_tasks AS t
                  ON t.queue = g.queue AND t.group_key = g.group_key
-                AND t.state = 'AVAILABLE' AND t.seq = g.head
+                AND t.state = 'AVAILABLE' AND t.line_key = g.head_key AND t.seq = g.head
                WHERE g.queue = %(queue)s AND g.head IS NOT NULL)) AS fronts
         ORDER BY {{_line_order}} LIMIT 1),
        (SELECT min(deadline) FROM sqlq_tasks WHERE queue = %(queue)s AND deadline IS NOT NULL),
@@ -451,14 +468,14 @@ BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY
 -- (and a row per group of the queue, for the fronts of the groups' lines).
 SELECT queues.queue,
        (SELECT updated_at
-        FROM ((SELECT updated_at, seq FROM sqlq_tasks
+        FROM ((SELECT updated_at, line_key, seq FROM sqlq_tasks
                WHERE queue = queues.queue AND state = 'AVAILABLE' AND group_key IS NULL
                ORDER BY {{_line_order}} LIMIT 1)
               UNION ALL
-              (SELECT t.updated_at, t.seq FROM sqlq_groups AS g
+              (SELECT t.updated_at, t.line_key, t.seq FROM sqlq_groups AS g
                JOIN sqlq_tasks AS t
                  ON t.queue = g.queue AND t.group_key = g.group_key
-                AND t.state = 'AVAILABLE' AND t.seq = g.head
+                AND t.state = 'AVAILABLE' AND t.line_key = g.head_key AND t.seq = g.head
                WHERE g.queue = queues.queue AND g.head IS NOT NULL)) AS fronts
         ORDER BY {{_line_order}} LIMIT 1),
        (SELECT min(deadline) FROM sqlq_tasks WHERE queue = queues.queue AND deadline IS NOT NULL),
@@ -617,10 +634,99 @@ WITH {{_call}}, reported AS (
 )
 SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM reported) FROM call
 
+-- name: browse_newest
+-- The dashboard's task list (sqlq.browse), newest first: a keyset page of the
+-- tasks added before row :id, each filter given narrowing it.  Every column by
+-- name (SELECT *: columns of later schema versions come along).  The primary key
+-- serves the order and the page's start; the filters are checked on the way.
+SELECT * FROM sqlq_tasks
+WHERE id < %(id)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(prefix)s::text IS NULL OR left(task_id, length(%(prefix)s::text)) = %(prefix)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: browse_line
+-- The dashboard's task list by position in the line (seq; then the row id, the
+-- order added), front first: a keyset page after (:seq, :id).
+SELECT * FROM sqlq_tasks
+WHERE (seq, id) > (%(seq)s, %(id)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(prefix)s::text IS NULL OR left(task_id, length(%(prefix)s::text)) = %(prefix)s::text)
+ORDER BY seq, id
+LIMIT %(limit)s
+
+-- name: finished_per_bucket
+-- The dashboard's throughput chart: tasks of a queue that finished (COMPLETED,
+-- DEAD, CANCELLED) since :since, per state and per :bucket seconds of finished_at.
+-- The index on (queue, state, finished_at) serves each state's range.
+SELECT floor(finished_at / %(bucket)s) * %(bucket)s AS at, state, count(*)
+FROM sqlq_tasks
+WHERE queue = %(queue)s AND state IN ('COMPLETED', 'DEAD', 'CANCELLED')
+  AND finished_at >= %(since)s
+GROUP BY at, state
+ORDER BY at
+
+-- name: key_holder
+-- The task of the queue that holds the dedupe key :key (see sqlq/keys.py): the
+-- one with the key not finished (a probe of sqlq_tasks_key_holder), else, if
+-- :cutoff is not NULL, the one that finished with it latest, after :cutoff (a
+-- probe of sqlq_tasks_key_finished); no row if none.  (row id, task id, state,
+-- seq).  Not locked: debounce_task is a compare-and-set.
+SELECT id, task_id, state, seq FROM sqlq_tasks
+WHERE id = coalesce(
+    (SELECT id FROM sqlq_tasks
+     WHERE queue = %(queue)s AND dedupe_key = %(key)s AND finished_at IS NULL),
+    (SELECT id FROM sqlq_tasks
+     WHERE queue = %(queue)s AND dedupe_key = %(key)s AND finished_at > %(cutoff)s::float8
+     ORDER BY finished_at DESC, seq DESC LIMIT 1))
+
+-- name: insert_keyed_task
+-- Add a task holding the dedupe key :key at :now (a call opened already), as
+-- insert_task does; nothing if the id exists or the key has a holder.  With no
+-- conflict target every unique index is one: a holder that a concurrent call
+-- is adding makes this wait for that call's transaction, then add nothing if
+-- it commits (sqlq_tasks_key_holder is the race guard).  An id that exists
+-- takes no counter value (the probe first, as in insert_task).  Returns a row if
+-- added.
+INSERT INTO sqlq_tasks
+    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+     line_key, dedupe_key, group_key)
+SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
+       %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
+       %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s, %(priority)s::integer,
+       %(aging)s::float8, %(now)s::float8 - %(priority)s::integer * %(aging)s::float8,
+       %(key)s, %(group_key)s
+WHERE NOT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = %(task_id)s)
+ON CONFLICT DO NOTHING
+RETURNING 1
+
+-- name: debounce_task
+-- on_key="debounce": the holder of a key, not started, takes the new payload
+-- and :run_at (WAITING until then, or AVAILABLE if NULL), keeping its seq (its
+-- place in the line) if :stays, else taking the next counter value and the
+-- line key of contract.line_key at :now.
+-- Compare-and-set on the state and seq the add found (a claim may have taken
+-- the task meanwhile).  Returns a row if changed.
+UPDATE sqlq_tasks
+SET state = CASE WHEN %(run_at)s::float8 IS NULL THEN 'AVAILABLE' ELSE 'WAITING' END,
+    run_at = %(run_at)s::float8,
+    seq = CASE WHEN %(stays)s THEN seq ELSE nextval('sqlq_counter') END,
+    line_key = CASE WHEN %(stays)s THEN line_key ELSE %(now)s::float8 - priority * aging END,
+    payload = %(payload)s, payload_bytes = %(payload_bytes)s, updated_at = %(now)s::float8
+WHERE id = %(id)s AND state = %(state)s AND seq = %(seen)s
+RETURNING 1
+
 -- name: _line_order
 -- Fragment: the order of a line (the ungrouped one, a group's, and between the
--- fronts of lines), written once for the statements that compare lines.
-seq
+-- fronts of lines), written once for the statements that compare lines: the
+-- line key, then the order joined (see sqlq/contract.py, Priorities).
+line_key, seq
 
 -- name: claim_grouped
 -- claim_front in a queue with unfinished grouped tasks (claim_front said so; see
@@ -636,7 +742,7 @@ seq
 -- sqlq_group_moved counts the lease in this statement, under that lock.
 -- Then the task, or NULLs.
 WITH {{_call}}, ungrouped AS (
-    SELECT id, seq FROM sqlq_tasks
+    SELECT id, line_key, seq FROM sqlq_tasks
     WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL
     ORDER BY {{_line_order}} LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -644,19 +750,19 @@ WITH {{_call}}, ungrouped AS (
     SELECT group_key FROM sqlq_groups, call
     WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap AND tat <= call.now
       AND NOT %(fair)s
-    ORDER BY head LIMIT 1
+    ORDER BY head_key, head LIMIT 1
     FOR UPDATE OF sqlq_groups SKIP LOCKED
 ), served_longest_ago AS (
     SELECT group_key FROM sqlq_groups, call
     WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap AND tat <= call.now
       AND %(fair)s
-    ORDER BY turn, head LIMIT 1
+    ORDER BY turn, head_key, head LIMIT 1
     FOR UPDATE OF sqlq_groups SKIP LOCKED
 ), front AS (
-    SELECT t.id, t.seq
+    SELECT t.id, t.line_key, t.seq
     FROM (SELECT group_key FROM first_in_line
           UNION ALL SELECT group_key FROM served_longest_ago) AS chosen
-    CROSS JOIN LATERAL (SELECT id, seq FROM sqlq_tasks
+    CROSS JOIN LATERAL (SELECT id, line_key, seq FROM sqlq_tasks
                         WHERE queue = %(queue)s AND group_key = chosen.group_key
                           AND state = 'AVAILABLE'
                         ORDER BY {{_line_order}} LIMIT 1

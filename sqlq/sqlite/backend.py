@@ -43,9 +43,19 @@ from typing import Any, Literal, NoReturn, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from ..backend import Claimed, Figures, Opened, TaskRow, claim_each
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow, claim_each
+from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
-from ..contract import FINISHED, Completion, Limit, Number, Outcome, State, time_after
+from ..contract import (
+    DEFAULT_AGING,
+    FINISHED,
+    Completion,
+    Limit,
+    Number,
+    Outcome,
+    State,
+    time_after,
+)
 from ..errors import (
     Busy,
     CannotOpen,
@@ -659,6 +669,32 @@ class SqliteBackend:
             rows = self._waiting(lambda: conn.execute(Q.list_schedules).fetchall(), deadline)
         return [ScheduleState(*row) for row in rows]
 
+    # --- the dashboard: reads only ------------------------------------------------------
+
+    def browse(self, where: Browse) -> list[Found]:
+        statement = Q.browse_newest if where.order == "newest" else Q.browse_line
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            return self._waiting(lambda: _browsed(conn, statement, where.params()), deadline)
+
+    def find(self, queue: str, task_id: str) -> TaskRow | None:
+        params = {"queue": queue, "task_id": task_id}
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            row = self._waiting(lambda: conn.execute(Q.get_task, params).fetchone(), deadline)
+        return None if row is None else _task_row(row)
+
+    def finished_per_bucket(
+        self, queue: str, since: Number, bucket: int
+    ) -> list[tuple[Number, str, int]]:
+        params = {"queue": queue, "since": since, "bucket": bucket}
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            rows = self._waiting(
+                lambda: conn.execute(Q.finished_per_bucket, params).fetchall(), deadline
+            )
+        return [(at, state, count) for at, state, count in rows]
+
 
 class SqliteTransaction:
     """One call's transaction and statements; see sqlq.backend.Transaction.
@@ -818,13 +854,17 @@ class SqliteTransaction:
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
         group: str | None = None,
     ) -> bool:
         if group is not None:
             self._grouping()
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
-               retry.kind, retry.base, retry.cap, self.now, name, group)  # fmt: skip
+               retry.kind, retry.base, retry.cap, self.now, name, priority, aging,
+               group)  # fmt: skip
         if self._cur.execute(Q.insert_task, row).rowcount != 1:
             return False
         self._counter += 1
@@ -846,6 +886,9 @@ class SqliteTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
         group: str | None = None,
     ) -> list[bool]:
         """One insert_batch of the whole batch when every id in it is new (the usual
@@ -853,7 +896,8 @@ class SqliteTransaction:
         insert_task runs for them alone, so that only they take counter values."""
         if group is not None and batch:
             self._grouping()
-        if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at, group):
+        rule = (priority, aging, group)
+        if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at, rule):
             return [True] * len(batch)
         ids = json.dumps([item[0] for item in batch])
         seen = {row[0] for row in self._cur.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
@@ -869,7 +913,7 @@ class SqliteTransaction:
                 seen.add(task_id)
                 seq += 1
                 rows.append((queue, task_id, state, seq, max_attempts, run_at, payload,
-                             kind, base, cap, now, name, group))  # fmt: skip
+                             kind, base, cap, now, name, *rule))  # fmt: skip
         self._counter = seq
         if rows:
             self._cur.executemany(Q.insert_task, rows)
@@ -882,10 +926,11 @@ class SqliteTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
-        group: str | None,
+        rule: tuple[int, float, str | None],
     ) -> bool:
         """insert_batch, kept if it added every task; False (and nothing changed) if
-        some id was not new, or a payload is bytes, which JSON cannot carry."""
+        some id was not new, or a payload is bytes, which JSON cannot carry.
+        ``rule``: (priority, aging, group_key)."""
         pairs = any(payload is not None or name is not None for _, payload, name in batch)
         try:
             items = json.dumps(batch if pairs else [item[0] for item in batch])
@@ -893,7 +938,7 @@ class SqliteTransaction:
             return False
         state = "AVAILABLE" if run_at is None else "WAITING"
         params = (queue, items, state, self._counter, max_attempts, run_at,
-                  retry.kind, retry.base, retry.cap, self.now, pairs, group)  # fmt: skip
+                  retry.kind, retry.base, retry.cap, self.now, pairs, *rule)  # fmt: skip
         cur = self._cur
         cur.execute(Q.savepoint_batch)
         added: bool = cur.execute(Q.insert_batch, params).rowcount == len(batch)
@@ -977,6 +1022,7 @@ class SqliteTransaction:
             "error": error,
             "finished_at": at if state in FINISHED else None,
             "at": at,
+            "now": self.now,
         }
         self._expect_one(Q.end_lease, params, task, "RESERVED under its lease")
         return seq
@@ -993,7 +1039,13 @@ class SqliteTransaction:
         return None if row is None else bool(row[0])
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
-        params = {"id": task.row_id, "order": order, "seq": self._next_id(), "at": at}
+        params = {
+            "id": task.row_id,
+            "order": order,
+            "seq": self._next_id(),
+            "at": at,
+            "now": self.now,
+        }
         self._expect_one(Q.wake_task, params, task, "WAITING")
 
     def redrive(self, row_id: int) -> bool:
@@ -1079,6 +1131,53 @@ class SqliteTransaction:
         rows = self._cur.execute(Q.list_groups, {"queue": queue}).fetchall()
         return {group: (running, live) for group, running, live in rows}
 
+    def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
+        row = self._cur.execute(Q.key_holder, (queue, key, cutoff)).fetchone()
+        return None if row is None else Holder(row[0], row[1], State(row[2]), row[3])
+
+    def insert_keyed(
+        self,
+        queue: str,
+        task_id: str,
+        key: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+        name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
+        group: str | None = None,
+    ) -> bool:
+        if group is not None:
+            self._grouping()
+        state = "AVAILABLE" if run_at is None else "WAITING"
+        row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
+               retry.kind, retry.base, retry.cap, self.now, name, priority, aging, group,
+               key)  # fmt: skip
+        if self._cur.execute(Q.insert_keyed_task, row).rowcount != 1:
+            return False
+        self._counter += 1
+        return True
+
+    def debounce(self, holder: Holder, payload: Encoded, run_at: Number | None) -> bool:
+        stays = run_at is None and holder.state is State.AVAILABLE  # its place in the line
+        params = {
+            "id": holder.row_id,
+            "state": holder.state.value,
+            "seen": holder.seq,
+            "seq": holder.seq if stays else self._counter + 1,
+            "run_at": run_at,
+            "payload": payload,
+            "now": self.now,
+        }
+        if self._cur.execute(Q.debounce_task, params).rowcount != 1:
+            return False
+        if not stays:
+            self._counter += 1
+        return True
+
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
         if self._cur.execute(sql, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
@@ -1113,10 +1212,27 @@ def _in_snapshot(conn: Any, read: Callable[..., T], *args: Any) -> T:
 
 def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
     """SqliteBackend.overview, read with ``cur`` (in a transaction: one snapshot)."""
-    states = cur.execute(Q.count_states).fetchall()
+    states = _counted(cur)
     names = cur.execute(Q.count_names).fetchall() if with_names else []
     paused = [queue for (queue,) in cur.execute(Q.paused_queues).fetchall()]
     return overviews(states, names, lambda queue: _fronts(cur, queue), paused)
+
+
+def _counted(cur: Any) -> list[tuple[str, str, int]]:
+    """(queue, state, count) of every task, through the indexes when they account for
+    every task (a state of a newer schema that none of them covers: row by row)."""
+    states: list[tuple[str, str, int]] = cur.execute(Q.count_states_by_index).fetchall()
+    (total,) = cur.execute(Q.count_tasks).fetchone()
+    if sum(count for _, _, count in states) != total:
+        states = cur.execute(Q.count_states).fetchall()
+    return states
+
+
+def _browsed(conn: Any, statement: str, params: dict[str, Any]) -> list[Found]:
+    """The tasks a browse statement finds (one statement: one snapshot)."""
+    cur = conn.execute(statement, params)
+    columns = [d[0] for d in cur.description]
+    return [task_row(columns, row) for row in cur.fetchall()]
 
 
 def _fsync(path: str) -> None:
@@ -1130,11 +1246,12 @@ def _fsync(path: str) -> None:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
      deadline, run_at, payload, error, created, updated, finished, name, stop,
-     result, progress, message, group) = row  # fmt: skip
+     result, progress, message, key, priority, group) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at, payload, error,
         created, updated, finished, name, stop, result, progress, message, group,
+        key, priority,
     )  # fmt: skip
 
 

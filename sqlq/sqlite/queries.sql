@@ -115,11 +115,13 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
 -- nothing if the id exists in any state (add reads the row count; add_many
 -- runs it with executemany for the ids it found new).  Positional:
 -- (queue, task_id, state, seq, max_attempts, run_at, payload, retry_kind,
---  retry_base, retry_cap, now, name, group_key).
+--  retry_base, retry_cap, now, name, priority, aging, group_key); the line key
+-- is contract.line_key's.
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
-     retry_kind, retry_base, retry_cap, created_at, updated_at, name, group_key)
-VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13)
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+     line_key, group_key)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14, ?15)
 ON CONFLICT (queue, task_id) DO NOTHING
 
 -- name: insert_batch
@@ -129,12 +131,15 @@ ON CONFLICT (queue, task_id) DO NOTHING
 -- saves three JSON lookups a row.  Ids that exist are skipped: add_many compares the row count
 -- with the batch.  The other parameters are insert_task's: (queue, items,
 -- state, counter, max_attempts, run_at, retry_kind, retry_base, retry_cap, now,
--- pairs, group_key).  (WHERE true: an upsert after INSERT ... SELECT needs a WHERE.)
+-- pairs, priority, aging, group_key).  (WHERE true: an upsert after INSERT ...
+-- SELECT needs a WHERE.)
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
-     retry_kind, retry_base, retry_cap, created_at, updated_at, name, group_key)
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+     line_key, group_key)
 SELECT ?1, iif(?11, value ->> 0, value), ?3, ?4 + key + 1, 0, ?5, ?6,
-       iif(?11, value ->> 1, NULL), ?7, ?8, ?9, ?10, ?10, iif(?11, value ->> 2, NULL), ?12
+       iif(?11, value ->> 1, NULL), ?7, ?8, ?9, ?10, ?10, iif(?11, value ->> 2, NULL),
+       ?12, ?13, ?10 - ?12 * ?13, ?14
 FROM json_each(?2) WHERE true
 ON CONFLICT (queue, task_id) DO NOTHING
 
@@ -145,24 +150,25 @@ SELECT task_id FROM sqlq_tasks
 WHERE queue = :queue AND task_id IN (SELECT value FROM json_each(:ids))
 
 -- name: claim_front_many
--- Reserve up to :n tasks from the front of the ungrouped line in one statement
--- (a queue without groups; see claim_grouped); the k-th in line gets token :base + k.  Returns them in no particular order.
+-- Reserve up to :n tasks from the front of the ungrouped line (in (line_key,
+-- seq) order) in one statement (a queue without groups; see claim_grouped); the
+-- k-th in line gets token :base + k.  Returns them in no particular order.
 -- Nothing while the queue is paused (a probe of sqlq_paused's key).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = :base + line.rank,
     deadline = :deadline, updated_at = :now
-FROM (SELECT id, row_number() OVER (ORDER BY seq) AS rank
+FROM (SELECT id, row_number() OVER (ORDER BY line_key, seq) AS rank
       FROM sqlq_tasks
       WHERE queue = :queue AND state = 'AVAILABLE' AND group_key IS NULL
         AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
-      ORDER BY seq LIMIT :n) AS line
+      ORDER BY line_key, seq LIMIT :n) AS line
 WHERE sqlq_tasks.id = line.id AND sqlq_tasks.state = 'AVAILABLE'
 RETURNING task_id, lease_id, attempts, payload, name
 
 -- name: claim_front
--- Reserve the front of queue ?1's ungrouped line in one statement (a queue
--- without groups; see claim_grouped): count an attempt,
--- record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
+-- Reserve the front of queue ?1's ungrouped line (the lowest (line_key, seq))
+-- in one statement (a queue without groups; see claim_grouped): count an
+-- attempt, record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
 -- task (what its lease carries), or no row; no row while the queue is paused
 -- (a probe of sqlq_paused's key).
 UPDATE sqlq_tasks
@@ -170,7 +176,7 @@ SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, u
 WHERE id = (SELECT id FROM sqlq_tasks
             WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL
               AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)
-            ORDER BY seq LIMIT 1)
+            ORDER BY line_key, seq LIMIT 1)
   AND state = 'AVAILABLE'
 RETURNING task_id, attempts, payload, name
 
@@ -179,7 +185,7 @@ RETURNING task_id, attempts, payload, name
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, group_key
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
@@ -192,11 +198,13 @@ SET state = 'COMPLETED', deadline = NULL, finished_at = ?4, updated_at = ?4, res
 WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3 IS NULL OR lease_id = ?3)
 
 -- name: end_lease
--- End a lease that failed, ran out or was given back: AVAILABLE (a new :seq),
--- WAITING (a new :seq as wake-up order, until :run_at) or DEAD (:finished_at).
--- Compare-and-set on the lease the caller saw; zero rows means the task moved.
+-- End a lease that failed, ran out or was given back: AVAILABLE (a new :seq,
+-- and the line key of a task that joins the line at the call's time :now), WAITING (a new :seq as
+-- wake-up order, until :run_at) or DEAD (:finished_at).  Compare-and-set on the
+-- lease the caller saw; zero rows means the task moved.
 UPDATE sqlq_tasks
 SET state = :state, seq = coalesce(:seq, seq), run_at = :run_at, deadline = NULL,
+    line_key = :now - priority * aging,
     attempts = attempts + :attempts_delta, last_error = :error,
     finished_at = :finished_at, updated_at = :at
 WHERE id = :id AND state = 'RESERVED' AND lease_id = :token
@@ -210,17 +218,26 @@ WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED' AND lease_id 
 RETURNING stop_requested_at IS NOT NULL
 
 -- name: wake_task
--- WAITING -> AVAILABLE at the back of the line when run_at has come.
--- Compare-and-set on the wake-up the caller saw.
+-- WAITING -> AVAILABLE when run_at (:at) has come, joining the line at the
+-- call's time :now (its place: see insert_task).  Compare-and-set on the
+-- wake-up the caller saw.
 UPDATE sqlq_tasks
-SET state = 'AVAILABLE', seq = :seq, run_at = NULL, updated_at = :at
+SET state = 'AVAILABLE', seq = :seq, run_at = NULL, updated_at = :at,
+    line_key = :now - priority * aging
 WHERE id = :id AND state = 'WAITING' AND seq = :order
 
 -- name: redrive_task
 -- DEAD -> AVAILABLE at the back of the line, attempts reset; the last error is kept.
+-- Not if another task holds its dedupe key (a probe of sqlq_tasks_key_holder).
 UPDATE sqlq_tasks
-SET state = 'AVAILABLE', attempts = 0, seq = :seq, finished_at = NULL, updated_at = :now
+SET state = 'AVAILABLE', attempts = 0, seq = :seq, finished_at = NULL, updated_at = :now,
+    line_key = :now - priority * aging
 WHERE id = :id AND state = 'DEAD'
+  AND (dedupe_key IS NULL
+       OR NOT EXISTS (SELECT 1 FROM sqlq_tasks AS holder
+                      WHERE holder.queue = sqlq_tasks.queue
+                        AND holder.dedupe_key = sqlq_tasks.dedupe_key
+                        AND holder.finished_at IS NULL))
 
 -- name: dead_ids
 -- DEAD tasks of a queue, the longest dead first (then in the order added).
@@ -234,7 +251,7 @@ LIMIT :limit
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, group_key
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = :queue
 ORDER BY id
@@ -245,7 +262,7 @@ LIMIT :limit
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, group_key
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = :queue AND state = :state
 ORDER BY id
@@ -268,15 +285,15 @@ SELECT state, count(*) FROM sqlq_tasks WHERE queue = :queue GROUP BY state
 -- of the ungrouped line or of a group's, whichever is first (reads a row per
 -- group of the queue: for stats only).
 SELECT updated_at
-FROM (SELECT updated_at, seq FROM (SELECT updated_at, seq FROM sqlq_tasks
+FROM (SELECT updated_at, line_key, seq FROM (SELECT updated_at, line_key, seq FROM sqlq_tasks
                                    WHERE queue = :queue AND state = 'AVAILABLE'
                                      AND group_key IS NULL
                                    ORDER BY {{_line_order}} LIMIT 1)
       UNION ALL
-      SELECT t.updated_at, t.seq FROM sqlq_groups AS g
+      SELECT t.updated_at, t.line_key, t.seq FROM sqlq_groups AS g
       JOIN sqlq_tasks AS t
         ON t.queue = :queue AND t.group_key = g.group_key
-       AND t.state = 'AVAILABLE' AND t.seq = g.head
+       AND t.state = 'AVAILABLE' AND t.line_key = g.head_key AND t.seq = g.head
       WHERE g.queue = :queue AND g.head IS NOT NULL)
 ORDER BY {{_line_order}} LIMIT 1
 
@@ -460,10 +477,109 @@ UPDATE sqlq_tasks
 SET progress = :value, progress_message = :message, updated_at = :now
 WHERE lease_id = :token AND queue = :queue AND task_id = :task_id AND state = 'RESERVED'
 
+-- name: browse_newest
+-- The dashboard's task list (sqlq.browse), newest first: a keyset page of the
+-- tasks added before row :id, each filter given narrowing it.  Every column by
+-- name (SELECT *: columns of later schema versions come along).  The primary key
+-- serves the order and the page's start; the filters are checked on the way.
+SELECT * FROM sqlq_tasks
+WHERE id < :id
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR state = :state)
+  AND (:name IS NULL OR name = :name)
+  AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: browse_line
+-- The dashboard's task list by position in the line (seq; then the row id, the
+-- order added), front first: a keyset page after (:seq, :id).
+SELECT * FROM sqlq_tasks
+WHERE (seq, id) > (:seq, :id)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR state = :state)
+  AND (:name IS NULL OR name = :name)
+  AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
+ORDER BY seq, id
+LIMIT :limit
+
+-- name: finished_per_bucket
+-- The dashboard's throughput chart: tasks of a queue that finished (COMPLETED,
+-- DEAD, CANCELLED) since :since, per state and per :bucket seconds of finished_at.
+-- The index on (queue, state, finished_at) serves each state's range.
+SELECT CAST(finished_at / :bucket AS INTEGER) * :bucket AS at, state, count(*)
+FROM sqlq_tasks
+WHERE queue = :queue AND state IN ('COMPLETED', 'DEAD', 'CANCELLED') AND finished_at >= :since
+GROUP BY at, state
+ORDER BY at
+
+-- name: count_states_by_index
+-- count_states, through the partial indexes alone (each state has one: finished,
+-- line (the ungrouped line's and the groups' lines), leases, waiting), without reading the table's rows: the dashboard's and
+-- stats' counts stay fast on a file of 10^6 finished tasks.  Correct only while
+-- every state is one of these (the caller compares the sum with count_tasks).
+SELECT queue, state, count(*) FROM sqlq_tasks WHERE finished_at IS NOT NULL
+GROUP BY queue, state
+UNION ALL
+SELECT queue, 'AVAILABLE', sum(n)
+FROM (SELECT queue, count(*) AS n FROM sqlq_tasks
+      WHERE state = 'AVAILABLE' AND group_key IS NULL GROUP BY queue
+      UNION ALL
+      SELECT queue, count(*) FROM sqlq_tasks
+      WHERE state = 'AVAILABLE' AND group_key IS NOT NULL GROUP BY queue)
+GROUP BY queue
+UNION ALL
+SELECT queue, 'RESERVED', count(*) FROM sqlq_tasks WHERE deadline IS NOT NULL GROUP BY queue
+UNION ALL
+SELECT queue, 'WAITING', count(*) FROM sqlq_tasks WHERE run_at IS NOT NULL GROUP BY queue
+
+-- name: count_tasks
+-- Every task of the file: what count_states_by_index must add up to (a covering
+-- scan of the smallest index).
+SELECT count(*) FROM sqlq_tasks
+
+-- name: key_holder
+-- The task of queue ?1 that holds the dedupe key ?2 (see sqlq/keys.py): the one
+-- with the key not finished (a probe of sqlq_tasks_key_holder), else, if ?3 is
+-- not NULL, the one that finished with it latest, after ?3 (a probe of
+-- sqlq_tasks_key_finished); no row if none.  (row id, task id, state, seq).
+SELECT id, task_id, state, seq FROM sqlq_tasks
+WHERE id = coalesce(
+    (SELECT id FROM sqlq_tasks
+     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at IS NULL),
+    (SELECT id FROM sqlq_tasks
+     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3
+     ORDER BY finished_at DESC, seq DESC LIMIT 1))
+
+-- name: insert_keyed_task
+-- insert_task for a task holding the dedupe key ?16; does nothing if the id
+-- exists or the key has a holder (sqlq_tasks_key_holder: no conflict target, so
+-- every unique index is one).  Positional, as insert_task, then the key.
+INSERT INTO sqlq_tasks
+    (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
+     line_key, group_key, dedupe_key)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14,
+        ?15, ?16)
+ON CONFLICT DO NOTHING
+
+-- name: debounce_task
+-- on_key="debounce": the holder of a key, not started, takes the new :payload
+-- and :run_at (WAITING until then, or AVAILABLE if NULL) with the seq :seq (the
+-- one it had, to keep its place in the line, or a new one, and then the line
+-- key of contract.line_key at :now).  Compare-and-set on the state and seq the
+-- add found.
+UPDATE sqlq_tasks
+SET state = iif(:run_at IS NULL, 'AVAILABLE', 'WAITING'), run_at = :run_at, seq = :seq,
+    line_key = iif(:seq = :seen, line_key, :now - priority * aging),
+    payload = :payload, updated_at = :now
+WHERE id = :id AND state = :state AND seq = :seen
+
 -- name: _line_order
 -- Fragment: the order of a line (the ungrouped one, a group's, and between the
--- fronts of lines), written once for the statements that compare lines.
-seq
+-- fronts of lines), written once for the statements that compare lines: the
+-- line key, then the order joined (see sqlq/contract.py, Priorities).
+line_key, seq
 
 -- name: claim_grouped
 -- claim_front for a queue with groups (open_call said so): the front of the
@@ -480,26 +596,26 @@ seq
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
 WHERE id = (SELECT id
-            FROM (SELECT id, seq FROM (SELECT id, seq FROM sqlq_tasks
+            FROM (SELECT id, line_key, seq FROM (SELECT id, line_key, seq FROM sqlq_tasks
                                        WHERE queue = ?1 AND state = 'AVAILABLE'
                                          AND group_key IS NULL
                                        ORDER BY {{_line_order}} LIMIT 1)
                   UNION ALL
-                  SELECT t.id, t.seq
-                  FROM (SELECT group_key, head
-                        FROM (SELECT group_key, head FROM sqlq_groups
+                  SELECT t.id, t.line_key, t.seq
+                  FROM (SELECT group_key, head_key, head
+                        FROM (SELECT group_key, head_key, head FROM sqlq_groups
                               WHERE queue = ?1 AND head IS NOT NULL AND running < cap
                                 AND tat <= ?4 AND NOT ?5
-                              ORDER BY head LIMIT 1)
+                              ORDER BY head_key, head LIMIT 1)
                         UNION ALL
-                        SELECT group_key, head
-                        FROM (SELECT group_key, head FROM sqlq_groups
+                        SELECT group_key, head_key, head
+                        FROM (SELECT group_key, head_key, head FROM sqlq_groups
                               WHERE queue = ?1 AND head IS NOT NULL AND running < cap
                                 AND tat <= ?4 AND ?5
-                              ORDER BY turn, head LIMIT 1)) AS g
+                              ORDER BY turn, head_key, head LIMIT 1)) AS g
                   JOIN sqlq_tasks AS t
                     ON t.queue = ?1 AND t.group_key = g.group_key
-                   AND t.state = 'AVAILABLE' AND t.seq = g.head)
+                   AND t.state = 'AVAILABLE' AND t.line_key = g.head_key AND t.seq = g.head)
             WHERE NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)
             ORDER BY {{_line_order}} LIMIT 1)
   AND state = 'AVAILABLE'
@@ -548,7 +664,7 @@ WHERE queue = :queue AND live > 0 ORDER BY group_key
 -- Before the first add of a grouped task in the file (see migrations/0011; no
 -- change if it exists): a grouped task added gets its group's row (with the
 -- limits that apply to it, from sqlq_limits) and counts in it, at the front of
--- its line if AVAILABLE.
+-- its line if AVAILABLE and before the front it had (the lowest (line_key, seq)).
 CREATE TRIGGER IF NOT EXISTS sqlq_group_added AFTER INSERT ON sqlq_tasks
 WHEN new.group_key IS NOT NULL
 BEGIN
@@ -563,7 +679,12 @@ BEGIN
     ON CONFLICT (queue, group_key) DO NOTHING;
     UPDATE sqlq_groups
     SET live = live + 1,
-        head = iif(new.state = 'AVAILABLE', coalesce(head, new.seq), head)
+        head_key = iif(new.state = 'AVAILABLE'
+                       AND (head IS NULL OR (new.line_key, new.seq) < (head_key, head)),
+                       new.line_key, head_key),
+        head = iif(new.state = 'AVAILABLE'
+                   AND (head IS NULL OR (new.line_key, new.seq) < (head_key, head)),
+                   new.seq, head)
     WHERE queue = new.queue AND group_key = new.group_key;
 END
 
@@ -571,7 +692,9 @@ END
 -- With create_group_added_trigger: every change of a grouped task's state moves
 -- its group's row in the same statement: a lease taken (running + 1, the rate's
 -- tat moved on, the turn taken) or ended however it ends (running - 1), the
--- unfinished tasks, and the front of the line.
+-- unfinished tasks, and the front of the line: read again from the group's line
+-- (one probe of sqlq_tasks_group_line) when the task was or is AVAILABLE (a task
+-- that joins may go before the front: a higher priority).
 CREATE TRIGGER IF NOT EXISTS sqlq_group_moved AFTER UPDATE OF state ON sqlq_tasks
 WHEN new.group_key IS NOT NULL AND new.state <> old.state
 BEGIN
@@ -580,14 +703,15 @@ BEGIN
         live = live
                + (new.state = 'AVAILABLE' OR new.state = 'WAITING' OR new.state = 'RESERVED')
                - (old.state = 'AVAILABLE' OR old.state = 'WAITING' OR old.state = 'RESERVED'),
-        head = CASE WHEN new.state = 'AVAILABLE' THEN coalesce(head, new.seq)
-                    WHEN old.state = 'AVAILABLE'
-                    THEN (SELECT min(seq) FROM sqlq_tasks
-                          WHERE queue = new.queue AND group_key = new.group_key
-                            AND state = 'AVAILABLE')
-                    ELSE head END,
         tat = iif(new.state = 'RESERVED' AND spacing IS NOT NULL,
                   max(tat, new.updated_at) + spacing, tat),
         turn = iif(new.state = 'RESERVED', new.lease_id, turn)
     WHERE queue = new.queue AND group_key = new.group_key;
+    UPDATE sqlq_groups
+    SET (head_key, head) = (SELECT line_key, seq FROM sqlq_tasks
+                            WHERE queue = new.queue AND group_key = new.group_key
+                              AND state = 'AVAILABLE'
+                            ORDER BY {{_line_order}} LIMIT 1)
+    WHERE queue = new.queue AND group_key = new.group_key
+      AND (old.state = 'AVAILABLE' OR new.state = 'AVAILABLE');
 END

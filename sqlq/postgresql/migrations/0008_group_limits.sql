@@ -15,10 +15,10 @@ ALTER TABLE sqlq_tasks ADD COLUMN group_key text CHECK (length(group_key) > 0);
 
 DROP INDEX sqlq_tasks_line;
 
-CREATE INDEX sqlq_tasks_line ON sqlq_tasks (queue, seq)
+CREATE INDEX sqlq_tasks_line ON sqlq_tasks (queue, line_key, seq)
     WHERE state = 'AVAILABLE' AND group_key IS NULL;
 
-CREATE INDEX sqlq_tasks_group_line ON sqlq_tasks (queue, group_key, seq)
+CREATE INDEX sqlq_tasks_group_line ON sqlq_tasks (queue, group_key, line_key, seq)
     WHERE state = 'AVAILABLE' AND group_key IS NOT NULL;
 
 CREATE TABLE sqlq_limits (
@@ -36,6 +36,7 @@ CREATE TABLE sqlq_groups (
     group_key text    NOT NULL CHECK (length(group_key) > 0),
     live      bigint  NOT NULL DEFAULT 0 CHECK (live >= 0),
     running   bigint  NOT NULL DEFAULT 0 CHECK (running >= 0),
+    head_key  double precision,
     head      bigint,
     cap       bigint  NOT NULL CHECK (cap >= 1),
     spacing   double precision CHECK (spacing > 0),
@@ -44,18 +45,19 @@ CREATE TABLE sqlq_groups (
     PRIMARY KEY (queue, group_key)
 );
 
-CREATE INDEX sqlq_groups_by_head ON sqlq_groups (queue, head)
+CREATE INDEX sqlq_groups_by_head ON sqlq_groups (queue, head_key, head)
     WHERE head IS NOT NULL AND running < cap;
 
-CREATE INDEX sqlq_groups_by_turn ON sqlq_groups (queue, turn, head)
+CREATE INDEX sqlq_groups_by_turn ON sqlq_groups (queue, turn, head_key, head)
     WHERE head IS NOT NULL AND running < cap;
 
 CREATE INDEX sqlq_groups_live ON sqlq_groups (queue) WHERE live > 0;
 
 CREATE FUNCTION sqlq_group_added() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO sqlq_groups AS g (queue, group_key, live, head, cap, spacing)
+    INSERT INTO sqlq_groups AS g (queue, group_key, live, head_key, head, cap, spacing)
     SELECT NEW.queue, NEW.group_key, 1,
+           CASE WHEN NEW.state = 'AVAILABLE' THEN NEW.line_key END,
            CASE WHEN NEW.state = 'AVAILABLE' THEN NEW.seq END,
            coalesce(l.concurrency, 9223372036854775807), l.per / l.rate
     FROM (SELECT 1) AS one
@@ -64,23 +66,37 @@ BEGIN
                        ORDER BY group_key = '' LIMIT 1) AS l ON true
     ON CONFLICT (queue, group_key) DO UPDATE
     SET live = g.live + 1,
-        head = CASE WHEN NEW.state = 'AVAILABLE' THEN coalesce(g.head, NEW.seq) ELSE g.head END;
+        head_key = CASE WHEN NEW.state = 'AVAILABLE'
+                         AND (g.head IS NULL OR (NEW.line_key, NEW.seq) < (g.head_key, g.head))
+                        THEN NEW.line_key ELSE g.head_key END,
+        head = CASE WHEN NEW.state = 'AVAILABLE'
+                     AND (g.head IS NULL OR (NEW.line_key, NEW.seq) < (g.head_key, g.head))
+                    THEN NEW.seq ELSE g.head END;
     RETURN NULL;
 END
 $$;
 
 CREATE FUNCTION sqlq_group_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    front_key double precision;
+    front bigint;
 BEGIN
+    -- The front of the group's line, read again (one probe of sqlq_tasks_group_line)
+    -- when the task was or is AVAILABLE (a task that joins may go before the front:
+    -- a higher priority).
+    IF OLD.state = 'AVAILABLE' OR NEW.state = 'AVAILABLE' THEN
+        SELECT line_key, seq INTO front_key, front FROM sqlq_tasks
+        WHERE queue = NEW.queue AND group_key = NEW.group_key AND state = 'AVAILABLE'
+        ORDER BY line_key, seq LIMIT 1;
+    END IF;
     UPDATE sqlq_groups
     SET running = running + (NEW.state = 'RESERVED')::int - (OLD.state = 'RESERVED')::int,
         live = live + (NEW.state IN ('AVAILABLE', 'WAITING', 'RESERVED'))::int
                     - (OLD.state IN ('AVAILABLE', 'WAITING', 'RESERVED'))::int,
-        head = CASE WHEN NEW.state = 'AVAILABLE' THEN coalesce(head, NEW.seq)
-                    WHEN OLD.state = 'AVAILABLE'
-                    THEN (SELECT min(seq) FROM sqlq_tasks
-                          WHERE queue = NEW.queue AND group_key = NEW.group_key
-                            AND state = 'AVAILABLE')
-                    ELSE head END,
+        head_key = CASE WHEN OLD.state = 'AVAILABLE' OR NEW.state = 'AVAILABLE'
+                        THEN front_key ELSE head_key END,
+        head = CASE WHEN OLD.state = 'AVAILABLE' OR NEW.state = 'AVAILABLE'
+                    THEN front ELSE head END,
         tat = CASE WHEN NEW.state = 'RESERVED' AND spacing IS NOT NULL
                    THEN greatest(tat, NEW.updated_at) + spacing ELSE tat END,
         turn = CASE WHEN NEW.state = 'RESERVED' THEN NEW.lease_id ELSE turn END

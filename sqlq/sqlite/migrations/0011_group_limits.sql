@@ -9,8 +9,8 @@
 --   concurrency: leases at once; rate and per: starts, spaced per/rate seconds
 --   apart.  NULL: no such limit.
 -- * sqlq_groups: a row per group that ever had a task: its RESERVED tasks
---   (running), its unfinished ones (live), the seq of the front of its line
---   (head; NULL when it has no AVAILABLE task), its limits as they apply (cap,
+--   (running), its unfinished ones (live), the line key and seq of the front of
+--   its line (head_key, head; NULL when it has no AVAILABLE task), its limits as they apply (cap,
 --   spacing), the earliest time of its next start (tat, the "theoretical arrival
 --   time" of a GCRA without a burst) and the token of its latest lease (turn,
 --   the order of the round robin).  Two triggers keep it in step with the tasks
@@ -29,10 +29,10 @@ ALTER TABLE sqlq_tasks ADD COLUMN group_key TEXT CHECK (length(group_key) > 0);
 
 DROP INDEX sqlq_tasks_line;
 
-CREATE INDEX sqlq_tasks_line ON sqlq_tasks (queue, seq)
+CREATE INDEX sqlq_tasks_line ON sqlq_tasks (queue, line_key, seq)
     WHERE state = 'AVAILABLE' AND group_key IS NULL;
 
-CREATE INDEX sqlq_tasks_group_line ON sqlq_tasks (queue, group_key, seq)
+CREATE INDEX sqlq_tasks_group_line ON sqlq_tasks (queue, group_key, line_key, seq)
     WHERE state = 'AVAILABLE' AND group_key IS NOT NULL;
 
 CREATE TABLE sqlq_limits (
@@ -50,6 +50,7 @@ CREATE TABLE sqlq_groups (
     group_key TEXT    NOT NULL CHECK (length(group_key) > 0),
     live      INTEGER NOT NULL DEFAULT 0 CHECK (live >= 0),
     running   INTEGER NOT NULL DEFAULT 0 CHECK (running >= 0),
+    head_key  REAL,
     head      INTEGER,
     cap       INTEGER NOT NULL CHECK (cap >= 1),
     spacing   REAL    CHECK (spacing > 0),
@@ -60,10 +61,10 @@ CREATE TABLE sqlq_groups (
 
 -- Groups that can start a task, in line order (the front of each group's line)
 -- and in round-robin order (the group served longest ago first).
-CREATE INDEX sqlq_groups_by_head ON sqlq_groups (queue, head)
+CREATE INDEX sqlq_groups_by_head ON sqlq_groups (queue, head_key, head)
     WHERE head IS NOT NULL AND running < cap;
 
-CREATE INDEX sqlq_groups_by_turn ON sqlq_groups (queue, turn, head)
+CREATE INDEX sqlq_groups_by_turn ON sqlq_groups (queue, turn, head_key, head)
     WHERE head IS NOT NULL AND running < cap;
 
 -- Groups with unfinished tasks: a call's first statement asks whether the queue

@@ -1,0 +1,71 @@
+"""The JSON shapes of what sqlq reads: the CLI's ``--json`` output and the dashboard's
+API (sqlq.web) are built by these functions, so that scripts, the CLI and the page
+read the same documents.
+
+* ``task_json``: a task (``sqlq show --json``; each task of ``list``/``dead --json``
+  and of the dashboard's task pages).
+* ``overview_json``: every queue of a database with its figures (the ``queues``,
+  ``stats`` and ``names`` of ``sqlq stats --json``; the dashboard's queue page).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from typing import Any
+
+from .contract import State
+from .payload import Undecodable
+from .records import QueueOverview, TaskInfo
+
+
+def payload_json(payload: Any) -> tuple[str, Any]:
+    """(payload_type, JSON value): "none", "json" (the value), "bytes" (base64 text)
+    or "undecodable" (the text as stored)."""
+    if payload is None:
+        return "none", None
+    if isinstance(payload, bytes):
+        return "bytes", base64.b64encode(payload).decode("ascii")
+    if isinstance(payload, Undecodable):
+        return "undecodable", payload.text
+    return "json", payload
+
+
+def task_json(info: TaskInfo, queue: str) -> dict[str, Any]:
+    """Every field of a TaskInfo as JSON, with the queue and the payload's type (and
+    for a payload that cannot be decoded, why: payload_error)."""
+    document: dict[str, Any] = {
+        "queue": queue,
+        **{f.name: getattr(info, f.name) for f in dataclasses.fields(info)},
+    }
+    document["payload_type"], document["payload"] = payload_json(info.payload)
+    if isinstance(info.payload, Undecodable):
+        document["payload_error"] = info.payload.reason
+    if isinstance(info.result, Undecodable):
+        document["result"], document["result_error"] = info.result.text, info.result.reason
+    return document
+
+
+def overview_json(found: dict[str, QueueOverview], now: float) -> dict[str, Any]:
+    """The queues of Backend.overview as ``sqlq stats --json`` shows them, ages as of
+    ``now``: {"queues": tasks per state (every state, and any a newer schema has),
+    "stats": the other figures, "names": named tasks per name and state}."""
+    queues: dict[str, dict[str, int]] = {}
+    details: dict[str, dict[str, Any]] = {}
+    for queue in sorted(found):
+        figures = found[queue]
+        counts = {state.value: figures.counts.get(state.value, 0) for state in State}
+        # A state this version does not know (a newer schema) is shown, not dropped.
+        counts.update({s: n for s, n in sorted(figures.counts.items()) if s not in counts})
+        queues[queue] = counts
+        front = figures.available_since
+        details[queue] = {
+            "total": sum(counts.values()),
+            "oldest_available_age": None if front is None else max(0.0, now - front),
+            "leases": counts[State.RESERVED.value],
+            "next_deadline": figures.next_deadline,
+            "next_run_at": figures.next_run_at,
+            "paused": figures.paused,
+        }
+    names = {queue: found[queue].names for queue in sorted(found) if found[queue].names}
+    return {"queues": queues, "stats": details, "names": names}

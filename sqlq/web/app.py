@@ -1,0 +1,241 @@
+"""The dashboard's routes: HTML pages, the JSON API under ``/api``, the actions.
+
+Pages (each also under ``/api`` as JSON, in the shapes of sqlq.shapes):
+
+* ``/``: every queue with its tasks per state, the age of its oldest AVAILABLE task,
+  its leases, paused or not (``/api/queues``), and charts of a queue's throughput
+  and oldest waiting age over the last hour or day (``/api/charts``);
+* ``/tasks``: the tasks, filtered by ``state``, ``queue``, ``name`` and id ``prefix``,
+  ``order=newest`` (default) or ``order=line``, a keyset page after ``after``
+  (``/api/tasks``); ``/dead`` and ``/leases`` are its DEAD and RESERVED tasks;
+* ``/task?queue=Q&id=ID``: one task, with its timeline (``/api/task``);
+* ``/metrics``: the Prometheus metrics of sqlq.web.metrics.
+
+Actions are POSTs to ``/actions/<name>`` (see sqlq.web.actions), refused when
+the dashboard is read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..backend import Backend
+from ..backends import open_backend
+from ..cli.common import byte_size, moment, relative, span
+from ..contract import State
+from ..durable import Queue
+from ..errors import InvalidArgument, StorageError
+from . import api, metrics, security
+from .actions import ACTIONS, DESTRUCTIVE
+from .history import History
+
+#: The form fields an action page repeats when it asks for confirmation.
+_KEPT = ("queue", "task_id", "payload", "name")
+
+
+class Dashboard:
+    """The database the app shows: one backend for every read (read only, opened
+    on first use), and a Queue per action."""
+
+    def __init__(self, url: str, read_only: bool) -> None:
+        self.url = url
+        self.read_only = read_only
+        self._backend: Backend | None = None
+        self._lock = threading.Lock()
+        self.history = History(lambda: self.backend().overview(with_names=False))
+        self.pages = jinja2.Environment(
+            loader=jinja2.PackageLoader("sqlq.web", "templates"),
+            autoescape=True,  # every value escaped: a payload of <script> is text
+            undefined=jinja2.StrictUndefined,
+        )
+        self.pages.filters.update(
+            moment=moment, relative=relative, span=span, byte_size=byte_size, pretty=_pretty
+        )
+
+    def backend(self) -> Backend:
+        with self._lock:
+            if self._backend is None:
+                self._backend = open_backend(self.url, migrate=False)
+            return self._backend
+
+    def queue(self, name: str) -> Queue:
+        return Queue(self.url, lease_seconds=30, max_attempts=1, queue=name, migrate=False)
+
+    def metrics(self, _request: Request) -> Response:
+        return metrics.endpoint(self.backend())
+
+    def close(self) -> None:
+        self.history.stop()
+        with self._lock:
+            if self._backend is not None:
+                self._backend.close()
+                self._backend = None
+
+    def page(self, request: Request, template: str, status: int = 200, **values: Any) -> Response:
+        """A page: the template filled with ``values``, and what every page needs."""
+        csrf = security.csrf_token(request)
+        html = self.pages.get_template(template).render(
+            base=request.scope.get("root_path", ""),
+            read_only=self.read_only,
+            csrf=csrf,
+            csrf_field=security.CSRF_FIELD,
+            database_name=self.backend().name,
+            states=[s.value for s in State],
+            **{"now": time.time(), **values},
+        )
+        response = HTMLResponse(html, status)
+        security.set_csrf_cookie(response, request, csrf)
+        return response
+
+
+def create_app(database: str, *, read_only: bool = False, token: str | None = None) -> Starlette:
+    """The dashboard of the sqlq database ``database`` (a path or URL) as an ASGI app.
+
+    Serve it with any ASGI server, or mount it into your own Starlette or FastAPI
+    application under a prefix: ``app.mount("/sqlq", create_app("jobs.db"))``.
+    ``read_only``: no actions (the pages show none, the server refuses them).
+    ``token``: every request must carry it (``Authorization: Bearer``, or basic auth
+    with it as the password); without one, only clients on this machine are served.
+    Its database connection closes at the app's shutdown; a mounted app's shutdown is
+    the outer app's business (Starlette runs no lifespan of a mounted app), so there
+    it closes with the process.
+    """
+    board = Dashboard(database, read_only)
+    return _app(board, _routes(board), token)
+
+
+def metrics_app(database: str, *, token: str | None = None) -> Starlette:
+    """Only ``/metrics`` of the database (see sqlq.web.metrics), guarded as create_app's."""
+    board = Dashboard(database, read_only=True)
+    return _app(board, [Route("/metrics", board.metrics)], token)
+
+
+def _app(board: Dashboard, routes: list[BaseRoute], token: str | None) -> Starlette:
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> Any:
+        yield
+        board.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_exception_handler(InvalidArgument, _refused(400))
+    app.add_exception_handler(StorageError, _refused(503))
+    app.add_middleware(security.Guard, token=token)
+    return app
+
+
+def _refused(status: int) -> Callable[[Request, Exception], Response]:
+    def handler(_request: Request, exc: Exception) -> Response:
+        return PlainTextResponse(f"{type(exc).__name__}: {exc}", status)
+
+    return handler
+
+
+def _routes(board: Dashboard) -> list[BaseRoute]:
+    def queues(request: Request) -> Response:
+        return board.page(request, "queues.html", **api.queues_json(board.backend()))
+
+    def tasks(request: Request, **fixed: str) -> Response:
+        params = {**request.query_params, **fixed}
+        where = api.browse_of(params)
+        page = api.tasks_json(board.backend(), where)
+        following = None
+        if page["next"] is not None:
+            following = urlencode({**_given(params), "after": page["next"]})
+        title = {"DEAD": "Dead letters", "RESERVED": "Leases"}.get(fixed.get("state", ""), "Tasks")
+        return board.page(
+            request, "tasks.html", title=title, where=where, filters=_given(params),
+            fixed=fixed, following=following, **page,
+        )  # fmt: skip
+
+    def task(request: Request) -> Response:
+        queue, task_id = request.query_params.get("queue", ""), request.query_params.get("id", "")
+        found = api.task_json_of(board.backend(), queue, task_id)
+        if found is None:
+            missing = f"no task {task_id!r} in queue {queue!r}"
+            return board.page(
+                request, "message.html", 404, message=missing, done=False, queue=None, task_id=None
+            )
+        return board.page(request, "task.html", task=found)
+
+    def api_queues(_request: Request) -> Response:
+        return JSONResponse(api.queues_json(board.backend()))
+
+    def api_tasks(request: Request) -> Response:
+        return JSONResponse(api.tasks_json(board.backend(), api.browse_of(request.query_params)))
+
+    def api_charts(request: Request) -> Response:
+        params = request.query_params
+        samples = board.history.samples()
+        queue, window = params.get("queue", ""), params.get("window", "hour")
+        return JSONResponse(api.charts_json(board.backend(), samples, queue, window))
+
+    def api_task(request: Request) -> Response:
+        params = request.query_params
+        found = api.task_json_of(board.backend(), params.get("queue", ""), params.get("id", ""))
+        return JSONResponse(found, 200 if found is not None else 404)
+
+    async def act(request: Request) -> Response:
+        name = request.path_params["name"]
+        if board.read_only:
+            return PlainTextResponse("this dashboard is read-only: no actions", 403)
+        action = ACTIONS.get(name)
+        if action is None:
+            return PlainTextResponse(f"no action {name!r}", 404)
+        form = dict(parse_qsl((await request.body()).decode(errors="replace")))
+        why = security.csrf_refusal(request, form)
+        if why is not None:
+            return PlainTextResponse(why, 403)
+        if name in DESTRUCTIVE and form.get("confirm") != "yes":
+            kept = {k: form[k] for k in _KEPT if k in form}
+            return board.page(request, "confirm.html", action=name, form=kept)
+        queue = await run_in_threadpool(board.queue, form.get("queue", ""))
+        try:
+            outcome = await run_in_threadpool(action, queue, form)
+        finally:
+            queue.close()
+        return board.page(
+            request, "message.html", 200 if outcome.done else 409,
+            message=outcome.message, done=outcome.done, queue=queue.queue,
+            task_id=form.get("task_id") or None,
+        )  # fmt: skip
+
+    static = StaticFiles(directory=str(resources.files("sqlq.web") / "static"))
+    return [
+        Route("/", queues),
+        Route("/tasks", tasks),
+        Route("/dead", lambda r: tasks(r, state="DEAD")),
+        Route("/leases", lambda r: tasks(r, state="RESERVED")),
+        Route("/task", task),
+        Route("/api/queues", api_queues),
+        Route("/api/tasks", api_tasks),
+        Route("/api/task", api_task),
+        Route("/api/charts", api_charts),
+        Route("/metrics", board.metrics),
+        Route("/actions/{name}", act, methods=["POST"]),
+        Mount("/static", static, name="static"),
+    ]
+
+
+def _pretty(value: Any) -> str:
+    """A JSON value as indented text (escaped by the template like any other)."""
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _given(params: Any) -> dict[str, str]:
+    """The filters a page was asked for (not its place: ``after``)."""
+    return {k: v for k, v in dict(params).items() if v and k != "after"}

@@ -1,0 +1,148 @@
+"""Who may use the dashboard, and what a page may do in the browser.
+
+* Access: with a token, every request must carry it: ``Authorization: Bearer
+  <token>``, or HTTP basic auth with the token as the password (any user name;
+  browsers ask for it themselves).  Without a token only clients on this machine
+  (loopback addresses) are served; ``check_bind`` refuses to serve another address
+  without a token.  The token is asked of every request, local ones included, so
+  that a reverse proxy on this machine does not open the dashboard to its clients.
+* Cross-site requests: every action is a POST that carries the session's CSRF
+  token in a form field, equal to the ``sqlq_csrf`` cookie (SameSite=Strict, so a
+  request another site makes carries none), from a page whose Origin, when the
+  browser sends one, is the dashboard's own.
+* What pages may do: the Content-Security-Policy lets them load their own
+  scripts, styles and images only, run no inline script, and be framed by no one;
+  templates escape every value (Jinja2's autoescape).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import ipaddress
+import secrets
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import InvalidConfig
+
+CSRF_COOKIE = "sqlq_csrf"
+CSRF_FIELD = "csrf"
+
+#: Headers of every response.
+HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+def is_loopback(host: str | None) -> bool:
+    """Is ``host`` (an address or ``localhost``) this machine's loopback?"""
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to serve an address other machines reach without a token."""
+    if token is None and not is_loopback(host):
+        raise InvalidConfig(
+            f"serving on {host} lets other machines in: give an access token "
+            "(--token, or the SQLQ_WEB_TOKEN environment variable)"
+        )
+    if token is not None and len(token) < 16:
+        raise InvalidConfig("the access token must be at least 16 characters long")
+
+
+def authorized(request: Request, token: str | None) -> bool:
+    """May ``request`` use the dashboard (see the module docstring)?"""
+    if token is None:
+        return request.client is not None and is_loopback(request.client.host)
+    kind, _, given = request.headers.get("authorization", "").partition(" ")
+    if kind.lower() == "basic":
+        try:
+            given = base64.b64decode(given, validate=True).decode().partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+    elif kind.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+class Guard:
+    """ASGI middleware: refuse requests that may not use the dashboard (401, asking
+    for basic auth, or 403 off this machine without a token), and add HEADERS to
+    every response."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                known = {name.lower() for name, _ in message.get("headers", [])}
+                message["headers"] = [
+                    *message.get("headers", []),
+                    *(
+                        (k.encode(), v.encode())
+                        for k, v in HEADERS.items()
+                        if k.encode() not in known
+                    ),
+                ]
+            await send(message)
+
+        request = Request(scope)
+        if authorized(request, self.token):
+            await self.app(scope, receive, send_with_headers)
+            return
+        refusal: Response
+        if self.token is None:
+            refusal = PlainTextResponse(
+                "this dashboard serves this machine only (start it with a token)", 403
+            )
+        else:
+            refusal = PlainTextResponse(
+                "an access token is needed", 401, {"www-authenticate": 'Basic realm="sqlq"'}
+            )
+        await refusal(scope, receive, send_with_headers)
+
+
+def csrf_token(request: Request) -> str:
+    """The session's CSRF token: the cookie's, or a new one (set_csrf_cookie sends it)."""
+    return request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
+
+
+def set_csrf_cookie(response: Response, request: Request, value: str) -> None:
+    if request.cookies.get(CSRF_COOKIE) != value:
+        path = request.scope.get("root_path") or "/"
+        response.set_cookie(CSRF_COOKIE, value, httponly=True, samesite="strict", path=path)
+
+
+def csrf_refusal(request: Request, form: dict[str, str]) -> str | None:
+    """Why the action ``request`` (with its ``form``) is refused as cross-site, or None."""
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    given = form.get(CSRF_FIELD, "")
+    if not cookie or not hmac.compare_digest(cookie.encode(), given.encode()):
+        return "the form's CSRF token is missing or stale: reload the page and try again"
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+        return f"an action from another site ({origin}) is refused"
+    return None

@@ -1,0 +1,72 @@
+"""A worker's own Prometheus metrics: ``Worker(queue, handler, metrics_port=N)`` serves
+them at ``http://127.0.0.1:N/metrics`` while it runs (prometheus-client: the ``web``
+extra).
+
+Each worker process serves its own, from its own memory: Prometheus scrapes every
+worker (a port each, or the same port in each container) and sums them with
+``sum by (le) (rate(...))``, so that no file or table shared by the processes grows
+with them, and the queue's calls write nothing more.  The database's own figures
+(tasks per state, oldest waiting age) are `sqlq metrics`'s (sqlq.web.metrics).
+
+* ``sqlq_worker_transaction_seconds{queue}``: how long each transaction of the claim
+  loop took (its reports and its claim, as one call: ``Queue.settle_and_claim``),
+  waiting for the write lock included;
+* ``sqlq_worker_handler_seconds{queue,name,outcome}``: how long handlers ran, by task
+  name (``""`` for none) and outcome (``completed``, ``failed``, ``cancelled``,
+  ``lost``: the report was refused, or ``late``: after the time limit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import InvalidConfig
+
+
+class WorkerMetrics:
+    """The histograms of one worker, and the HTTP server that serves them."""
+
+    def __init__(self, queue: str, port: int, host: str = "127.0.0.1") -> None:
+        try:
+            from prometheus_client import CollectorRegistry, Histogram
+        except ImportError:
+            raise InvalidConfig(
+                "metrics_port needs prometheus-client: pip install 'sqlq[web]'"
+            ) from None
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise InvalidConfig(f"metrics_port must be a port number (0-65535), not {port!r}")
+        self.queue, self.port, self.host = queue, port, host
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._transactions = Histogram(
+            "sqlq_worker_transaction_seconds",
+            "Seconds each transaction of the claim loop took (reports and claim)",
+            ["queue"],
+            registry=self.registry,
+        ).labels(queue)
+        self._handlers = Histogram(
+            "sqlq_worker_handler_seconds",
+            "Seconds handlers ran, by task name and outcome",
+            ["queue", "name", "outcome"],
+            registry=self.registry,
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, float("inf")),
+        )
+        self._server: Any = None
+
+    def start(self) -> None:
+        """Serve /metrics (``port`` 0: a free port, then ``self.port`` says which)."""
+        from prometheus_client import start_http_server
+
+        self._server, _thread = start_http_server(self.port, self.host, self.registry)
+        self.port = self._server.server_port
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def transaction(self, seconds: float) -> None:
+        self._transactions.observe(seconds)
+
+    def handled(self, name: str | None, outcome: str, seconds: float) -> None:
+        self._handlers.labels(self.queue, name or "", outcome).observe(seconds)

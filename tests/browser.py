@@ -1,0 +1,156 @@
+"""The real dashboard in a real browser: `sqlq web` as a process, and headless Chromium
+driven by Selenium (Debian's chromium and chromium-driver; .ci/run installs them).
+
+Not a test module; imported as ``import browser`` (tests/ is on ``sys.path``).  Run as
+a script, it takes the screenshots of the README (docs/web-*.png) from a demo database:
+``python tests/browser.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+#: The machine's network is closed: nothing of Chromium's own may reach out.
+CHROMIUM_OPTIONS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1280,860",
+)
+#: Seconds a server may take to answer its first request.
+START_SECONDS = 30
+
+
+def missing() -> str | None:
+    """What the browser tests need that this machine lacks, or None."""
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.access(path, os.X_OK):
+            return f"{path} is missing (apt-get install chromium chromium-driver)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def server(db: str, *options: str, host: str = "127.0.0.1", command: str = "web") -> Iterator[str]:
+    """`sqlq web DB` (or `sqlq metrics DB`) on a free port, as a process of its own;
+    yields its base URL once it answers.  Stopped with SIGTERM (then SIGKILL) at the end."""
+    port = free_port()
+    argv = [sys.executable, "-m", "sqlq", command, db, "--host", host, "--port", str(port)]
+    process = subprocess.Popen([*argv, *options], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        started = process.stdout.readline()
+        assert started.startswith(f"sqlq {command}: "), f"the server did not start: {started!r}"
+        url = f"http://127.0.0.1:{port}"
+        _wait_until_it_answers(url, process)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_until_it_answers(url: str, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while True:
+        try:
+            urllib.request.urlopen(url + "/metrics", timeout=5).close()
+            return
+        except urllib.error.HTTPError:
+            return  # it answers (refusing: a token is needed)
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)  # polling for the port to open, not ordering the test
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless Chromium with a fresh profile, driven by Selenium."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile = tempfile.mkdtemp(prefix="sqlq-chromium-")
+    for argument in (*CHROMIUM_OPTIONS, f"--user-data-dir={profile}"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _screenshots(folder: Path) -> None:
+    """docs/web-*.png: the main pages on a small demo database."""
+    import sqlq
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)  # the pages name the database as given: jobs.db
+        db = "jobs.db"
+        with sqlq.Queue(db, lease_seconds=300, max_attempts=2, queue="emails") as q:
+            q.add_many([(f"welcome-{n}", {"user": n}) for n in range(1, 9)])
+            for _ in range(3):
+                lease = q.claim()
+                assert lease is not None
+                q.complete(lease.task_id, token=lease.token, result={"sent": True})
+            for _ in range(2):
+                lease = q.claim()
+                assert lease is not None
+                q.fail(lease.task_id, token=lease.token, error="SMTPServerDisconnected")
+            q.claim()
+        with sqlq.Queue(db, lease_seconds=300, max_attempts=1, queue="reports") as q:
+            q.add("report-2026-12", payload={"month": "2026-12"}, name="monthly")
+            q.add("report-2026-11", payload={"month": "2026-11"}, name="monthly")
+            lease = q.claim()
+            assert lease is not None
+            q.fail(lease.task_id, token=lease.token, error="KeyError: 'totals'")
+        with server(db) as url, chromium() as driver:
+            for name, path in [
+                ("queues", "/"),
+                ("tasks", "/tasks"),
+                ("task", "/task?queue=reports&id=report-2026-12"),
+                ("dead", "/dead"),
+            ]:
+                driver.get(url + path)
+                if name == "queues":  # its charts, once drawn
+                    from selenium.webdriver.common.by import By
+                    from selenium.webdriver.support.ui import WebDriverWait
+
+                    WebDriverWait(driver, 30).until(
+                        lambda d: d.find_element(By.ID, "charts").get_attribute("data-drawn")
+                    )
+                driver.save_screenshot(str(folder / f"web-{name}.png"))
+
+
+if __name__ == "__main__":
+    _screenshots(Path(__file__).resolve().parent.parent / "docs")

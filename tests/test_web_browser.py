@@ -1,0 +1,181 @@
+"""The dashboard as a person uses it: the real `sqlq web` server (a process of its own)
+and a real headless Chromium (tests/browser.py).  Under CI a missing browser fails
+these tests, never skips them (tests/needs.py).
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import browser
+import pytest
+from needs import need
+
+import sqlq
+
+pytestmark = pytest.mark.processes
+
+XSS = "<img src=x onerror=alert(1)>"
+TOKEN = "a-token-for-the-browser-test"
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Any]:
+    need(browser.missing() is None, str(browser.missing()))
+    with browser.chromium() as d:
+        yield d
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    """A database with a queue of waiting tasks and a dead one, and a queue with a task
+    whose id and payload are HTML."""
+    path = str(tmp_path / "jobs.db")
+    with sqlq.Queue(path, lease_seconds=30, max_attempts=1, queue="emails") as q:
+        q.add("broken-1", payload={"to": "a@example.com"})
+        lease = q.claim()
+        assert lease is not None
+        q.fail(lease.task_id, token=lease.token, error="SMTP 554")
+        q.add_many([f"welcome-{n}" for n in range(3)])
+    with sqlq.Queue(path, lease_seconds=30, max_attempts=1, queue="html") as q:
+        q.add(XSS, payload={"comment": XSS}, name="moderate")
+    return path
+
+
+def _by_id(driver: Any, element_id: str) -> Any:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.ID, element_id)
+
+
+def _rows(driver: Any, table: str) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    rows = driver.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr")
+    return [row.get_attribute("data-task") or row.get_attribute("data-queue") for row in rows]
+
+
+def _no_alert(driver: Any) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert.text  # noqa: B018  (raises when no alert is open)
+
+
+def test_load_filter_open_and_redrive(driver: Any, db: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    with browser.server(db) as url:
+        driver.get(url + "/")
+        assert _rows(driver, "queues") == ["emails", "html"]
+        driver.find_element(By.LINK_TEXT, "Tasks").click()
+        filters = _by_id(driver, "filters")
+        filters.find_element(By.NAME, "queue").send_keys("emails")
+        Select(filters.find_element(By.NAME, "state")).select_by_visible_text("DEAD")
+        filters.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        assert _rows(driver, "tasks") == ["broken-1"]
+        driver.find_element(By.LINK_TEXT, "broken-1").click()
+        assert _by_id(driver, "task-state").text == "DEAD"
+        assert "SMTP 554" in _by_id(driver, "last-error").text
+        driver.find_element(By.CSS_SELECTOR, "button[value=redrive]").click()
+        assert "AVAILABLE again" in _by_id(driver, "message").text
+        driver.find_element(By.LINK_TEXT, "broken-1").click()
+        assert _by_id(driver, "task-state").text == "AVAILABLE"
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="emails") as q:
+        assert q.status("broken-1") == "AVAILABLE"
+
+
+def test_a_purge_asks_before_it_deletes(driver: Any, db: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    with browser.server(db) as url:
+        driver.get(url + "/dead?queue=emails")
+        driver.find_element(By.XPATH, "//button[starts-with(., 'Purge all dead')]").click()
+        assert "will be deleted" in _by_id(driver, "confirm-what").text
+        with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="emails") as q:
+            assert q.status("broken-1") == "DEAD"
+        _by_id(driver, "confirm").click()
+        assert "1 dead task(s)" in _by_id(driver, "message").text
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="emails") as q:
+        assert q.status("broken-1") is None
+
+
+def test_read_only_shows_no_action_and_refuses_a_forged_post(driver: Any, db: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    with browser.server(db, "--read-only") as url:
+        for path in ("/", "/dead?queue=emails", "/task?queue=emails&id=broken-1"):
+            driver.get(url + path)
+            assert _by_id(driver, "read-only").text == "read-only"
+            assert driver.find_elements(By.CSS_SELECTOR, "form[method=post]") == [], path
+        form = urllib.parse.urlencode({"queue": "emails", "task_id": "broken-1"}).encode()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "/actions/redrive", data=form, timeout=30)
+        assert refused.value.code == 403
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="emails") as q:
+        assert q.status("broken-1") == "DEAD"
+
+
+def test_a_payload_of_html_renders_as_text(driver: Any, db: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    with browser.server(db) as url:
+        driver.get(url + "/tasks?queue=html")
+        assert _rows(driver, "tasks") == [XSS]
+        driver.find_element(By.LINK_TEXT, XSS).click()
+        assert _by_id(driver, "task-id").text == XSS
+        assert XSS in _by_id(driver, "payload").text
+        assert driver.find_elements(By.TAG_NAME, "img") == []
+        _no_alert(driver)
+
+
+def test_a_request_without_the_token_is_refused_on_a_non_local_bind(driver: Any, db: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    with browser.server(db, "--token", TOKEN, host="0.0.0.0") as url:
+        driver.get(url + "/")  # refused: the browser asks for the token (basic auth)
+        assert driver.find_elements(By.ID, "queues") == []
+        assert "emails" not in driver.page_source
+        host = url.removeprefix("http://")
+        driver.get(f"http://user:{TOKEN}@{host}/")  # basic auth, as a browser sends it
+        assert _rows(driver, "queues") == ["emails", "html"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "/api/queues", timeout=30)
+        assert refused.value.code == 401
+
+
+def test_the_charts_draw_the_throughput_and_the_oldest_wait(driver: Any, db: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    def drawn(which: str) -> Any:
+        def check(d: Any) -> bool:
+            section = d.find_element(By.ID, "charts")
+            assert section.get_attribute("data-error") is None, section.get_attribute("data-error")
+            return section.get_attribute("data-drawn") == which
+
+        return check
+
+    with browser.server(db) as url:
+        driver.get(url + "/")
+        WebDriverWait(driver, 30).until(drawn("emails/hour"))
+        throughput = driver.find_element(By.CSS_SELECTOR, "#throughput-chart .uplot")
+        assert throughput.get_attribute("data-points") == "61"  # a minute each, and now's
+        assert driver.find_elements(By.CSS_SELECTOR, "#age-chart canvas")
+        Select(
+            driver.find_element(By.CSS_SELECTOR, "#chart-choice [name=window]")
+        ).select_by_visible_text("day")
+        WebDriverWait(driver, 30).until(drawn("emails/day"))
+        throughput = driver.find_element(By.CSS_SELECTOR, "#throughput-chart .uplot")
+        assert throughput.get_attribute("data-points") == "1441"
+        Select(
+            driver.find_element(By.CSS_SELECTOR, "#chart-choice [name=queue]")
+        ).select_by_visible_text("html")
+        WebDriverWait(driver, 30).until(drawn("html/day"))
+        _no_alert(driver)

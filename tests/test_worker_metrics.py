@@ -1,0 +1,83 @@
+"""A worker's own metrics (sqlq.worker_metrics): a worker process serves its histograms
+on its own port while it runs, parsed here by prometheus-client's parser."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import browser
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import sqlq
+from sqlq.errors import InvalidConfig
+from sqlq.worker import Worker
+
+#: A worker process on the database argv[1], serving its metrics on port argv[2].
+WORKER = """
+import sys
+import sqlq
+from sqlq.worker import Worker
+
+def handle(payload):
+    if payload == "fail":
+        raise ValueError("failed on purpose")
+
+with sqlq.Queue(sys.argv[1], lease_seconds=30, max_attempts=1) as q:
+    Worker(q, handle, concurrency=2, metrics_port=int(sys.argv[2])).run()
+"""
+
+
+def _counts(url: str) -> dict[tuple[str, str], float]:
+    """(histogram, outcome) -> its _count, from one scrape."""
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        text = answer.read().decode()
+    return {
+        (family.name, sample.labels.get("outcome", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    }
+
+
+@pytest.mark.processes
+def test_a_worker_process_serves_its_histograms(tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as q:
+        q.add_many([("ok-1", "ok"), ("ok-2", "ok"), ("bad", "fail")])
+    port = browser.free_port()
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, db, str(port)])
+    wanted = {
+        ("sqlq_worker_handler_seconds", "completed"): 2,
+        ("sqlq_worker_handler_seconds", "failed"): 1,
+    }
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # polls the worker's state until it has handled the three tasks
+            try:
+                counts = _counts(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                counts = {}
+            if all(counts.get(key) == n for key, n in wanted.items()):
+                break
+            assert worker.poll() is None and time.monotonic() < deadline, counts
+            time.sleep(0.05)
+        assert counts[("sqlq_worker_transaction_seconds", "")] >= 2  # the claims, the reports
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+    assert worker.returncode == 0
+    with pytest.raises(OSError):  # the server stops with the worker
+        _counts(f"http://127.0.0.1:{port}/metrics")
+
+
+def test_metrics_port_must_be_a_port(tmp_path: Path) -> None:
+    with sqlq.Queue(tmp_path / "q.db", lease_seconds=30, max_attempts=1) as q:
+        for port in (-1, 70000, "8000", True):
+            with pytest.raises(InvalidConfig, match="metrics_port must be a port number"):
+                Worker(q, print, metrics_port=port)  # type: ignore[arg-type]
