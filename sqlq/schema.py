@@ -60,9 +60,11 @@ clock = Table(
     Column("id", Integer, primary_key=True),
     Column("now", REAL, nullable=False),
     Column("counter", Integer, nullable=False),
+    Column("grouped", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("id = 1"),
     CheckConstraint("now >= 0"),
     CheckConstraint("counter >= 0"),
+    CheckConstraint("grouped IN (0, 1)"),
     sqlite_strict=True,
 )
 
@@ -143,7 +145,7 @@ Index(
     tasks.c.group_key,
     tasks.c.line_key,
     tasks.c.seq,
-    sqlite_where=text("state = 'AVAILABLE' AND group_key IS NOT NULL"),
+    sqlite_where=text("group_key IS NOT NULL AND state = 'AVAILABLE'"),
 )
 Index(
     "sqlq_tasks_leases",

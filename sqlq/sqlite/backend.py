@@ -877,6 +877,7 @@ class SqliteTransaction:
         if not self.groups:
             self._cur.execute(Q.create_group_added_trigger)
             self._cur.execute(Q.create_group_moved_trigger)
+            self._cur.execute(Q.mark_grouped)
             self.groups = True
 
     def insert_many(

@@ -59,15 +59,16 @@ ROLLBACK TO sqlq_batch
 -- probes of partial indexes; due_events reads the events only when one is due.
 -- Last, whether the queue has a group with unfinished tasks (a probe of
 -- sqlq_groups_live, named: the planner, without statistics, would rather walk
--- the queue's groups by their key): the claims then take the statements that
--- know groups.
+-- the queue's groups by their key), only in a file where a grouped task was
+-- ever added (sqlq_clock.grouped: a file without groups pays no probe): the
+-- claims then take the statements that know groups.
 SELECT now, counter,
        EXISTS (SELECT 1 FROM sqlq_tasks
                WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
        OR EXISTS (SELECT 1 FROM sqlq_tasks
                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)),
-       EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_live
-               WHERE queue = ?1 AND live > 0)
+       iif(grouped, EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_live
+                            WHERE queue = ?1 AND live > 0), 0)
 FROM sqlq_clock WHERE id = 1
 
 -- name: due_events
@@ -659,6 +660,11 @@ WHERE queue = :queue ORDER BY group_key
 -- many tasks are unfinished (sqlq limits), by group.
 SELECT group_key, running, live FROM sqlq_groups
 WHERE queue = :queue AND live > 0 ORDER BY group_key
+
+-- name: mark_grouped
+-- With the triggers (see _grouping): the file has had grouped tasks, so that the
+-- first statement of a call looks for the queue's groups from now on.
+UPDATE sqlq_clock SET grouped = 1 WHERE id = 1 AND grouped = 0
 
 -- name: create_group_added_trigger
 -- Before the first add of a grouped task in the file (see migrations/0011; no

@@ -33,7 +33,12 @@ CREATE INDEX sqlq_tasks_line ON sqlq_tasks (queue, line_key, seq)
     WHERE state = 'AVAILABLE' AND group_key IS NULL;
 
 CREATE INDEX sqlq_tasks_group_line ON sqlq_tasks (queue, group_key, line_key, seq)
-    WHERE state = 'AVAILABLE' AND group_key IS NOT NULL;
+    WHERE group_key IS NOT NULL AND state = 'AVAILABLE';
+
+-- sqlq_clock.grouped: 1 once a grouped task was added to the file (when the
+-- triggers were made): until then the first statement of a call does not look
+-- for groups (open_call), so a file without groups pays no probe of them.
+ALTER TABLE sqlq_clock ADD COLUMN grouped INTEGER NOT NULL DEFAULT 0 CHECK (grouped IN (0, 1));
 
 CREATE TABLE sqlq_limits (
     queue       TEXT    NOT NULL CHECK (length(queue) > 0),
@@ -68,5 +73,6 @@ CREATE INDEX sqlq_groups_by_turn ON sqlq_groups (queue, turn, head_key, head)
     WHERE head IS NOT NULL AND running < cap;
 
 -- Groups with unfinished tasks: a call's first statement asks whether the queue
--- has any, and its claims take the ungrouped line's statements when it has none.
+-- has any (in a file marked grouped: sqlq_clock.grouped), and its claims take the
+-- ungrouped line's statements when it has none.
 CREATE INDEX sqlq_groups_live ON sqlq_groups (queue) WHERE live > 0;
