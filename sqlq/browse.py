@@ -8,7 +8,8 @@ a page deep in a queue of millions of tasks costs what the first one costs; ther
 is no OFFSET.
 
 Rows are read by column name (``task_row``), so that columns added to the tasks
-table by later schema versions do not disturb the reading of the others.
+table by later schema versions do not disturb the reading of the others; a page
+that shows no payload asks for none (``Browse.payloads``), since they may be large.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Browse:
     order: Order = "newest"
     after: Key | None = None
     limit: int = 50
+    #: Read each task's payload and result (False: None, for a page that shows neither).
+    payloads: bool = True
 
     def params(self) -> dict[str, Any]:
         """The parameters of the backends' browse statements."""
@@ -57,6 +60,7 @@ class Browse:
             "seq": seq,
             "id": row_id,
             "limit": self.limit,
+            "payloads": self.payloads,
         }
 
 
@@ -70,7 +74,7 @@ class Found(NamedTuple):
 def task_row(
     columns: Sequence[str], row: Sequence[Any], text: Callable[[Any], Any] = lambda t: t
 ) -> Found:
-    """A row of ``SELECT *`` from the tasks table, read by column name.  ``text``
+    """A row of the tasks table (a browse statement's), read by column name.  ``text``
     reads back stored task ids and errors (PostgreSQL stores some escaped); a
     ``payload_bytes`` column, where there is one, holds a bytes payload."""
     c = dict(zip(columns, row, strict=True))
@@ -99,6 +103,8 @@ def task_row(
             result=c["result"],
             progress=c["progress"],
             progress_message=c["progress_message"],
-            group=c.get("group_key"),
+            dedupe_key=c["dedupe_key"],
+            priority=c["priority"],
+            group=c["group_key"],
         ),
     )

@@ -13,7 +13,10 @@ with them, and the queue's calls write nothing more.  The database's own figures
   waiting for the write lock included;
 * ``sqlq_worker_handler_seconds{queue,name,outcome}``: how long handlers ran, by task
   name (``""`` for none) and outcome (``completed``, ``failed``, ``cancelled``,
-  ``lost``: the report was refused, or ``late``: after the time limit).
+  ``lost``: the report was refused, or ``late``: after the time limit).  The first
+  ``MAX_NAMES`` task names seen get a series each; names past them (producers that make
+  names up, one per user or per day) are counted under ``name="other"``, so that neither
+  the worker's memory nor Prometheus's series grow without bound.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import InvalidConfig
+
+#: Task names with a series of their own, per worker (the first seen); see the docstring.
+MAX_NAMES = 100
+#: The label value of the names past MAX_NAMES.
+OTHER_NAMES = "other"
 
 
 class WorkerMetrics:
@@ -50,6 +58,7 @@ class WorkerMetrics:
             registry=self.registry,
             buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, float("inf")),
         )
+        self._names: set[str] = set()
         self._server: Any = None
 
     def start(self) -> None:
@@ -69,4 +78,10 @@ class WorkerMetrics:
         self._transactions.observe(seconds)
 
     def handled(self, name: str | None, outcome: str, seconds: float) -> None:
-        self._handlers.labels(self.queue, name or "", outcome).observe(seconds)
+        label = name or ""
+        if label not in self._names:
+            if len(self._names) < MAX_NAMES:
+                self._names.add(label)
+            else:
+                label = OTHER_NAMES
+        self._handlers.labels(self.queue, label, outcome).observe(seconds)

@@ -160,6 +160,7 @@ RELEASED = [
     (7, "cancel_pause", "73fda0b73290fce67a4b8e6cdb8fff20d65460a382f11d6549e24fc1e8aa01c2"),
     (8, "results", "a85e7cc36b532418c429b3ad53de684d0dddb9040fe4c9e61949f7709cf44347"),
     (9, "dedupe_keys", "150932bc0a8809150e019c075f8a0d204e426e396156ebd912fee27e07f98644"),
+    (10, "priorities", "26ae284ccbd07fc49930cdcb7de62ae0403ac49762d9d2bf6cf9a724ac49b2e5"),
 ]
 
 

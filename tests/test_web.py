@@ -27,6 +27,8 @@ from sqlq.web import create_app, metrics_app
 
 XSS = "<img src=x onerror=alert(1)>"
 LOCAL = ("127.0.0.1", 50000)
+#: The dashboard as a browser on this machine asks for it (the Host it checks).
+HERE = "http://127.0.0.1:8470"
 REMOTE = ("192.0.2.7", 50000)
 TOKEN = "s3cret-token-of-the-test"
 
@@ -46,7 +48,7 @@ def _dead(q: sqlq.Queue, task_id: str) -> None:
 @pytest.fixture
 def client(queue_url: str) -> Iterator[TestClient]:
     _queue(queue_url).close()  # the database, empty
-    with TestClient(create_app(queue_url), client=LOCAL) as c:
+    with TestClient(create_app(queue_url), base_url=HERE, client=LOCAL) as c:
         yield c
 
 
@@ -66,7 +68,7 @@ def test_the_api_gives_the_clis_json_shapes(
 ) -> None:
     with _queue(queue_url) as q:
         _dead(q, "b")
-        q.add("a", payload={"n": 1}, name="send")
+        q.add("a", payload={"n": 1}, name="send", priority=3, key="user:1")
     assert main(["show", queue_url, "a", "--queue", "jobs", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     api = client.get("/api/task", params={"queue": "jobs", "id": "a"}).json()
@@ -236,7 +238,7 @@ def test_pause_resume_and_add(queue_url: str, client: TestClient) -> None:
         assert info is not None and info.payload == {"n": 2} and info.name == "x"
     assert _post(client, "add", queue="jobs", task_id="new").status_code == 409
     bad = _post(client, "add", queue="jobs", task_id="other", payload="{nope")
-    assert bad.status_code == 400 and "not JSON" in bad.text
+    assert bad.status_code == 400 and "InvalidPayload: not valid JSON" in bad.text
 
 
 def test_actions_need_the_sessions_csrf_token_and_origin(
@@ -262,7 +264,7 @@ def test_actions_need_the_sessions_csrf_token_and_origin(
 def test_read_only_shows_no_action_and_refuses_them(queue_url: str) -> None:
     with _queue(queue_url) as q:
         _dead(q, "d1")
-    with TestClient(create_app(queue_url, read_only=True), client=LOCAL) as c:
+    with TestClient(create_app(queue_url, read_only=True), base_url=HERE, client=LOCAL) as c:
         for path in ("/", "/dead?queue=jobs", "/task?queue=jobs&id=d1"):
             assert "/actions/" not in c.get(path).text, path
         token = c.cookies.get("sqlq_csrf") or ""
@@ -279,7 +281,7 @@ def test_mounted_under_a_prefix(queue_url: str) -> None:
     with _queue(queue_url) as q:
         q.add("a")
     outer = Starlette(routes=[Mount("/ops/sqlq", create_app(queue_url))])
-    with TestClient(outer, client=LOCAL) as c:
+    with TestClient(outer, base_url=HERE, client=LOCAL) as c:
         page = c.get("/ops/sqlq/").text
         assert 'href="/ops/sqlq/static/style.css"' in page and 'href="/ops/sqlq/tasks' in page
         assert c.get("/ops/sqlq/static/style.css").status_code == 200
@@ -299,7 +301,7 @@ def test_the_dashboard_reads_while_another_process_holds_the_write_lock(queue_ur
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
         app = create_app(queue_url)
-        with TestClient(app, client=LOCAL) as c:
+        with TestClient(app, base_url=HERE, client=LOCAL) as c:
             assert c.get("/api/queues").json()["queues"]["jobs"]["DEAD"] == 1
             assert c.get("/api/tasks").json()["tasks"][0]["task_id"] == "d1"
             assert c.get("/api/task", params={"queue": "jobs", "id": "d1"}).status_code == 200
@@ -349,7 +351,7 @@ def test_metrics_tell_what_the_database_can(queue_url: str) -> None:
         q.add_many(["a", "b"])
         q.pause()
     before = time.time()
-    with TestClient(create_app(queue_url), client=LOCAL) as c:
+    with TestClient(create_app(queue_url), base_url=HERE, client=LOCAL) as c:
         scrape = c.get("/metrics")
     assert scrape.headers["content-type"].startswith("text/plain; version=")
     samples = _samples(scrape.text)
@@ -395,7 +397,7 @@ def test_charts_count_the_tasks_finished_per_minute(queue_url: str) -> None:
             lease = q.claim()
             assert lease is not None
             q.complete(lease.task_id, token=lease.token)
-    with TestClient(create_app(queue_url), client=LOCAL) as c:
+    with TestClient(create_app(queue_url), base_url=HERE, client=LOCAL) as c:
         hour = c.get("/api/charts", params={"queue": "jobs"}).json()
         day = c.get("/api/charts", params={"queue": "jobs", "window": "day"}).json()
         bad = c.get("/api/charts", params={"queue": "jobs", "window": "week"})

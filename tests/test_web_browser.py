@@ -47,6 +47,26 @@ def db(tmp_path: Path) -> str:
     return path
 
 
+def _follow(driver: Any, element: Any) -> None:
+    """Click a link or a form's button, and wait until the browser shows the next page:
+    a click returns once the click is sent, and the page it leads to may load later.
+
+    The old page is marked with a window property that the next document lacks.  While
+    the browser swaps documents, chromedriver may answer with errors other than "stale
+    element" (for example "Node with given id does not belong to the document"); those
+    mean "not yet" and the wait asks again."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.execute_script("window.sqlqOldPage = true")
+    element.click()
+    WebDriverWait(driver, 30, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(
+            "return window.sqlqOldPage === undefined && document.readyState === 'complete'"
+        )
+    )
+
+
 def _by_id(driver: Any, element_id: str) -> Any:
     from selenium.webdriver.common.by import By
 
@@ -74,18 +94,18 @@ def test_load_filter_open_and_redrive(driver: Any, db: str) -> None:
     with browser.server(db) as url:
         driver.get(url + "/")
         assert _rows(driver, "queues") == ["emails", "html"]
-        driver.find_element(By.LINK_TEXT, "Tasks").click()
+        _follow(driver, driver.find_element(By.LINK_TEXT, "Tasks"))
         filters = _by_id(driver, "filters")
         filters.find_element(By.NAME, "queue").send_keys("emails")
         Select(filters.find_element(By.NAME, "state")).select_by_visible_text("DEAD")
-        filters.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        _follow(driver, filters.find_element(By.CSS_SELECTOR, "button[type=submit]"))
         assert _rows(driver, "tasks") == ["broken-1"]
-        driver.find_element(By.LINK_TEXT, "broken-1").click()
+        _follow(driver, driver.find_element(By.LINK_TEXT, "broken-1"))
         assert _by_id(driver, "task-state").text == "DEAD"
         assert "SMTP 554" in _by_id(driver, "last-error").text
-        driver.find_element(By.CSS_SELECTOR, "button[value=redrive]").click()
+        _follow(driver, driver.find_element(By.CSS_SELECTOR, "button[value=redrive]"))
         assert "AVAILABLE again" in _by_id(driver, "message").text
-        driver.find_element(By.LINK_TEXT, "broken-1").click()
+        _follow(driver, driver.find_element(By.LINK_TEXT, "broken-1"))
         assert _by_id(driver, "task-state").text == "AVAILABLE"
     with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="emails") as q:
         assert q.status("broken-1") == "AVAILABLE"
@@ -96,11 +116,11 @@ def test_a_purge_asks_before_it_deletes(driver: Any, db: str) -> None:
 
     with browser.server(db) as url:
         driver.get(url + "/dead?queue=emails")
-        driver.find_element(By.XPATH, "//button[starts-with(., 'Purge all dead')]").click()
+        _follow(driver, driver.find_element(By.XPATH, "//button[starts-with(., 'Purge all dead')]"))
         assert "will be deleted" in _by_id(driver, "confirm-what").text
         with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="emails") as q:
             assert q.status("broken-1") == "DEAD"
-        _by_id(driver, "confirm").click()
+        _follow(driver, _by_id(driver, "confirm"))
         assert "1 dead task(s)" in _by_id(driver, "message").text
     with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="emails") as q:
         assert q.status("broken-1") is None
@@ -128,7 +148,7 @@ def test_a_payload_of_html_renders_as_text(driver: Any, db: str) -> None:
     with browser.server(db) as url:
         driver.get(url + "/tasks?queue=html")
         assert _rows(driver, "tasks") == [XSS]
-        driver.find_element(By.LINK_TEXT, XSS).click()
+        _follow(driver, driver.find_element(By.LINK_TEXT, XSS))
         assert _by_id(driver, "task-id").text == XSS
         assert XSS in _by_id(driver, "payload").text
         assert driver.find_elements(By.TAG_NAME, "img") == []

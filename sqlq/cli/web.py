@@ -95,9 +95,9 @@ def _serve(args: argparse.Namespace, make: Callable[[Any, str, str | None], Any]
     server, web = _extra()
     try:
         web.security.check_bind(args.host, token)
+        app = make(web, db.target, token)  # (it checks the token)
     except InvalidConfig as exc:
         raise UsageError(str(exc)) from None
-    app = make(web, db.target, token)
     where = f"[{args.host}]" if ":" in args.host else args.host
     print(f"sqlq {args.command}: {db.name} on http://{where}:{args.port}/", flush=True)
     server.run(app, host=args.host, port=args.port, log_level="warning")

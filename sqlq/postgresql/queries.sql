@@ -636,10 +636,18 @@ SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM reported) F
 
 -- name: browse_newest
 -- The dashboard's task list (sqlq.browse), newest first: a keyset page of the
--- tasks added before row :id, each filter given narrowing it.  Every column by
--- name (SELECT *: columns of later schema versions come along).  The primary key
--- serves the order and the page's start; the filters are checked on the way.
-SELECT * FROM sqlq_tasks
+-- tasks added before row :id, each filter given narrowing it.  The columns are
+-- read by name; payload and result only when :payloads (a page that shows none
+-- does not read megabytes of them).  The primary key serves the order and the
+-- page's start; the filters are checked on the way.
+SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+       retry_base, retry_cap, deadline, run_at,
+       CASE WHEN %(payloads)s THEN payload END AS payload,
+       CASE WHEN %(payloads)s THEN payload_bytes END AS payload_bytes,
+       last_error, created_at, updated_at, finished_at, name, stop_requested_at,
+       CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message,
+       dedupe_key, priority, group_key
+FROM sqlq_tasks
 WHERE id < %(id)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
@@ -650,8 +658,16 @@ LIMIT %(limit)s
 
 -- name: browse_line
 -- The dashboard's task list by position in the line (seq; then the row id, the
--- order added), front first: a keyset page after (:seq, :id).
-SELECT * FROM sqlq_tasks
+-- order added), front first: a keyset page after (:seq, :id); the columns as
+-- browse_newest's.
+SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+       retry_base, retry_cap, deadline, run_at,
+       CASE WHEN %(payloads)s THEN payload END AS payload,
+       CASE WHEN %(payloads)s THEN payload_bytes END AS payload_bytes,
+       last_error, created_at, updated_at, finished_at, name, stop_requested_at,
+       CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message,
+       dedupe_key, priority, group_key
+FROM sqlq_tasks
 WHERE (seq, id) > (%(seq)s, %(id)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)

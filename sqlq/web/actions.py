@@ -8,10 +8,10 @@ state changed underneath: a task no longer DEAD, a queue paused already ...).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from .. import payload as payloads
 from ..durable import Queue
 from ..errors import InvalidArgument
 
@@ -80,10 +80,7 @@ def add(queue: Queue, form: dict[str, str]) -> Outcome:
     """Add a task: task_id, payload (JSON text, or empty for none), name (or empty)."""
     task_id = _task_id(form)
     text = form.get("payload", "").strip()
-    try:
-        payload: Any = json.loads(text) if text else None
-    except ValueError as exc:
-        raise InvalidArgument(f"the payload is not JSON: {exc}") from None
+    payload = payloads.decode(text) if text else None  # (as `sqlq add --payload` reads it)
     if queue.add(task_id, payload=payload, name=form.get("name") or None):
         return Outcome(True, f"task {task_id!r} added to queue {queue.queue!r}")
     return Outcome(False, f"queue {queue.queue!r} has a task {task_id!r} already: not added")

@@ -9,13 +9,14 @@ its deadline past, until the next call on its queue releases it).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from ..backend import Backend, TaskRow
 from ..browse import ORDERS, Browse, Key, Order
-from ..contract import MAX_BATCH, State, check_queue_name, check_task_id
+from ..contract import MAX_BATCH, State, check_queue_name, check_task_id, check_task_name
 from ..durable import _info as task_info
 from ..errors import InvalidArgument
 from ..shapes import overview_json, task_json
@@ -103,6 +104,12 @@ def charts_json(backend: Backend, samples: list[Sample], queue: str, window: str
     }
 
 
+#: A page cursor (``cursor``) and a limit, in ASCII digits: str.isdigit() and int() take
+#: others too (superscripts, Arabic-Indic digits), and int() refuses some of those.
+_CURSOR = re.compile(r"-?[0-9]{1,18}\.[0-9]{1,18}")
+_NUMBER = re.compile(r"[0-9]{1,18}")
+
+
 def cursor(key: Key) -> str:
     return f"{key[0]}.{key[1]}"
 
@@ -120,7 +127,7 @@ def browse_of(params: Mapping[str, str]) -> Browse:
     return Browse(
         queue=None if queue is None else check_queue_name(queue),
         state=None if state is None else State(state),
-        name=params.get("name") or None,
+        name=check_task_name(params.get("name") or None),
         prefix=params.get("prefix") or None,
         order=_order(order),
         after=_key(params.get("after") or None),
@@ -135,15 +142,15 @@ def _order(text: str) -> Order:
 def _key(text: str | None) -> Key | None:
     if text is None:
         return None
-    seq, _, row_id = text.partition(".")
-    if not (seq.lstrip("-").isdigit() and row_id.isdigit()) or max(len(seq), len(row_id)) > 18:
+    if _CURSOR.fullmatch(text) is None:
         raise InvalidArgument(f"not a page cursor: {text!r}")
+    seq, _, row_id = text.partition(".")
     return int(seq), int(row_id)
 
 
 def _limit(text: str | None) -> int:
     if text is None:
         return PAGE
-    if not text.isdigit() or not 1 <= int(text) <= MAX_BATCH:
+    if _NUMBER.fullmatch(text) is None or not 1 <= int(text) <= MAX_BATCH:
         raise InvalidArgument(f"limit must be a whole number from 1 to {MAX_BATCH}, not {text!r}")
     return int(text)

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -126,6 +127,8 @@ def metrics_app(database: str, *, token: str | None = None) -> Starlette:
 
 
 def _app(board: Dashboard, routes: list[BaseRoute], token: str | None) -> Starlette:
+    security.check_token(token)
+
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> Any:
         yield
@@ -151,7 +154,7 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
 
     def tasks(request: Request, **fixed: str) -> Response:
         params = {**request.query_params, **fixed}
-        where = api.browse_of(params)
+        where = replace(api.browse_of(params), payloads=False)  # (the list shows none)
         page = api.tasks_json(board.backend(), where)
         following = None
         if page["next"] is not None:

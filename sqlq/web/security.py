@@ -3,9 +3,13 @@
 * Access: with a token, every request must carry it: ``Authorization: Bearer
   <token>``, or HTTP basic auth with the token as the password (any user name;
   browsers ask for it themselves).  Without a token only clients on this machine
-  (loopback addresses) are served; ``check_bind`` refuses to serve another address
-  without a token.  The token is asked of every request, local ones included, so
-  that a reverse proxy on this machine does not open the dashboard to its clients.
+  (loopback addresses) are served, and only under a loopback name (the Host header:
+  ``localhost``, ``127.0.0.1``, ``[::1]``), since a browser takes a page of a name an
+  attacker's DNS rebinds to 127.0.0.1 for that attacker's own site and lets its scripts
+  read the answers; ``check_bind`` refuses to serve another address without a token.
+  The token is asked of every request, local ones included, so that a reverse proxy
+  on this machine does not open the dashboard to its clients; ``check_token`` refuses
+  one shorter than 16 characters.
 * Cross-site requests: every action is a POST that carries the session's CSRF
   token in a form field, equal to the ``sqlq_csrf`` cookie (SameSite=Strict, so a
   request another site makes carries none), from a page whose Origin, when the
@@ -63,23 +67,30 @@ def check_bind(host: str, token: str | None) -> None:
             f"serving on {host} lets other machines in: give an access token "
             "(--token, or the SQLQ_WEB_TOKEN environment variable)"
         )
+
+
+def check_token(token: str | None) -> None:
+    """Refuse a token that guards little or nothing (an empty one matches an empty
+    ``Authorization: Bearer``)."""
     if token is not None and len(token) < 16:
         raise InvalidConfig("the access token must be at least 16 characters long")
 
 
 def authorized(request: Request, token: str | None) -> bool:
     """May ``request`` use the dashboard (see the module docstring)?"""
-    if token is None:
-        return request.client is not None and is_loopback(request.client.host)
-    kind, _, given = request.headers.get("authorization", "").partition(" ")
+    if token is None:  # (the Host too: a page of a name rebound to 127.0.0.1 is another site)
+        client = request.client
+        return client is not None and is_loopback(client.host) and is_loopback(request.url.hostname)
+    kind, _, text = request.headers.get("authorization", "").partition(" ")
+    given = text.encode("latin-1")  # the bytes sent (Starlette reads headers as latin-1)
     if kind.lower() == "basic":
         try:
-            given = base64.b64decode(given, validate=True).decode().partition(":")[2]
-        except (binascii.Error, UnicodeDecodeError):
+            given = base64.b64decode(given, validate=True).partition(b":")[2]
+        except binascii.Error:
             return False
     elif kind.lower() != "bearer":
         return False
-    return hmac.compare_digest(given.encode(), token.encode())
+    return hmac.compare_digest(given, token.encode())
 
 
 class Guard:
@@ -116,7 +127,9 @@ class Guard:
         refusal: Response
         if self.token is None:
             refusal = PlainTextResponse(
-                "this dashboard serves this machine only (start it with a token)", 403
+                "this dashboard serves this machine only, at a loopback address or localhost "
+                "(start it with a token to serve others)",
+                403,
             )
         else:
             refusal = PlainTextResponse(
