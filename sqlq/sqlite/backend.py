@@ -78,7 +78,7 @@ from ..records import (
 from ..retry import Retry, stored_policy
 from . import driver, files
 from .gate import Gate
-from .migrate import check_schema, ensure_schema, latest_version
+from .migrate import GROUP_TRIGGERS, apply_on_demand, check_schema, ensure_schema, latest_version
 from .queries import Q
 
 Synchronous = Literal["full", "normal"]
@@ -871,13 +871,12 @@ class SqliteTransaction:
         return True
 
     def _grouping(self) -> None:
-        """Before a grouped task is added: the triggers that keep its group's row (made
-        by the first such add of the file, see migrations/0011), and the claims of
-        this call take the statements that know groups."""
+        """Before a grouped task is added: the triggers that keep its group's row (the
+        on-demand migration the first such add of the file applies, see
+        migrations/on_demand/0001), and the claims of this call take the statements
+        that know groups."""
         if not self.groups:
-            self._cur.execute(Q.create_group_added_trigger)
-            self._cur.execute(Q.create_group_moved_trigger)
-            self._cur.execute(Q.mark_grouped)
+            apply_on_demand(self._cur, GROUP_TRIGGERS)
             self.groups = True
 
     def insert_many(

@@ -673,63 +673,10 @@ WHERE queue = :queue ORDER BY group_key
 SELECT group_key, running, live FROM sqlq_groups
 WHERE queue = :queue AND live > 0 ORDER BY group_key
 
--- name: mark_grouped
--- With the triggers (see _grouping): the file has had grouped tasks, so that the
--- first statement of a call looks for the queue's groups from now on.
-UPDATE sqlq_clock SET grouped = 1 WHERE id = 1 AND grouped = 0
-
--- name: create_group_added_trigger
--- Before the first add of a grouped task in the file (see migrations/0011; no
--- change if it exists): a grouped task added gets its group's row (with the
--- limits that apply to it, from sqlq_limits) and counts in it, at the front of
--- its line if AVAILABLE and before the front it had (the lowest (line_key, seq)).
-CREATE TRIGGER IF NOT EXISTS sqlq_group_added AFTER INSERT ON sqlq_tasks
-WHEN new.group_key IS NOT NULL
-BEGIN
-    INSERT INTO sqlq_groups (queue, group_key, cap, spacing)
-    SELECT new.queue, new.group_key, coalesce(l.concurrency, 9223372036854775807),
-           l.per / l.rate
-    FROM (SELECT 1) LEFT JOIN (SELECT concurrency, rate, per FROM sqlq_limits
-                               WHERE queue = new.queue
-                                 AND (group_key = new.group_key OR group_key = '')
-                               ORDER BY group_key = '' LIMIT 1) AS l
-    WHERE true
-    ON CONFLICT (queue, group_key) DO NOTHING;
-    UPDATE sqlq_groups
-    SET live = live + 1,
-        head_key = iif(new.state = 'AVAILABLE'
-                       AND (head IS NULL OR (new.line_key, new.seq) < (head_key, head)),
-                       new.line_key, head_key),
-        head = iif(new.state = 'AVAILABLE'
-                   AND (head IS NULL OR (new.line_key, new.seq) < (head_key, head)),
-                   new.seq, head)
-    WHERE queue = new.queue AND group_key = new.group_key;
-END
-
--- name: create_group_moved_trigger
--- With create_group_added_trigger: every change of a grouped task's state moves
--- its group's row in the same statement: a lease taken (running + 1, the rate's
--- tat moved on, the turn taken) or ended however it ends (running - 1), the
--- unfinished tasks, and the front of the line: read again from the group's line
--- (one probe of sqlq_tasks_group_line) when the task was or is AVAILABLE (a task
--- that joins may go before the front: a higher priority).
-CREATE TRIGGER IF NOT EXISTS sqlq_group_moved AFTER UPDATE OF state ON sqlq_tasks
-WHEN new.group_key IS NOT NULL AND new.state <> old.state
-BEGIN
-    UPDATE sqlq_groups
-    SET running = running + (new.state = 'RESERVED') - (old.state = 'RESERVED'),
-        live = live
-               + (new.state = 'AVAILABLE' OR new.state = 'WAITING' OR new.state = 'RESERVED')
-               - (old.state = 'AVAILABLE' OR old.state = 'WAITING' OR old.state = 'RESERVED'),
-        tat = iif(new.state = 'RESERVED' AND spacing IS NOT NULL,
-                  max(tat, new.updated_at) + spacing, tat),
-        turn = iif(new.state = 'RESERVED', new.lease_id, turn)
-    WHERE queue = new.queue AND group_key = new.group_key;
-    UPDATE sqlq_groups
-    SET (head_key, head) = (SELECT line_key, seq FROM sqlq_tasks
-                            WHERE queue = new.queue AND group_key = new.group_key
-                              AND state = 'AVAILABLE'
-                            ORDER BY {{_line_order}} LIMIT 1)
-    WHERE queue = new.queue AND group_key = new.group_key
-      AND (old.state = 'AVAILABLE' OR new.state = 'AVAILABLE');
-END
+-- name: record_on_demand
+-- An on-demand migration (migrations/on_demand/, see migrate.apply_on_demand),
+-- recorded under its negative version in the transaction that applies it; no
+-- change (no row) if it was applied before, and then its statements are not run.
+INSERT INTO sqlq_migrations (version, name, checksum, applied_at)
+VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (version) DO NOTHING

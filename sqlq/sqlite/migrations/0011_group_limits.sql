@@ -16,12 +16,12 @@
 --   the order of the round robin).  Two triggers keep it in step with the tasks
 --   in the statement that moves a task, whatever statement that is (a claim, a
 --   completion, an expiry applied, a cancel), so a slot is freed in the
---   transaction that ends its lease.  They are not made here but before the
---   first add of a grouped task (queries.sql: create_group_added_trigger,
---   create_group_moved_trigger): every statement that moves a task runs the
---   program of a trigger on it (its WHEN is checked inside), which costs the
---   add, claim and completion of a file whose queues never use groups a sixth
---   more.  The claims pick a group by the partial indexes of groups that can
+--   transaction that ends its lease.  They are not made here but by the
+--   on-demand migration 1 (migrations/on_demand/0001_group_triggers.sql), which
+--   the first add of a grouped task applies and records: every statement that
+--   moves a task runs the program of a trigger on it (its WHEN is checked
+--   inside), which costs the add, claim and completion of a file whose queues
+--   never use groups a sixth more.  The claims pick a group by the partial indexes of groups that can
 --   start one (a front of line and a free slot): a group at its limit is not
 --   read at all.
 
@@ -35,8 +35,8 @@ CREATE INDEX sqlq_tasks_line ON sqlq_tasks (queue, line_key, seq)
 CREATE INDEX sqlq_tasks_group_line ON sqlq_tasks (queue, group_key, line_key, seq)
     WHERE group_key IS NOT NULL AND state = 'AVAILABLE';
 
--- sqlq_clock.grouped: 1 once a grouped task was added to the file (when the
--- triggers were made): until then the first statement of a call does not look
+-- sqlq_clock.grouped: 1 once a grouped task was added to the file (set by the
+-- on-demand migration that makes the triggers): until then the first statement of a call does not look
 -- for groups (open_call), so a file without groups pays no probe of them.
 ALTER TABLE sqlq_clock ADD COLUMN grouped INTEGER NOT NULL DEFAULT 0 CHECK (grouped IN (0, 1));
 
