@@ -508,7 +508,7 @@ MUTANTS = [
     ),
     Mutant(  # only a completion frees a slot: a failure or an expiry keeps it
         "sql-expiry-keeps-the-slot",
-        "sqlq/sqlite/queries.sql",
+        "sqlq/sqlite/migrations/on_demand/0001_group_triggers.sql",
         "running = running + (new.state = 'RESERVED') - (old.state = 'RESERVED'),",
         "running = running + (new.state = 'RESERVED')\n"
         "                  - (old.state = 'RESERVED' AND new.state = 'COMPLETED'),",
@@ -520,6 +520,13 @@ MUTANTS = [
         "- (OLD.state = 'RESERVED')::int,",
         "- (OLD.state = 'RESERVED' AND NEW.state = 'COMPLETED')::int,",
         LIMITS,
+    ),
+    Mutant(  # calls that move grouped tasks no longer take the queue's turn first
+        "pg-grouped-moves-take-no-turn",
+        "sqlq/postgresql/queries.sql",
+        "c.grouped AND %(serial)s::boolean",
+        "false AND %(serial)s::boolean",
+        ("tests/test_limits.py::test_calls_that_move_grouped_tasks_never_deadlock_on_postgresql",),
     ),
     Mutant(
         "memory-ended-lease-keeps-its-slot",

@@ -641,18 +641,20 @@ class PostgresTransaction:
             self._open_with(self._cur)
             return
         self._cur = backend.send_first(Q.open_call, self._call_params(None))
-        mark, now, due = self._cur.fetchone()
-        if not due and now <= mark + MARK_LAG:
+        mark, now, due, serial = self._cur.fetchone()
+        if not due and not serial and now <= mark + MARK_LAG:
             self._mark, self._now, self._autocommit = mark, now, True
             return
         self._cur.execute(Q.begin)
+        if serial:  # the turn open_call took ended with it: taken again, first
+            self._cur.execute(Q.lock_queue, {"queue": self.queue})
         self._after_clock(mark, now, due)
 
     def _open_with(self, cur: Any) -> None:
         """In the call's transaction: strict mode's turn, open_call, the due events."""
         if self._backend.strict:
             cur.execute(Q.lock_queue, {"queue": self.queue})
-        mark, now, due = cur.execute(Q.open_call, self._call_params(None)).fetchone()
+        mark, now, due, _ = cur.execute(Q.open_call, self._call_params(None)).fetchone()
         self._after_clock(mark, now, due)
 
     def _after_clock(self, mark: Number, now: Number, due: bool) -> None:
@@ -669,16 +671,27 @@ class PostgresTransaction:
         if due or (asked is not None and asked < mark):
             self._opened(self, now if asked is None else asked)
 
-    def _call_params(self, now: Number | None) -> dict[str, Any]:
-        """The parameters of _call (queries.sql): the call's time once known."""
-        return {"queue": self.queue, "now": now, "asked": self._asked, "lag": MARK_LAG}
+    def _call_params(self, now: Number | None, serial: bool = True) -> dict[str, Any]:
+        """The parameters of _call (queries.sql): the call's time once known, and
+        whether the call takes the queue's turn in a queue with grouped tasks (every
+        call but a claim: see _call's lock order)."""
+        return {
+            "queue": self.queue,
+            "now": now,
+            "asked": self._asked,
+            "lag": MARK_LAG,
+            "serial": serial,
+        }
 
-    def _write(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def _write(
+        self, statement: str, params: dict[str, Any], serial: bool = True
+    ) -> list[tuple[Any, ...]]:
         """Run a statement that starts with _call (queries.sql); its rows without the
         clock's four columns.  The first statement of a lazy call carries the clock
         and the due check; if something is due (or the mark must be raised) it
-        changed nothing, and runs again once the call has opened."""
-        params.update(self._call_params(None if self._pending else self._now))
+        changed nothing, and runs again once the call has opened.  ``serial``
+        false: a claim, which needs no turn (see _call)."""
+        params.update(self._call_params(None if self._pending else self._now, serial))
         if self._pending:
             self._pending = False
             commits = self._autocommit = self._one_write
@@ -845,7 +858,7 @@ class PostgresTransaction:
 
     def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
         params = {"queue": queue, "n": n, "seconds": seconds, "max_time": MAX_TIME}
-        found = self._write(Q.claim_front_many, params)
+        found = self._write(Q.claim_front_many, params, serial=False)
         if found[0][0]:  # grouped tasks: one at a time, each may use up a group's slot
             return claim_each(lambda: self._claim_grouped(queue, seconds, fair), n)
         rows = [_claimed(row[1:]) for row in found if row[1]]
@@ -864,14 +877,14 @@ class PostgresTransaction:
 
     def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
         params = {"queue": queue, "seconds": seconds, "max_time": MAX_TIME}
-        ((grouped, *row),) = self._write(Q.claim_front, params)
+        ((grouped, *row),) = self._write(Q.claim_front, params, serial=False)
         if grouped:
             return self._claim_grouped(queue, seconds, fair)
         return _claimed(tuple(row)) if row[0] else None
 
     def _claim_grouped(self, queue: str, seconds: Number, fair: bool) -> Claimed | None:
         params = {"queue": queue, "seconds": seconds, "max_time": MAX_TIME, "fair": fair}
-        (row,) = self._write(Q.claim_grouped, params)
+        (row,) = self._write(Q.claim_grouped, params, serial=False)
         return _claimed(row) if row[0] else None
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:

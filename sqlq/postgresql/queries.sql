@@ -72,9 +72,9 @@ SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(q
 -- (see _call, with :now NULL): the high-water mark of passed-in times, the
 -- call's time (the later of the mark and :asked, or of the mark and the
 -- server's clock when nothing was asked), and whether anything in the queue is
--- due then.
+-- due then; last, whether it took the queue's turn (see _call).
 WITH {{_call}}
-SELECT mark, now, due FROM call
+SELECT mark, now, due, serial FROM call
 
 -- name: _call
 -- Fragment: the call's clock, the first CTE of open_call and of each statement
@@ -89,12 +89,26 @@ SELECT mark, now, due FROM call
 -- The probes use the partial indexes: the IS NOT NULL conditions are what lets
 -- the planner choose them (the time is unknown when it plans; without them it
 -- guesses that a third of the table matches and scans it all).
+-- Lock order (see migrations/0008): in a queue with unfinished grouped tasks
+-- (only probed in a schema that ever had one: sqlq_clock.grouped), a call that
+-- may move tasks other than by claiming them (:serial) first takes the queue's
+-- turn (the advisory lock of lock_queue and try_lock_queue), before any row
+-- lock of the statement: `serial` (the turn taken) is computed when `call` is
+-- read (a CTE with volatile functions is computed once, whole), and the
+-- statement locks its rows after that.
 call AS (
     SELECT t.mark, t.now, t.due,
            %(now)s::float8 IS NOT NULL
            OR (%(asked)s::float8 IS NULL AND NOT t.due
-               AND t.now <= t.mark + %(lag)s::float8) AS go
-    FROM (SELECT c.now AS mark, x.now,
+               AND t.now <= t.mark + %(lag)s::float8) AS go,
+           t.grouped,
+           t.serial AND pg_advisory_xact_lock(
+                            hashtextextended(current_schema() || ':' || %(queue)s, 0))::text
+                        IS NOT NULL AS serial
+    FROM (SELECT c.now AS mark, x.now, c.grouped,
+                 c.grouped AND %(serial)s::boolean
+                 AND EXISTS (SELECT 1 FROM sqlq_groups
+                             WHERE queue = %(queue)s AND live > 0) AS serial,
                  %(now)s::float8 IS NULL
                  AND (EXISTS (SELECT 1 FROM sqlq_tasks
                               WHERE queue = %(queue)s AND deadline IS NOT NULL
@@ -227,10 +241,15 @@ SELECT task_id FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = ANY (%(ids)
 -- (at most :max_time).  A front row that another transaction is claiming is
 -- skipped (the next one is taken).  Nothing while the queue is paused (a probe
 -- of sqlq_paused's key).  Only in a queue without unfinished grouped tasks (a
--- probe of sqlq_groups_live), from its ungrouped line; the answer says whether
--- it has any (then claim_grouped claims).  Then the task, or NULLs.
+-- probe of sqlq_groups_live, in a schema that ever had a grouped task:
+-- sqlq_clock.grouped), from its ungrouped line; the answer says whether it has
+-- any (then claim_grouped claims).  A claim takes rows only with SKIP LOCKED:
+-- it never waits for a lock, so it runs without the queue's turn (:serial
+-- false, see _call).  Then the task, or NULLs.
 WITH {{_call}}, grouped AS (
-    SELECT EXISTS (SELECT 1 FROM sqlq_groups WHERE queue = %(queue)s AND live > 0) AS found
+    SELECT call.grouped
+           AND EXISTS (SELECT 1 FROM sqlq_groups WHERE queue = %(queue)s AND live > 0) AS found
+    FROM call
 ), claimed AS (
     UPDATE sqlq_tasks
     SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
@@ -254,7 +273,9 @@ FROM call LEFT JOIN claimed ON true
 -- after (mark, now, due, go, grouped) if none).  Nothing while the queue is
 -- paused, nor in a queue with unfinished grouped tasks (as claim_front).
 WITH {{_call}}, grouped AS (
-    SELECT EXISTS (SELECT 1 FROM sqlq_groups WHERE queue = %(queue)s AND live > 0) AS found
+    SELECT call.grouped
+           AND EXISTS (SELECT 1 FROM sqlq_groups WHERE queue = %(queue)s AND live > 0) AS found
+    FROM call
 ), line AS (
     SELECT id, line_key, seq FROM sqlq_tasks
     WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL

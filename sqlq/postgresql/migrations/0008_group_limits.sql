@@ -10,6 +10,19 @@
 -- move of a grouped task updates the group's row in its trigger, waiting for
 -- that lock.  A lease that ran out counts until a call applies its expiry,
 -- whose trigger frees the slot in that call's transaction.
+--
+-- Lock order, so that no two calls wait for each other: a claim never waits
+-- for a row (SKIP LOCKED on the group and on the task alike).  Every other call
+-- on a queue with unfinished grouped tasks takes the queue's turn first (the
+-- transaction's advisory lock of queries.sql lock_queue, taken by _call before
+-- the statement locks any row; applying due events takes it too), so of the
+-- calls that wait for rows, one at a time holds a group's row: the rest of a
+-- cycle could only be claims, which wait for nothing.  Without the turn, a call
+-- that moves tasks of several groups (settle_and_claim, complete_many, due
+-- expiries, redrive) waits for one group's row while holding another's, or for
+-- a task while holding a group's row, and two such calls deadlock.
+-- sqlq_clock.grouped says whether the schema ever had a grouped task: until
+-- then no call probes the queue's groups.
 
 ALTER TABLE sqlq_tasks ADD COLUMN group_key text CHECK (length(group_key) > 0);
 
@@ -53,8 +66,11 @@ CREATE INDEX sqlq_groups_by_turn ON sqlq_groups (queue, turn, head_key, head)
 
 CREATE INDEX sqlq_groups_live ON sqlq_groups (queue) WHERE live > 0;
 
+ALTER TABLE sqlq_clock ADD COLUMN grouped boolean NOT NULL DEFAULT false;
+
 CREATE FUNCTION sqlq_group_added() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    UPDATE sqlq_clock SET grouped = true WHERE id = 1 AND NOT grouped;
     INSERT INTO sqlq_groups AS g (queue, group_key, live, head_key, head, cap, spacing)
     SELECT NEW.queue, NEW.group_key, 1,
            CASE WHEN NEW.state = 'AVAILABLE' THEN NEW.line_key END,
