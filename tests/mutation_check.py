@@ -526,7 +526,10 @@ MUTANTS = [
         "sqlq/postgresql/queries.sql",
         "c.grouped AND %(serial)s::boolean",
         "false AND %(serial)s::boolean",
-        ("tests/test_limits.py::test_calls_that_move_grouped_tasks_never_deadlock_on_postgresql",),
+        (
+            "tests/test_postgresql_faults.py"
+            "::test_two_settles_over_two_groups_in_opposite_orders_do_not_deadlock",
+        ),
     ),
     Mutant(
         "memory-ended-lease-keeps-its-slot",
