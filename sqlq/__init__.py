@@ -8,11 +8,11 @@
 
 from . import errors
 from .aio import AsyncQueue
-from .contract import Cancel, State
+from .contract import Cancel, Limit, State
 from .durable import Queue
 from .executors import stop_requested
 from .memory import WorkQueue
-from .records import Checkpoint, Heartbeat, Lease, QueueStats, TaskInfo
+from .records import Checkpoint, GroupUse, Heartbeat, Lease, QueueStats, TaskInfo
 from .retry import Retry
 from .schedule import Schedule
 from .tasks import Task, Tasks
@@ -22,8 +22,10 @@ __all__ = [
     "AsyncQueue",
     "Cancel",
     "Checkpoint",
+    "GroupUse",
     "Heartbeat",
     "Lease",
+    "Limit",
     "Queue",
     "QueueStats",
     "Retry",

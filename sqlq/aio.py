@@ -123,6 +123,10 @@ class AsyncQueue:
     forget_schedule = _twin(Queue.forget_schedule)
     result = _twin(Queue.result)
     progress = _twin(Queue.progress)
+    set_limit = _twin(Queue.set_limit)
+    remove_limit = _twin(Queue.remove_limit)
+    limits = _twin(Queue.limits)
+    groups = _twin(Queue.groups)
 
     async def wait_for_result(
         self,

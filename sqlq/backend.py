@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import sqlalchemy as sa
 
-from .contract import DEFAULT_AGING, Completion, Number, Outcome, State
+from .contract import DEFAULT_AGING, Completion, Limit, Number, Outcome, State
 from .payload import Encoded
 from .records import (
     Checkpoint,
@@ -79,12 +79,22 @@ class TaskRow(NamedTuple):
     result: str | None = None
     progress: float | None = None
     progress_message: str | None = None
+    group: str | None = None
     dedupe_key: str | None = None
     priority: int = 0
 
 
 #: What a claim hands back: (task id, token, attempt, payload, task name).
 Claimed = tuple[str, int, int, Encoded, str | None]
+
+
+def claim_each(claim: Callable[[], Claimed | None], n: int) -> list[Claimed]:
+    """``claim()`` up to ``n`` times, until it finds nothing: a claim_many whose claims
+    each depend on the one before (a group's slots and rate)."""
+    claimed: list[Claimed] = []
+    while len(claimed) < n and (one := claim()) is not None:
+        claimed.append(one)
+    return claimed
 
 
 #: What stats and snapshot read: (counts per state, front of line available since,
@@ -137,8 +147,9 @@ class Transaction(Protocol):
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
+        group: str | None = None,
     ) -> bool:
-        """Add a task: AVAILABLE at its place in the line (``priority``'s, see the
+        """Add a task (of ``group``): AVAILABLE at its place in the line (``priority``'s, see the
         module docstring), or WAITING until ``run_at``.
 
         False (and no change) if the id exists in the queue.
@@ -155,12 +166,13 @@ class Transaction(Protocol):
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
+        group: str | None = None,
     ) -> list[bool]:
         """``insert`` for each (task id, payload, name) in order; an id seen earlier in the
         batch counts as existing."""
         ...
 
-    def claim_many(self, queue: str, n: int, seconds: Number) -> list[Claimed]:
+    def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
         """``claim`` up to ``n`` times, in line order (tokens increasing)."""
         ...
 
@@ -169,9 +181,18 @@ class Transaction(Protocol):
         result) whose lease is current; returns how many completed."""
         ...
 
-    def claim(self, queue: str, seconds: Number) -> Claimed | None:
+    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
         """Reserve the front AVAILABLE task (the lowest line key, then seq) until
-        ``time_after(now, seconds)``, or None."""
+        ``time_after(now, seconds)``, or None.
+
+        A grouped task is a candidate only while its group is below its limits at
+        ``now`` (see set_limit); the front of the ungrouped line and the front of the
+        first such group compete in line order (the lowest line key, then seq).  The
+        first group is the one whose front is first in line, or with ``fair`` the
+        one whose latest claim is the oldest (round robin).  The claim counts against
+        its group's limits in the same transaction, and every end of the lease frees
+        the slot in the transaction that ends it.
+        """
         ...
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
@@ -305,6 +326,7 @@ class Transaction(Protocol):
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
+        group: str | None = None,
     ) -> bool:
         """``insert`` of a task holding ``key``; False, and no change, if the id exists
         or another task holds the key (one added meanwhile by a concurrent call,
@@ -316,6 +338,22 @@ class Transaction(Protocol):
         WAITING until then, or None: AVAILABLE, keeping its place in the line if it
         was AVAILABLE, else at the back.  A compare-and-set on the holder's state
         and seq as found: False, and no change, if it moved meanwhile."""
+        ...
+
+    # --- per-key limits (see Queue.set_limit) -------------------------------------------
+
+    def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
+        """Store the limits of ``group`` ('' for the queue's default), or remove them
+        (``limit`` None), and apply them to the groups they concern; False if there
+        was nothing to remove."""
+        ...
+
+    def limits(self, queue: str) -> dict[str, Limit]:
+        """The limits stored for the queue, by group ('' for the default)."""
+        ...
+
+    def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
+        """(leases, unfinished tasks) of each group with unfinished tasks."""
         ...
 
 

@@ -105,5 +105,6 @@ def task_row(
             progress_message=c["progress_message"],
             dedupe_key=c["dedupe_key"],
             priority=c["priority"],
+            group=c["group_key"],
         ),
     )

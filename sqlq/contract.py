@@ -48,6 +48,20 @@ before it, and a task waits for a higher-priority task that joins at most
 With ``aging=None`` priorities are strict: aging is STRICT_AGING, more than any
 two times differ, so a lower priority waits while any higher one is AVAILABLE.
 One priority (all 0, the default) is the FIFO line of the core contract.
+
+Per-key limits (see ``Queue.set_limit``): a task added with a group holds a slot
+of it from its claim until its lease ends, however it ends (complete, fail,
+release, cancel, expiry); a claim takes a grouped task only while its group has
+fewer leases than its concurrency limit and its rate allows a start at the
+call's time (starts ``per / rate`` apart).  Among the tasks it may take, a claim
+takes the first in line (the lowest line key, see Priorities above), or
+with ``fair`` the front of the group whose latest claim is the oldest, unless the
+front of the ungrouped line comes before it.  Limits change no state: a task a
+limit holds back stays AVAILABLE.  How a database keeps the groups is its own
+and answers nothing differently: SQLite makes its group triggers by a recorded
+on-demand migration at the first grouped add; PostgreSQL has every call that
+moves tasks of a queue with grouped tasks, other than a claim, take the queue's
+turn first, so that such calls never deadlock (a claim never waits for a lock).
 """
 
 from __future__ import annotations
@@ -56,7 +70,7 @@ import math
 import random
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from . import payload as payloads
 from .errors import (
@@ -584,3 +598,48 @@ def _iterable(items: object, wrong: str) -> Iterable[object]:
 def _check_size(items: list[Any]) -> None:
     if len(items) > MAX_BATCH:
         raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks")
+
+
+# --- per-key limits (Queue.set_limit) ------------------------------------------------
+
+
+class Limit(NamedTuple):
+    """The limits of a group (see ``Queue.set_limit``); None: no such limit."""
+
+    #: At most this many leases of the group at once.
+    concurrency: int | None = None
+    #: At most ``rate`` starts (claims) per ``per`` seconds, spaced ``per / rate`` apart.
+    rate: int | None = None
+    per: float | None = None
+
+
+#: The most leases or starts per period a limit may name.
+MAX_LIMIT: Final = 2**31 - 1
+
+
+def check_group(group: object) -> str | None:
+    """A task's group: None (no group) or a usable name (as a task's name)."""
+    return None if group is None else check_name(group, "group", InvalidArgument)
+
+
+def limit_key(group: object) -> str:
+    """How the limits name a group: its name, or '' for the queue's default (None)."""
+    return "" if group is None else check_name(group, "group", InvalidArgument)
+
+
+def check_limit(concurrency: object, rate: object, per: object) -> Limit:
+    """The limits of a group: ``concurrency`` leases at once and ``rate`` starts per
+    ``per`` seconds (1 if not given), each None for no such limit.  A starts limit
+    spaces the starts ``per / rate`` seconds apart, so no span of ``per`` seconds
+    holds more than ``rate`` of them."""
+    for value, what in ((concurrency, "concurrency"), (rate, "rate")):
+        if value is not None:
+            check_count(value, what, MAX_LIMIT)
+    if rate is None:
+        if per is not None:
+            raise InvalidArgument("per (seconds) goes with a rate: give rate=starts too")
+        return Limit(concurrency, None, None)  # type: ignore[arg-type]
+    seconds = 1.0 if per is None else check_seconds(per, "per")
+    if seconds <= 0:
+        raise InvalidArgument("per must be a positive number of seconds")
+    return Limit(concurrency, rate, float(seconds))  # type: ignore[arg-type]

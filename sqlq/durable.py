@@ -32,6 +32,7 @@ from .contract import (
     NO_START,
     Cancel,
     Completion,
+    Limit,
     Number,
     Outcome,
     State,
@@ -42,7 +43,9 @@ from .contract import (
     check_error,
     check_failures,
     check_flag,
+    check_group,
     check_leases,
+    check_limit,
     check_max_attempts,
     check_name,
     check_priority,
@@ -61,13 +64,22 @@ from .contract import (
     check_time,
     check_token,
     first_run,
+    limit_key,
     result_of,
     time_after,
     undecodable_error,
 )
 from .errors import ClockSkew, InvalidArgument, InvalidConfig, InvalidPayload, SchemaError
 from .keys import Added, Keyed, KeyRule, check_key, on_holder
-from .records import Checkpoint, Heartbeat, Lease, QueueStats, ScheduleState, TaskInfo
+from .records import (
+    Checkpoint,
+    GroupUse,
+    Heartbeat,
+    Lease,
+    QueueStats,
+    ScheduleState,
+    TaskInfo,
+)
 from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
@@ -113,6 +125,10 @@ class Queue:
     and ``file_mode`` (of a new database file, 0o600 by default); for
     PostgreSQL ``synchronous``, ``busy_timeout`` (for any lock), ``strict`` and
     ``listen`` (see sqlq.postgresql.backend).
+
+    ``fair``: this object's claims take grouped tasks round robin between the
+    groups (the group served longest ago first) instead of in line order; see
+    ``set_limit``.
     """
 
     def __init__(
@@ -128,10 +144,12 @@ class Queue:
         rng: random.Random | None = None,
         max_clock_step: float | None = DEFAULT_MAX_CLOCK_STEP,
         aging: float | None = DEFAULT_AGING,
+        fair: bool = False,
         **options: Any,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
         self.aging = check_aging(aging)
+        self.fair = check_flag(fair, "fair")
         if max_clock_step is not None and (
             isinstance(max_clock_step, bool)
             or not isinstance(max_clock_step, int | float)
@@ -195,6 +213,7 @@ class Queue:
         key: None = None,
         on_key: None = None,
         key_window: None = None,
+        group: str | None = None,
     ) -> bool: ...
 
     @overload
@@ -214,6 +233,7 @@ class Queue:
         key: str,
         on_key: str | None = None,
         key_window: Number | None = None,
+        group: str | None = None,
     ) -> Added: ...
 
     def add(
@@ -232,6 +252,7 @@ class Queue:
         key: str | None = None,
         on_key: str | None = None,
         key_window: Number | None = None,
+        group: str | None = None,
     ) -> bool | Added:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
@@ -239,9 +260,10 @@ class Queue:
         connection of ``self.engine`` in an open transaction) the task is added
         in that transaction: it exists only if the caller commits.  ``name`` is
         stored with the task and its leases carry it; ``max_attempts`` and
-        ``retry`` replace the queue's for this task.  ``priority`` (an int from
-        -1000 to 1000, higher first) places it in the line with the queue's
-        ``aging`` (see sqlq.contract).
+        ``retry`` replace the queue's for this task.  ``group`` (a tenant, a
+        user, an API) puts it under that group's limits (see ``set_limit``).
+        ``priority`` (an int from -1000 to 1000, higher first) places it in the
+        line with the queue's ``aging`` (see sqlq.contract).
 
         With ``key`` (a dedupe key), ``on_key`` ("refuse", "merge" or "debounce")
         and ``key_window`` (seconds) say what happens if another task holds the
@@ -253,22 +275,23 @@ class Queue:
             priority = check_priority(priority)
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        if name is None and max_attempts is None and retry is None:  # the usual case, at once
-            limit, policy = self.max_attempts, self.retry
+        if name is None and max_attempts is None and retry is None and group is None:
+            limit, policy = self.max_attempts, self.retry  # the usual case, at once
         else:
             name = check_task_name(name)
+            group = check_group(group)
             limit, policy = self._policy(max_attempts, retry)
         if key is not None or on_key is not None or key_window is not None:
             rule = check_key(key, on_key, key_window)
             with self._call(now, conn) as tx:
                 waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
                 task = (task_id, limit, policy, encoded, waiting, name)
-                return self._add_keyed(tx, rule, task, priority)
+                return self._add_keyed(tx, rule, task, priority, group)
         with self._call(now, conn, one_write=True) as tx:
             waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
             return tx.insert(
                 self.queue, task_id, limit, policy, encoded, waiting, name,
-                priority=priority, aging=self.aging,
+                priority=priority, aging=self.aging, group=group,
             )  # fmt: skip
 
     def _add_keyed(
@@ -277,6 +300,7 @@ class Queue:
         rule: KeyRule,
         task: tuple[str, int, Retry, payloads.Encoded, Number | None, str | None],
         priority: int,
+        group: str | None,
     ) -> Added:
         """add with a dedupe key (see sqlq.keys): the holder first, then the insert.
         On PostgreSQL a concurrent call may take the key, or move its holder, between
@@ -292,7 +316,7 @@ class Queue:
                     return Added(outcome, holder.task_id)
             elif tx.insert_keyed(self.queue, task_id, rule.key, limit, policy, encoded,
                                  waiting, name, priority=priority,
-                                 aging=self.aging):  # fmt: skip
+                                 aging=self.aging, group=group):  # fmt: skip
                 return Added(Keyed.ADDED, task_id)
             elif tx.get(self.queue, task_id) is not None:
                 return Added(Keyed.EXISTS, None)
@@ -303,7 +327,7 @@ class Queue:
         Only the id is handed out: the payload is not read (nor decoded).
         """
         with self._call(now) as tx:
-            claimed = tx.claim(self.queue, self.lease_seconds)
+            claimed = tx.claim(self.queue, self.lease_seconds, self.fair)
             return None if claimed is None else claimed[0]
 
     def complete(
@@ -496,17 +520,27 @@ class Queue:
         max_attempts: int | None = None,
         retry: Retry | None = None,
         priority: int = 0,
+        group: str | None = None,
     ) -> list[bool]:
         """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
-        triple), in one transaction; all with the same ``priority``."""
+        triple), in one transaction; all with the same ``priority``,
+        and all of ``group``, if given."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
         limit, policy = self._policy(max_attempts, retry)
         priority = check_priority(priority)
+        group = check_group(group)
         with self._call(now, conn, one_write=True) as tx:
             waiting = _waiting(tx.now, first_run(tx.now, start))
             return tx.insert_many(
-                self.queue, batch, limit, policy, waiting, priority=priority, aging=self.aging
+                self.queue,
+                batch,
+                limit,
+                policy,
+                waiting,
+                priority=priority,
+                aging=self.aging,
+                group=group,
             )
 
     def claim_many(self, n: int, now: Number | None = None) -> list[Lease]:
@@ -519,7 +553,7 @@ class Queue:
         leases: list[Lease] = []
         while True:  # more than once only to replace tasks dead-lettered on the way
             wanted = n - len(leases)
-            claimed = tx.claim_many(self.queue, wanted, self.lease_seconds)
+            claimed = tx.claim_many(self.queue, wanted, self.lease_seconds, self.fair)
             deadline = time_after(tx.now, self.lease_seconds)  # (known once it claimed)
             leases.extend(filter(None, (self._lease(tx, c, deadline) for c in claimed)))
             if len(claimed) < wanted or len(leases) == n:
@@ -619,6 +653,47 @@ class Queue:
         number, text = check_progress(value, message)
         with self._call(now, one_write=True) as tx:
             return tx.progress(self.queue, task_id, token, number, text)
+
+    # --- per-key limits (see contract.check_limit) ----------------------------------
+
+    def set_limit(
+        self,
+        group: str | None,
+        now: Number | None = None,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: Number | None = None,
+    ) -> None:
+        """Limit the tasks of ``group`` (None: every group without limits of its own,
+        the queue's default), for every process: at most ``concurrency`` leases at
+        once (a lease counts until it is completed, failed, released, cancelled or
+        runs out), and at most ``rate`` starts (claims) per ``per`` seconds (1 if not
+        given), spaced ``per / rate`` seconds apart.  None: no such limit.  The
+        limits replace those the group had; claims pass over a group at its limits.
+        Ungrouped tasks have no limits."""
+        key = limit_key(group)
+        limit = check_limit(concurrency, rate, per)
+        with self._call(now) as tx:
+            tx.set_limit(self.queue, key, limit)
+
+    def remove_limit(self, group: str | None, now: Number | None = None) -> bool:
+        """Forget the limits set for ``group`` (None: the default): it obeys the
+        queue's default again (or, for the default, groups without limits of their
+        own are unlimited).  False if none were set."""
+        key = limit_key(group)
+        with self._call(now) as tx:
+            return tx.set_limit(self.queue, key, None)
+
+    def limits(self, now: Number | None = None) -> dict[str | None, Limit]:
+        """The limits set, by group (None: the default)."""
+        with self._call(now) as tx:
+            return {group or None: limit for group, limit in tx.limits(self.queue).items()}
+
+    def groups(self, now: Number | None = None) -> dict[str, GroupUse]:
+        """Each group with unfinished tasks: its leases now and its unfinished tasks."""
+        with self._call(now) as tx:
+            return {g: GroupUse(*use) for g, use in tx.groups_in_use(self.queue).items()}
 
     # --- dead letters, retention, inspection ---------------------------------------
 
@@ -945,7 +1020,7 @@ class Queue:
         )
 
     def _claim(self, tx: Transaction) -> Lease | None:
-        while (claimed := tx.claim(self.queue, self.lease_seconds)) is not None:
+        while (claimed := tx.claim(self.queue, self.lease_seconds, self.fair)) is not None:
             lease = self._lease(tx, claimed, time_after(tx.now, self.lease_seconds))
             if lease is not None:
                 return lease
@@ -999,6 +1074,7 @@ def _info(task: TaskRow) -> TaskInfo:
         result=payloads.readable(task.result),
         progress=task.progress,
         progress_message=task.progress_message,
+        group=task.group,
         key=task.dedupe_key,
         priority=task.priority,
     )

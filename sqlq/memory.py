@@ -12,6 +12,11 @@ Data structures (n = number of tasks):
   each FIFO: its top is the front of the line.  While one priority is in line
   its entry is not kept up to date (there is nothing to compare it with) until
   a second priority joins, so a claim then costs a popleft, as a single FIFO.
+* ``_groups``: group -> _Group, for per-key limits: a heap of the line entries of
+  the group's AVAILABLE tasks (a grouped task is never in ``_line``), its leases,
+  its rate's next start and its turn; ``_ready``: a heap of the groups that may
+  start a task, by their fronts (or round robin), stale entries dropped when they
+  reach the top.  Both stay empty until a grouped task is added.
 * ``_leases``: a FIFO (deque) of (deadline, token, task id), one per
   reservation.  Every deadline is ``time_after(now, lease_seconds)`` with ``now``
   the time high-water mark, and tokens only grow, so it is sorted as it is
@@ -47,6 +52,7 @@ cost nothing more.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import time
 from collections import deque
@@ -62,6 +68,7 @@ from .contract import (
     MAX_TIME,
     Cancel,
     Completion,
+    Limit,
     Number,
     Outcome,
     State,
@@ -71,7 +78,9 @@ from .contract import (
     check_error,
     check_failures,
     check_flag,
+    check_group,
     check_leases,
+    check_limit,
     check_max_attempts,
     check_name,
     check_priority,
@@ -89,6 +98,7 @@ from .contract import (
     check_time,
     check_token,
     first_run,
+    limit_key,
     line_key,
     result_of,
     time_after,
@@ -96,7 +106,7 @@ from .contract import (
 )
 from .errors import InvalidArgument, InvalidPayload
 from .keys import Added, Keyed, KeyRule, check_key, on_holder
-from .records import Heartbeat, Lease, QueueStats, TaskInfo
+from .records import GroupUse, Heartbeat, Lease, QueueStats, TaskInfo
 from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
@@ -124,9 +134,13 @@ _RETRY: Final = 10  # the task's retry policy; None for Retry.immediate() (no de
 _NAME: Final = 11
 _STOP: Final = 12  # when cancel asked the running task to stop; None if it did not
 _PRIORITY: Final = 13
+_GROUP: Final = 14  # the task's group (see set_limit), or None
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
+#: The finished states (a task in one holds no place in a group).
+_ENDED: Final = frozenset(state.value for state in FINISHED)
+
 #: Stands for an empty heap or FIFO: later than any event.
 _NEVER: Final[Entry] = (float("inf"), 0, "")
 
@@ -147,9 +161,11 @@ class WorkQueue:
         max_payload_bytes: int = payloads.DEFAULT_MAX_PAYLOAD_BYTES,
         rng: random.Random | None = None,
         aging: float | None = DEFAULT_AGING,
+        fair: bool = False,
     ) -> None:
         self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
         self.aging = check_aging(aging)
+        self.fair = check_flag(fair, "fair")
         self.retry = check_retry(retry)
         self._retry = _stored(self.retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
@@ -170,6 +186,10 @@ class WorkQueue:
         self._progress: dict[str, tuple[float | None, str | None]] = {}  # latest report
         self._keys: dict[str, list[str]] = {}  # dedupe key -> its tasks, the latest holder last
         self._key_of: dict[str, str] = {}  # task id -> its dedupe key
+        # Per-key limits (see set_limit): empty until a task with a group is added.
+        self._groups: dict[str, _Group] = {}
+        self._limits: dict[str, Limit] = {}  # by group, '' for the default
+        self._ready: list[tuple[Any, ...]] = []  # heap of (order..., group): see _push
 
     # --- the core contract --------------------------------------------------------
 
@@ -189,6 +209,7 @@ class WorkQueue:
         key: None = None,
         on_key: None = None,
         key_window: None = None,
+        group: str | None = None,
     ) -> bool: ...
 
     @overload
@@ -207,6 +228,7 @@ class WorkQueue:
         key: str,
         on_key: str | None = None,
         key_window: Number | None = None,
+        group: str | None = None,
     ) -> Added: ...
 
     def add(
@@ -224,13 +246,15 @@ class WorkQueue:
         key: str | None = None,
         on_key: str | None = None,
         key_window: Number | None = None,
+        group: str | None = None,
     ) -> bool | Added:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
         False, and no change, if the id exists in any state.  ``name`` is stored
         with the task and its leases carry it; ``max_attempts`` and ``retry``
         replace the queue's for this task.  ``priority`` (-1000 to 1000, higher
-        first) places it in the line with the queue's ``aging`` (see sqlq.contract).
+        first) places it in the line with the queue's ``aging`` (see sqlq.contract);
+        ``group`` puts it under that group's limits (see ``set_limit``).
         ``key``, ``on_key`` and ``key_window``: a dedupe key, answered with an Added
         (see sqlq.keys).
         """
@@ -248,6 +272,7 @@ class WorkQueue:
             and key_window is None
             and type(priority) is int
             and priority == 0
+            and group is None
         ):
             if (type(now) is int or type(now) is float) and self._now <= now < self._due:
                 self._now = now
@@ -257,7 +282,7 @@ class WorkQueue:
             if task_id in tasks:
                 return False
             tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                              self.max_attempts, self._retry, None, None, 0]  # fmt: skip
+                              self.max_attempts, self._retry, None, None, 0, None]  # fmt: skip
             line = self._line.get(0)
             if line is None:
                 self._join_line(task_id, tasks[task_id])
@@ -268,7 +293,8 @@ class WorkQueue:
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
         policy = self._policy(max_attempts, retry)
-        task = (encoded, check_task_name(name), *policy, check_priority(priority))
+        task = (encoded, check_task_name(name), *policy, check_priority(priority),
+                check_group(group))  # fmt: skip
         if key is None and on_key is None and key_window is None:
             now = self._advance(now)
             return self._insert(task_id, task, now, first_run(now, start))
@@ -346,6 +372,8 @@ class WorkQueue:
             return token is not None and state is _COMPLETED and record[_TOKEN] == token
         if token is not None and record[_TOKEN] != token:
             return False
+        if record[_GROUP] is not None:
+            self._free_slot(record)
         record[_STATE] = _COMPLETED
         record[_UPDATED] = record[_FINISHED] = now
         if stored is not None:
@@ -391,6 +419,7 @@ class WorkQueue:
         if token is not None and record[_TOKEN] != token:
             return None
         if not retry and record[_STOP] is None:
+            self._free_slot(record)
             _kill(record, now, text)
             return _DEAD
         return self._end_lease(task_id, record, now, text)
@@ -448,6 +477,7 @@ class WorkQueue:
         record = self._tasks.get(task_id)
         if record is None or record[_STATE] is not _RESERVED or record[_TOKEN] != token:
             return False
+        self._free_slot(record)
         if record[_STOP] is not None:  # asked to stop: it runs no more
             _finish(record, _CANCELLED, now, record[_ERROR])
             return True
@@ -507,12 +537,14 @@ class WorkQueue:
         max_attempts: int | None = None,
         retry: Retry | None = None,
         priority: int = 0,
+        group: str | None = None,
     ) -> list[bool]:
         """``add`` for each item (an id, an (id, payload) pair or an (id, payload, name)
-        triple), as one call; all with the same ``priority``."""
+        triple), as one call; all with the same ``priority``
+        and all of ``group``, if given."""
         batch = check_batch(items, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        policy = (*self._policy(max_attempts, retry), check_priority(priority))
+        policy = (*self._policy(max_attempts, retry), check_priority(priority), check_group(group))
         now = self._advance(now)
         when = first_run(now, start)
         return [
@@ -627,6 +659,61 @@ class WorkQueue:
         record[_UPDATED] = now
         return True
 
+    # --- per-key limits (see contract.check_limit) ----------------------------------
+
+    def set_limit(
+        self,
+        group: str | None,
+        now: Number,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: Number | None = None,
+    ) -> None:
+        """Limit the tasks of ``group`` (None: the default of groups without limits of
+        their own): at most ``concurrency`` leases at once, at most ``rate`` starts per
+        ``per`` seconds, spaced ``per / rate`` apart (see sqlq.Queue.set_limit)."""
+        key = limit_key(group)
+        limit = check_limit(concurrency, rate, per)
+        self._advance(now)
+        self._limits[key] = limit
+        self._apply_limits(key)
+
+    def remove_limit(self, group: str | None, now: Number) -> bool:
+        """Forget the limits set for ``group`` (None: the default); False if none were."""
+        key = limit_key(group)
+        self._advance(now)
+        if self._limits.pop(key, None) is None:
+            return False
+        self._apply_limits(key)
+        return True
+
+    def limits(self, now: Number) -> dict[str | None, Limit]:
+        """The limits set, by group (None: the default)."""
+        self._advance(now)
+        return {group or None: limit for group, limit in sorted(self._limits.items())}
+
+    def groups(self, now: Number) -> dict[str, GroupUse]:
+        """Each group with unfinished tasks: its leases now and its unfinished tasks
+        (walks the tasks: O(n))."""
+        self._advance(now)
+        unfinished: dict[str, int] = {}
+        for record in self._tasks.values():
+            if record[_GROUP] is not None and record[_STATE] not in _ENDED:
+                unfinished[record[_GROUP]] = unfinished.get(record[_GROUP], 0) + 1
+        return {
+            name: GroupUse(self._groups[name].running, count)
+            for name, count in sorted(unfinished.items())
+        }
+
+    def _apply_limits(self, key: str) -> None:
+        """The limits as they apply to the groups ``key`` concerns (every group for the
+        default '')."""
+        for name, group in self._groups.items():
+            if key in ("", name):
+                group.cap, group.spacing = _applied(self._limit_of(name))
+                self._push(name, group)
+
     # --- dead letters, retention, inspection ---------------------------------------
 
     def info(self, task_id: str, now: Number) -> TaskInfo | None:
@@ -713,7 +800,7 @@ class WorkQueue:
         added = [
             task_id
             for task_id, encoded in encoded_tasks(schedule, todo.ticks, self.max_payload_bytes)
-            if self._insert(task_id, (encoded, schedule.task, *policy, 0), now, now)
+            if self._insert(task_id, (encoded, schedule.task, *policy, 0, None), now, now)
         ]
         self._schedules[schedule.name] = todo.cursor
         return Ticked(added, schedule.next_tick(todo.cursor), now)
@@ -729,7 +816,8 @@ class WorkQueue:
         """Counts per state, the age of the front of the line, the next deadlines."""
         now = self._advance(now)
         counts = self.counts()
-        front = self._tasks[self._line[self._fronts[0][2]][0][2]] if self._fronts else None
+        first = min(self._line_fronts(), default=None)
+        front = None if first is None else self._tasks[first[2]]
         waking = self._waiting[0][0] if self._waiting else None
         return QueueStats(
             counts=counts,
@@ -745,6 +833,8 @@ class WorkQueue:
         if self._paused:
             return False
         if self._fronts or (self._waiting and self._waiting[0][0] <= now):
+            return True
+        if self._groups and self._ready_group(now) is not None:
             return True
         deadline = self._next_deadline()
         return deadline is not None and deadline <= now
@@ -812,13 +902,15 @@ class WorkQueue:
 
     def _insert(self, task_id: str, task: tuple[Any, ...], now: Number, run_at: Number) -> bool:
         """Add a task: ``task`` is (encoded payload, name, max_attempts, stored retry,
-        priority)."""
+        priority, group)."""
         tasks = self._tasks
         if task_id in tasks:
             return False
-        encoded, name, max_attempts, retry, priority = task
+        encoded, name, max_attempts, retry, priority, group = task
         record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None,
-                                   max_attempts, retry, name, None, priority]  # fmt: skip
+                                   max_attempts, retry, name, None, priority, group]  # fmt: skip
+        if group is not None and group not in self._groups:
+            self._groups[group] = _Group(self._limit_of(group))
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
@@ -827,18 +919,13 @@ class WorkQueue:
 
     def _take(self, now: Number) -> str | None:
         """Lease the front of the line: the task's id, or None if the line is empty."""
-        fronts = self._fronts
-        if not fronts or self._paused:
+        if not self._groups:
+            fronts = self._fronts
+            if not fronts or self._paused:
+                return None
+            task_id = self._pop_line(fronts[0][2])
+        elif self._paused or (task_id := self._take_front(now)) is None:  # type: ignore[assignment]
             return None
-        priority = fronts[0][2]
-        line = self._line[priority]
-        task_id = line.popleft()[2]
-        if not line:
-            heapq.heappop(fronts)
-            del self._line[priority]
-        elif len(fronts) > 1:  # (alone in line, its front is not kept: see the docstring)
-            key, counter, _ = line[0]
-            heapq.heapreplace(fronts, (key, counter, priority))
         record = self._tasks[task_id]
         self._counter = token = self._counter + 1
         deadline = now + self.lease_seconds
@@ -857,13 +944,22 @@ class WorkQueue:
     def _claim(self, now: Number) -> Lease | None:
         """Lease the front of the line; a task whose payload cannot be decoded is
         dead-lettered on the way (see contract.undecodable_error)."""
-        while self._fronts and not self._paused:
-            task_id = self._line[self._fronts[0][2]][0][2]
+        while not self._paused:
+            if self._groups:
+                front = self._front(now)
+                if front is None:
+                    return None
+                task_id = front[0]
+            elif self._fronts:
+                task_id = self._line[self._fronts[0][2]][0][2]
+            else:
+                return None
             record = self._tasks[task_id]
             try:  # before the lease is taken: a RecursionError (short of stack) changes nothing
                 payload = payloads.decode(record[_PAYLOAD])
             except InvalidPayload as exc:
                 self._take(now)
+                self._free_slot(record)
                 _kill(record, now, undecodable_error(exc))
                 continue
             self._take(now)
@@ -876,6 +972,8 @@ class WorkQueue:
         """A failed or expired attempt at time ``when``: retry now, retry later, or DEAD
         (contract.after_failure's rule and _make_available, written out: this runs
         for every expiry, and each call would cost ~4% of a mixed call)."""
+        if record[_GROUP] is not None:
+            self._free_slot(record)
         if record[_STOP] is not None:  # asked to stop: it runs no more
             _finish(record, _CANCELLED, when, error)
             return _CANCELLED
@@ -898,7 +996,11 @@ class WorkQueue:
         """Take an AVAILABLE task out of the line, or a WAITING one out of the heap of
         wake-ups (O(n): cancel and debounce)."""
         if state is _AVAILABLE:
-            self._leave_line(task_id, self._tasks[task_id][_PRIORITY])
+            record = self._tasks[task_id]
+            if record[_GROUP] is None:
+                self._leave_line(task_id, record[_PRIORITY])
+            else:
+                self._leave_group_line(task_id, record[_GROUP])
         else:
             self._waiting = [entry for entry in self._waiting if entry[2] != task_id]
             heapq.heapify(self._waiting)
@@ -916,6 +1018,9 @@ class WorkQueue:
         self._counter += 1
         priority = record[_PRIORITY]
         entry = (line_key(self._now, priority, self.aging), self._counter, task_id)
+        if record[_GROUP] is not None:
+            self._group_append(record[_GROUP], entry)
+            return
         line = self._line.get(priority)
         if line is None:
             self._line[priority] = deque((entry,))
@@ -927,6 +1032,19 @@ class WorkQueue:
             heapq.heappush(fronts, (entry[0], entry[1], priority))
         else:
             line.append(entry)
+
+    def _pop_line(self, priority: int) -> str:
+        """Take the front of the (ungrouped) line, of ``priority`` (the top of
+        ``_fronts``'s): its id."""
+        fronts, line = self._fronts, self._line[priority]
+        task_id: str = line.popleft()[2]
+        if not line:
+            heapq.heappop(fronts)
+            del self._line[priority]
+        elif len(fronts) > 1:  # (alone in line, its front is not kept: see the docstring)
+            key, counter, _ = line[0]
+            heapq.heapreplace(fronts, (key, counter, priority))
+        return task_id
 
     def _leave_line(self, task_id: str, priority: int) -> None:
         """Take an AVAILABLE task out of the line (cancel, debounce): O(n)."""
@@ -1009,9 +1127,140 @@ class WorkQueue:
             result=payloads.readable(self._results.get(task_id)),
             progress=progress,
             progress_message=message,
+            group=record[_GROUP],
             key=self._key_of.get(task_id),
             priority=record[_PRIORITY],
         )
+
+    # --- per-key limits: the groups' lines and the heap of groups that may start ------
+
+    def _limit_of(self, group: str) -> Limit:
+        """The limits that apply to ``group``: its own, else the queue's default."""
+        return self._limits.get(group) or self._limits.get("") or _NO_LIMIT
+
+    def _push(self, name: str, group: _Group) -> None:
+        """Enter the group in the heap of groups that may start a task, if it may (by
+        its front and its free slots; its rate is looked at when a claim pops it).
+        Entries are never removed: one that no longer matches its group (its order
+        moved, or it filled its slots) is dropped when it reaches the top."""
+        if group.line and group.running < group.cap:
+            heapq.heappush(self._ready, (*group.order(self.fair), name))
+
+    def _ready_group(self, now: Number) -> str | None:
+        """The first group (in line order, or round robin) that may start a task at
+        ``now``; groups waiting out their rate are passed over and kept."""
+        ready, groups = self._ready, self._groups
+        passed: list[tuple[Any, ...]] = []
+        found = None
+        while ready:
+            entry = ready[0]
+            group = groups[entry[-1]]
+            if not group.line or group.running >= group.cap or entry[:-1] != group.order(self.fair):
+                heapq.heappop(ready)  # stale
+            elif group.tat > now:
+                passed.append(heapq.heappop(ready))
+            else:
+                found = entry[-1]
+                break
+        for entry in passed:
+            heapq.heappush(ready, entry)
+        return found
+
+    def _front(self, now: Number) -> tuple[str, str | None] | None:
+        """The task a claim at ``now`` takes, and its group: the front of the
+        ungrouped line or of the first group that may start one, whichever is first
+        in line; None if neither has one."""
+        name = self._ready_group(now)
+        head = self._line[self._fronts[0][2]][0] if self._fronts else None
+        if name is None:
+            return None if head is None else (head[2], None)
+        entry = self._groups[name].line[0]
+        if head is not None and head[:2] < entry[:2]:
+            return head[2], None
+        return entry[2], name
+
+    def _take_front(self, now: Number) -> str | None:
+        """Take the task ``_front`` names out of its line, counting its group's start
+        (a slot, its rate, its turn in the round robin)."""
+        front = self._front(now)
+        if front is None:
+            return None
+        task_id, name = front
+        if name is None:
+            self._pop_line(self._fronts[0][2])
+            return task_id
+        group = self._groups[name]
+        heapq.heappop(group.line)
+        group.running += 1
+        if group.spacing is not None:
+            group.tat = max(group.tat, now) + group.spacing
+        group.turn = self._counter + 1  # the lease's token
+        self._push(name, group)
+        return task_id
+
+    def _group_append(self, name: str, entry: Entry) -> None:
+        """A task of group ``name`` joins its group's line (``entry``: its line key,
+        counter and id); the group enters the heap of groups anew if its front moved."""
+        group = self._groups[name]
+        heapq.heappush(group.line, entry)
+        if group.line[0] is entry:
+            self._push(name, group)
+
+    def _leave_group_line(self, task_id: str, name: str) -> None:
+        """An AVAILABLE task leaves its group's line without a lease (cancel,
+        debounce): O(n)."""
+        group = self._groups[name]
+        group.line = [entry for entry in group.line if entry[2] != task_id]
+        heapq.heapify(group.line)
+        self._push(name, group)
+
+    def _free_slot(self, record: Record) -> None:
+        """A RESERVED task's lease ends: its group (if any) has a slot free again."""
+        name = record[_GROUP]
+        if name is not None:
+            group = self._groups[name]
+            group.running -= 1
+            self._push(name, group)
+
+    def _line_fronts(self) -> list[Entry]:
+        """The entries at the front of every line, the ungrouped one's and each
+        group's (for stats)."""
+        heads = [self._line[self._fronts[0][2]][0]] if self._fronts else []
+        heads.extend(g.line[0] for g in self._groups.values() if g.line)
+        return heads
+
+
+class _Group:
+    """A group's line of AVAILABLE tasks (a heap of (line key, counter, id)), its leases now,
+    the earliest time of its next start (tat), the token of its latest lease
+    (turn), and its limits as they apply (cap: the most leases at once; spacing:
+    seconds between starts, None for no rate)."""
+
+    __slots__ = ("cap", "line", "running", "spacing", "tat", "turn")
+
+    def __init__(self, limit: Limit) -> None:
+        self.line: list[Entry] = []
+        self.running = 0
+        self.tat: Number = 0
+        self.turn = 0
+        self.cap, self.spacing = _applied(limit)
+
+    def order(self, fair: bool) -> tuple[Number, ...]:
+        """Its place among the groups that may start a task: the front of its line
+        (line key, counter), or (round robin) its latest lease's token, then the front."""
+        key, counter, _ = self.line[0]
+        return (self.turn, key, counter) if fair else (key, counter)
+
+
+#: The limits of a group nobody limited.
+_NO_LIMIT: Final = Limit()
+
+
+def _applied(limit: Limit) -> tuple[float, float | None]:
+    """(cap, spacing) of a group under ``limit``."""
+    cap = math.inf if limit.concurrency is None else limit.concurrency
+    spacing = None if limit.rate is None or limit.per is None else limit.per / limit.rate
+    return cap, spacing
 
 
 def _stored(retry: Retry) -> Retry | None:

@@ -1,6 +1,7 @@
 """Each backend's numbered migrations: the files ``NNNN_name.sql`` of its package's
 ``migrations/`` folder, read as package resources (so from a wheel, a source tree or
-an editable install alike), numbered 1, 2, 3, ... without gaps."""
+an editable install alike), numbered 1, 2, 3, ... without gaps.  SQLite's on-demand
+migrations (``migrations/on_demand/``, see sqlq.sqlite.migrate) are read the same way."""
 
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ class Migration:
 M = TypeVar("M", bound=Migration)
 
 
-def read_migrations(package: str, kind: type[M]) -> tuple[M, ...]:
-    """The migrations of ``package``, in order, as ``kind``."""
-    folder = resources.files(package).joinpath("migrations")
+def read_migrations(package: str, kind: type[M], folder: str = "migrations") -> tuple[M, ...]:
+    """The migrations in ``folder`` of ``package``, in order, as ``kind``."""
+    files = resources.files(package).joinpath(*folder.split("/"))
     found = []
-    for entry in sorted(folder.iterdir(), key=lambda item: item.name):
+    for entry in sorted(files.iterdir(), key=lambda item: item.name):
         match = _FILE.match(entry.name)
         if match:
             found.append(kind(int(match[1]), match[2], entry.read_text("utf-8")))

@@ -85,10 +85,21 @@ class TaskInfo:
     #: number and a message, each None if not reported.
     progress: float | None = None
     progress_message: str | None = None
+    #: The task's group (``add(..., group=...)``), whose limits it obeys, or None.
+    group: str | None = None
     #: The task's dedupe key (``add(..., key=...)``, see sqlq.keys), or None.
     key: str | None = None
     #: Its priority (higher first; see sqlq.contract).
     priority: int = 0
+
+
+class GroupUse(NamedTuple):
+    """A group with unfinished tasks, as ``Queue.groups`` reports it."""
+
+    #: Its leases now (RESERVED tasks).
+    running: int
+    #: Its tasks not finished (WAITING, AVAILABLE or RESERVED).
+    unfinished: int
 
 
 @dataclass(frozen=True)

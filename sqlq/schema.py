@@ -60,9 +60,11 @@ clock = Table(
     Column("id", Integer, primary_key=True),
     Column("now", REAL, nullable=False),
     Column("counter", Integer, nullable=False),
+    Column("grouped", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("id = 1"),
     CheckConstraint("now >= 0"),
     CheckConstraint("counter >= 0"),
+    CheckConstraint("grouped IN (0, 1)"),
     sqlite_strict=True,
 )
 
@@ -98,6 +100,7 @@ tasks = Table(
     Column("priority", Integer, nullable=False, server_default=text("0")),
     Column("aging", REAL, nullable=False, server_default=text("60")),
     Column("line_key", REAL, nullable=False, server_default=text("0")),
+    Column("group_key", Text, nullable=True),
     UniqueConstraint("queue", "task_id"),
     CheckConstraint("length(queue) > 0"),
     CheckConstraint(STATES_SQL),
@@ -125,6 +128,7 @@ tasks = Table(
     CheckConstraint("result IS NULL OR state = 'COMPLETED'"),
     CheckConstraint(f"priority BETWEEN {MIN_PRIORITY} AND {MAX_PRIORITY}"),
     CheckConstraint("aging > 0"),
+    CheckConstraint("length(group_key) > 0"),
     sqlite_strict=True,
 )
 
@@ -133,7 +137,15 @@ Index(
     tasks.c.queue,
     tasks.c.line_key,
     tasks.c.seq,
-    sqlite_where=text("state = 'AVAILABLE'"),
+    sqlite_where=text("state = 'AVAILABLE' AND group_key IS NULL"),
+)
+Index(
+    "sqlq_tasks_group_line",
+    tasks.c.queue,
+    tasks.c.group_key,
+    tasks.c.line_key,
+    tasks.c.seq,
+    sqlite_where=text("group_key IS NOT NULL AND state = 'AVAILABLE'"),
 )
 Index(
     "sqlq_tasks_leases",
@@ -201,6 +213,64 @@ paused = Table(
     sqlite_strict=True,
     sqlite_with_rowid=False,
 )
+
+limits = Table(
+    "sqlq_limits",
+    metadata,
+    Column("queue", Text, primary_key=True, nullable=False),
+    Column("group_key", Text, primary_key=True, nullable=False),
+    Column("concurrency", Integer, nullable=True),
+    Column("rate", Integer, nullable=True),
+    Column("per", REAL, nullable=True),
+    CheckConstraint("length(queue) > 0"),
+    CheckConstraint("concurrency >= 1"),
+    CheckConstraint("rate >= 1"),
+    CheckConstraint("per > 0"),
+    CheckConstraint("(rate IS NULL) = (per IS NULL)"),
+    sqlite_strict=True,
+    sqlite_with_rowid=False,
+)
+
+groups = Table(
+    "sqlq_groups",
+    metadata,
+    Column("queue", Text, primary_key=True, nullable=False),
+    Column("group_key", Text, primary_key=True, nullable=False),
+    Column("live", Integer, nullable=False, server_default=text("0")),
+    Column("running", Integer, nullable=False, server_default=text("0")),
+    Column("head_key", REAL, nullable=True),
+    Column("head", Integer, nullable=True),
+    Column("cap", Integer, nullable=False),
+    Column("spacing", REAL, nullable=True),
+    Column("tat", REAL, nullable=False, server_default=text("0")),
+    Column("turn", Integer, nullable=False, server_default=text("0")),
+    CheckConstraint("length(queue) > 0"),
+    CheckConstraint("length(group_key) > 0"),
+    CheckConstraint("live >= 0"),
+    CheckConstraint("running >= 0"),
+    CheckConstraint("cap >= 1"),
+    CheckConstraint("spacing > 0"),
+    sqlite_strict=True,
+    sqlite_with_rowid=False,
+)
+
+_READY = "head IS NOT NULL AND running < cap"
+Index(
+    "sqlq_groups_by_head",
+    groups.c.queue,
+    groups.c.head_key,
+    groups.c.head,
+    sqlite_where=text(_READY),
+)
+Index(
+    "sqlq_groups_by_turn",
+    groups.c.queue,
+    groups.c.turn,
+    groups.c.head_key,
+    groups.c.head,
+    sqlite_where=text(_READY),
+)
+Index("sqlq_groups_live", groups.c.queue, sqlite_where=text("live > 0"))
 
 #: Read-only views for people at the sqlite3 shell (their SQL is in the migrations).
 VIEWS = ("sqlq_dead_letters", "sqlq_leases", "sqlq_queue_stats")

@@ -95,11 +95,13 @@ class Task(Generic[P, R]):
         key: str | None = None,
         on_key: str | None = None,
         key_window: Number | None = None,
+        group: str | None = None,
     ) -> str | None:
         """Add a task that runs this function with ``kwargs``, as ``queue.add`` does
         (``queue`` is a sqlq.Queue or WorkQueue), with ``priority`` (None: this
-        Task's).  Returns the task's id (``task_id``, or a new uuid4 hex), or None if
-        ``task_id`` exists (and nothing is stored).
+        Task's), in ``group`` if given (see ``Queue.set_limit``).  Returns the
+        task's id (``task_id``, or a new uuid4 hex), or None if ``task_id`` exists
+        (and nothing is stored).
         With a dedupe ``key`` (see sqlq.keys): the id of the task that holds it and
         does the work (the new one, or the holder it merged or debounced into), or
         None if the add was refused.
@@ -125,6 +127,7 @@ class Task(Generic[P, R]):
                 key=key,
                 on_key=on_key,
                 key_window=key_window,
+                group=group,
                 **options,
             )
         except (InvalidPayload, PayloadTooLarge) as exc:
@@ -150,6 +153,7 @@ class Task(Generic[P, R]):
         key: str | None = None,
         on_key: str | None = None,
         key_window: Number | None = None,
+        group: str | None = None,
     ) -> str | None:
         """``enqueue`` for asyncio programs, on a :class:`sqlq.AsyncQueue`: the same
         checks and answers; the add runs in the AsyncQueue's thread, so the event
@@ -161,7 +165,7 @@ class Task(Generic[P, R]):
             )
         call = functools.partial(
             self.enqueue, queue.sync, kwargs, task_id=task_id, delay=delay, run_at=run_at, now=now,
-            priority=priority, key=key, on_key=on_key, key_window=key_window,
+            priority=priority, key=key, on_key=on_key, key_window=key_window, group=group,
         )  # fmt: skip
         return await queue._run(call)
 

@@ -46,6 +46,7 @@ ASYNC = ("tests/test_async.py",)
 POSTGRESQL = ("tests/test_postgresql.py", *CORE)
 SCHEDULES = ("tests/test_schedules.py",)
 RESULTS = ("tests/test_results.py", "tests/test_stateful.py")
+LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 
@@ -426,9 +427,9 @@ MUTANTS = [
     Mutant(
         "sql-claim-ignores-the-pause",
         "sqlq/sqlite/queries.sql",
-        "WHERE queue = ?1 AND state = 'AVAILABLE'\n"
+        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n"
         "              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)\n",
-        "WHERE queue = ?1 AND state = 'AVAILABLE'\n",
+        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n",
         CONTROL,
     ),
     Mutant(
@@ -482,6 +483,67 @@ MUTANTS = [
         "completed = [(e.lease.task_id, e.lease.token, e.result) for",
         "completed = [(e.lease.task_id, e.lease.token, None) for",
         RESULTS,
+    ),
+    # --- per-key limits
+    Mutant(
+        "sql-group-cap-off-by-one",
+        "sqlq/sqlite/queries.sql",
+        "running < cap\n                                AND tat <= ?4 AND NOT ?5",
+        "running <= cap\n                                AND tat <= ?4 AND NOT ?5",
+        LIMITS,
+    ),
+    Mutant(
+        "pg-group-cap-off-by-one",
+        "sqlq/postgresql/queries.sql",
+        "running < cap AND tat <= call.now\n      AND NOT %(fair)s",
+        "running <= cap AND tat <= call.now\n      AND NOT %(fair)s",
+        LIMITS,
+    ),
+    Mutant(
+        "sql-rate-ignored",
+        "sqlq/sqlite/queries.sql",
+        "                                AND tat <= ?4 AND NOT ?5\n",
+        "                                AND NOT ?5\n",
+        LIMITS,
+    ),
+    Mutant(  # only a completion frees a slot: a failure or an expiry keeps it
+        "sql-expiry-keeps-the-slot",
+        "sqlq/sqlite/migrations/on_demand/0001_group_triggers.sql",
+        "running = running + (new.state = 'RESERVED') - (old.state = 'RESERVED'),",
+        "running = running + (new.state = 'RESERVED')\n"
+        "                  - (old.state = 'RESERVED' AND new.state = 'COMPLETED'),",
+        LIMITS,
+    ),
+    Mutant(
+        "pg-expiry-keeps-the-slot",
+        "sqlq/postgresql/migrations/0008_group_limits.sql",
+        "- (OLD.state = 'RESERVED')::int,",
+        "- (OLD.state = 'RESERVED' AND NEW.state = 'COMPLETED')::int,",
+        LIMITS,
+    ),
+    Mutant(  # calls that move grouped tasks no longer take the queue's turn first
+        "pg-grouped-moves-take-no-turn",
+        "sqlq/postgresql/queries.sql",
+        "c.grouped AND %(serial)s::boolean",
+        "false AND %(serial)s::boolean",
+        (
+            "tests/test_postgresql_faults.py"
+            "::test_two_settles_over_two_groups_in_opposite_orders_do_not_deadlock",
+        ),
+    ),
+    Mutant(
+        "memory-ended-lease-keeps-its-slot",
+        "sqlq/memory.py",
+        "            group.running -= 1\n",
+        "",
+        LIMITS,
+    ),
+    Mutant(
+        "memory-round-robin-by-line-order",
+        "sqlq/memory.py",
+        "return (self.turn, key, counter) if fair else (key, counter)",
+        "return (0, key, counter) if fair else (key, counter)",
+        LIMITS,
     ),
     # --- dedupe keys (sqlq.keys)
     Mutant(

@@ -164,7 +164,8 @@ def _foreign(path: Path, kind: str) -> None:
 
 def test_subcommands_are_the_documented_set() -> None:
     expected = ["add", "backup", "dead", "demo", "list", "migrate", "purge", "redrive", "show"]
-    expected += ["schedules", "unschedule", "stats", "cancel", "pause", "resume", "web", "metrics"]
+    expected += ["schedules", "unschedule", "stats", "cancel", "pause", "resume", "limits"]
+    expected += ["web", "metrics"]
     assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 
@@ -254,6 +255,7 @@ NEEDS_DB = {
     "cancel": ["d6"],
     "pause": [],
     "resume": [],
+    "limits": [],
     "backup": ["copy.db"],
     "worker": ["somewhere.handlers:handle"],
 }

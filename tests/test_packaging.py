@@ -22,11 +22,14 @@ import pytest
 import sqlalchemy
 
 ROOT = Path(__file__).resolve().parent.parent
+#: SQLite's on-demand migrations (sqlq.sqlite.migrate.on_demand), in order.
+ON_DEMAND = sorted((ROOT / "sqlq" / "sqlite" / "migrations" / "on_demand").glob("[0-9]*_*.sql"))
 
 pytestmark = pytest.mark.processes
 
 #: Run by the fresh virtualenv's Python: where sqlq was imported from, a task
-#: through one lease, and the migrations recorded in the new database.
+#: through one lease, and the migrations recorded in the new database (after a
+#: grouped add: the on-demand migration of the group triggers too).
 CHILD = """
 import json, sqlite3, sys
 import sqlq
@@ -35,6 +38,7 @@ with sqlq.Queue("queue.db", lease_seconds=30, max_attempts=3) as q:
     q.add("t1", payload={"n": 1})
     lease = q.claim()
     completed = q.complete(lease.task_id, token=lease.token)
+    q.add("g1", group="tenant")
 with sqlite3.connect("queue.db") as conn:
     recorded = conn.execute("SELECT version, checksum FROM sqlq_migrations ORDER BY version")
     recorded = recorded.fetchall()
@@ -61,6 +65,7 @@ def test_the_wheel_carries_every_backends_queries_and_migrations(
     sources = [
         ROOT / "sqlq" / "sqlite" / "queries.sql",
         *migration_files,
+        *ON_DEMAND,
         postgresql / "queries.sql",
         *sorted(postgresql.glob("migrations/[0-9][0-9][0-9][0-9]_*.sql")),
     ]
@@ -98,5 +103,8 @@ def test_a_fresh_virtualenv_with_the_wheel_creates_a_queue(
     assert (facts["task"], facts["completed"]) == ("t1", True)
     assert facts["migrations"] == [
         [number, hashlib.sha256(path.read_bytes()).hexdigest()]
-        for number, path in enumerate(migration_files, start=1)
+        for number, path in [
+            *((-n, path) for n, path in reversed(list(enumerate(ON_DEMAND, start=1)))),
+            *enumerate(migration_files, start=1),
+        ]
     ]

@@ -464,6 +464,50 @@ def test_a_deadlock_is_busy(
         victim.close()
 
 
+def test_two_settles_over_two_groups_in_opposite_orders_do_not_deadlock(
+    postgres_url: str, queue_name: str, calls: Callable[..., Calls]
+) -> None:
+    """Two workers each settle a lease of group G and one of group H in one call, in
+    opposite orders: the first completes its task of H, then fails its task of G, whose
+    row another session holds for a moment; the second completes its task of G, then
+    fails its task of H.  Row by row, each would hold one group's row and wait for the
+    other's: a deadlock, Busy for one of them.  A call that moves grouped tasks takes
+    the queue's turn before any row, so the second waits for the first to end, and
+    both settle."""
+    first = calls(postgres_url, queue_name, lease=30.0)
+    second = calls(postgres_url, queue_name, lease=30.0)
+    with (
+        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
+        connect(postgres_url) as admin,
+        connect(postgres_url) as holder,
+    ):
+        queue.add_many(["g1", "g2"], group="G")
+        queue.add_many(["h1", "h2"], group="H")
+        token = {lease.task_id: lease.token for lease in queue.claim_many(4)}
+        holder.execute("BEGIN")
+        lock_row(holder, queue_name, "g2")
+        first.send(
+            "settle_and_claim",
+            0,
+            completed=[["h1", token["h1"]]],
+            failed=[["g2", token["g2"], "boom"]],
+        )
+        first.blocked(admin)  # on g2's row
+        second.send(
+            "settle_and_claim",
+            0,
+            completed=[["g1", token["g1"]]],
+            failed=[["h2", token["h2"], "boom"]],
+        )
+        second.blocked(admin)
+        holder.execute("ROLLBACK")
+        settled = {"value": [[True], ["AVAILABLE"], []]}
+        assert (first.answer(), second.answer()) == (settled, settled)
+        assert queue.groups() == {"G": sqlq.GroupUse(0, 1), "H": sqlq.GroupUse(0, 1)}
+        first.close()
+        second.close()
+
+
 # --- settings of the user's ----------------------------------------------------------------
 
 

@@ -169,6 +169,85 @@ def test_released_migrations_keep_their_checksums() -> None:
     assert shipped[: len(RELEASED)] == RELEASED
 
 
+#: The rows of SQLite's on-demand migrations (sqlq.sqlite.migrate.on_demand), as
+#: released: recorded under the negative of their number.
+RELEASED_ON_DEMAND = [
+    (-1, "group_triggers", "32973334f54e22679e7bea893e1bb3436248ae5413a201d16a965f723ca09a44"),
+]
+
+
+def test_on_demand_migrations_keep_their_checksums_and_numbers() -> None:
+    shipped = [(-m.version, m.name, m.checksum) for m in migrate.on_demand()]
+    assert shipped[: len(RELEASED_ON_DEMAND)] == RELEASED_ON_DEMAND
+    assert [m.version for m in migrate.on_demand()] == list(range(1, len(shipped) + 1))
+
+
+def _schema_and_records(path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int]:
+    """Every object of the file with its SQL, the migrations recorded (without their
+    time) and sqlq_clock.grouped."""
+    conn = dbapi.connect(str(path))
+    try:
+        objects = conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY type, name"
+        ).fetchall()
+        records = conn.execute(
+            "SELECT version, name, checksum FROM sqlq_migrations ORDER BY version"
+        ).fetchall()
+        (grouped,) = conn.execute("SELECT grouped FROM sqlq_clock").fetchone()
+    finally:
+        conn.close()
+    return objects, records, grouped
+
+
+def test_a_migrated_file_equals_a_fresh_one_before_and_after_the_first_grouped_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file made at version 10 (before groups) and migrated equals a new file, object
+    for object, before any grouped add (no trigger, not marked grouped) and after one
+    (the on-demand migration of the group triggers applied and recorded, the triggers
+    exactly its statements, marked grouped); both still reflect to the declaration."""
+    fresh, old = tmp_path / "fresh.db", tmp_path / "old.db"
+    sqlq.Queue(fresh, lease_seconds=10, max_attempts=3).close()
+    with monkeypatch.context() as m:
+        before_groups = migrate.migrations()[:10]
+        m.setattr(migrate, "migrations", lambda: before_groups)
+        sqlq.Queue(old, lease_seconds=10, max_attempts=3).close()
+    sqlq.Queue(old, lease_seconds=10, max_attempts=3).close()  # migrated to the latest
+    numbered = [(m.version, m.name, m.checksum) for m in migrate.migrations()]
+    for path in (fresh, old):
+        objects, records, grouped = _schema_and_records(path)
+        assert not [name for kind, name, _, _ in objects if kind == "trigger"]
+        assert (records, grouped) == (numbered, 0)
+    assert _schema_and_records(fresh) == _schema_and_records(old)
+
+    triggers = migrate.on_demand()[migrate.GROUP_TRIGGERS - 1]
+    for path in (fresh, old):
+        with sqlq.Queue(path, lease_seconds=10, max_attempts=3) as q:
+            q.add("t", 0, group="g")
+            q.add("u", 0, group="h")  # applied once: the record is there
+        opened = SqliteBackend(path, migrate=False)  # what `sqlq migrate` reads
+        assert opened.schema_versions().current == migrate.latest_version()
+        opened.close()
+        objects, records, grouped = _schema_and_records(path)
+        made = [sql for kind, _, _, sql in objects if kind == "trigger"]
+        assert sorted(made) == sorted(
+            _norm_trigger(sql) for sql in triggers.statements() if "CREATE TRIGGER" in sql
+        )
+        assert (records, grouped) == ([(-1, triggers.name, triggers.checksum), *numbered], 1)
+        engine = sa.create_engine(f"sqlite:///{path}", module=dbapi)
+        try:
+            assert _reflect(engine) == _expected()
+        finally:
+            engine.dispose()
+    assert _schema_and_records(fresh) == _schema_and_records(old)
+
+
+def _norm_trigger(statement: str) -> str:
+    """A CREATE TRIGGER as sqlite_schema keeps it: its text from CREATE, without the
+    final ';'."""
+    return statement[statement.index("CREATE TRIGGER") :].rstrip(";")
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -82,6 +82,15 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         assert "USING INDEX" in get and "SCAN" not in get
         complete = plan(Q.complete_task, ("q", "t", 1, 1, None))
         assert "USING INDEX" in complete and "SCAN" not in complete
+        assert "sqlq_groups_live" in plan(Q.open_call, ("q", 5))
+        for fair, groups in ((0, "sqlq_groups_by_head"), (1, "sqlq_groups_by_turn")):
+            grouped = plan(Q.claim_grouped, ("q", 1, 1, 1, fair))
+            assert groups in grouped and "sqlq_tasks_line" in grouped
+            front = "sqlq_tasks_group_line (queue=? AND group_key=? AND line_key=? AND seq=?)"
+            assert front in grouped
+            assert "SCAN sqlq_" not in grouped
+        ready = plan(Q.ready, {"queue": "q", "now": 1})
+        assert "sqlq_groups_by_head" in ready and "SCAN sqlq_" not in ready
     conn.close()
 
 
@@ -295,3 +304,37 @@ def test_a_connection_through_another_sqlite_library_is_refused(db_path: Path) -
     stdlib.dispose()
     assert q.status("x") is None
     q.close()
+
+
+def _triggers(queue: sqlq.Queue) -> tuple[list[str], int]:
+    """The triggers of the queue's file and its sqlq_clock.grouped mark, read with
+    the queue's SQLite library (a connection of another library would drop the
+    queue's file locks as it closes)."""
+    with queue.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT name FROM sqlite_schema WHERE type = 'trigger'")
+        names = sorted(name for (name,) in rows)
+        (grouped,) = conn.exec_driver_sql("SELECT grouped FROM sqlq_clock").one()
+        return names, grouped
+
+
+def test_the_group_triggers_come_with_the_first_grouped_add_and_bind_every_connection(
+    db_path: Path,
+) -> None:
+    """A file whose queues use no groups has no trigger (its adds and claims run
+    none) and no grouped mark (its calls look for no group); the first grouped add
+    makes them, and a queue whose statements were prepared before (another
+    process's, here another connection's) obeys them."""
+    first = open_queue(db_path)
+    first.add("plain", 0)
+    assert first.reserve(0) == "plain"
+    assert _triggers(first) == ([], 0)
+    second = open_queue(db_path)
+    second.set_limit("g", 0, concurrency=1)
+    assert _triggers(first) == ([], 0)  # limits alone need no trigger
+    second.add_many(["g1", "g2"], 0, group="g")
+    assert _triggers(first) == (["sqlq_group_added", "sqlq_group_moved"], 1)
+    assert [first.reserve(1), first.reserve(1)] == ["g1", None]  # its lease counted
+    assert first.complete("g1", 2) and second.reserve(2) == "g2"
+    assert second.groups(2)["g"].running == 1
+    first.close()
+    second.close()

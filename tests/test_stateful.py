@@ -7,7 +7,8 @@
 * ``FeaturesDurableVsMemory``: Queue against WorkQueue again, with the worker
   features too: tokens, heartbeats, release, delays, retry backoff, payloads,
   errors, dead letters, purge, batches, inspection, periodic tasks, cancel and pause,
-  dedupe keys, priorities (with each queue's aging, strict ones included).
+  dedupe keys, priorities (with each queue's aging, strict ones included);
+  ``LimitsDurableVsMemory``: grouped tasks, per-group limits and round robin.
 * ``test_long_histories_...``: Queue against WorkQueue again without hypothesis:
   long seeded random histories, rich in calls that find lease expiries and
   wake-ups due together (the order of those is where the faces could differ).
@@ -707,6 +708,126 @@ def test_features_durable_vs_memory(
 ) -> None:
     features = _settings(max_examples=150, stateful_step_count=50)
     run_on(FeaturesDurableVsMemory, new_url, monkeypatch, features)
+
+
+#: LimitsDurableVsMemory's tasks, their groups (None: no group) and the limits it sets.
+LIMIT_IDS = [*(f"t{i}" for i in range(7)), "a'b"]
+limit_ids = st.sampled_from(LIMIT_IDS)
+groups = st.sampled_from([None, "g1", "g1", "g2", "g'3"])
+limited_groups = st.sampled_from([None, "g1", "g2", "g'3"])  # None: the queue's default
+concurrencies = st.sampled_from([None, 1, 1, 2])
+rates = st.sampled_from([(None, None), (None, None), (1, None), (1, 2), (2, 5), (3, 1.5)])
+
+
+class LimitsDurableVsMemory(OnDurable):
+    """Queue against WorkQueue with grouped tasks, per-group limits (and the queue's
+    default) set and removed as it goes, and round robin between groups or not:
+    claims meet groups at their concurrency limit or waiting out their rate, and
+    every end of a lease (completion, failure, release, cancel, expiry) frees a slot."""
+
+    @initialize(
+        lease_seconds=leases,
+        max_attempts=attempt_limits,
+        retry=st.sampled_from([sqlq.Retry.immediate(), sqlq.Retry.fixed(2)]),
+        fair=st.booleans(),
+    )
+    def open_queues(
+        self, lease_seconds: int, max_attempts: int, retry: sqlq.Retry, fair: bool
+    ) -> None:
+        self.log.append(f"lease_seconds={lease_seconds}, max_attempts={max_attempts}, {retry}")
+        self.log.append(f"fair={fair}")
+        self.leases: list[tuple[str, int]] = [("t0", 1)]  # (task id, token) handed out
+        self.left = self.open_durable(lease_seconds, max_attempts, retry=retry, fair=fair)
+        self.right = sqlq.WorkQueue(lease_seconds, max_attempts, retry=retry, fair=fair)
+
+    def _lease(self, data: st.DataObject) -> tuple[str, int]:
+        return data.draw(st.sampled_from(self.leases[-4:]))
+
+    @rule(task_id=limit_ids, move=time_moves, group=groups, delay=st.sampled_from([None, 2]))
+    def add(self, task_id: str, move: Any, group: Any, delay: Any) -> None:  # type: ignore[override]
+        self._same("add", task_id, self._time(move), group=group, delay=delay)
+
+    @rule(items=st.lists(limit_ids, max_size=4), move=time_moves, group=groups)
+    def add_many(self, items: list[str], move: Any, group: Any) -> None:
+        self._same("add_many", items, self._time(move), group=group)
+
+    @rule(n=st.integers(1, 3), move=time_moves)
+    def claim_many(self, n: int, move: Any) -> None:
+        for lease in self._same("claim_many", n, self._time(move)):
+            self.leases.append((lease.task_id, lease.token))
+
+    @rule(move=time_moves)
+    def claim(self, move: Any) -> None:
+        lease = self._same("claim", self._time(move))
+        if lease is not None:
+            self.leases.append((lease.task_id, lease.token))
+
+    @rule(data=st.data(), move=time_moves)
+    def complete_a_lease(self, data: st.DataObject, move: Any) -> None:
+        task_id, token = self._lease(data)
+        self._same("complete", task_id, self._time(move), token=token)
+
+    @rule(data=st.data(), move=time_moves, retry=st.booleans())
+    def fail_a_lease(self, data: st.DataObject, move: Any, retry: bool) -> None:
+        task_id, token = self._lease(data)
+        self._same("fail", task_id, self._time(move), token=token, retry=retry)
+
+    @rule(data=st.data(), move=time_moves)
+    def release_a_lease(self, data: st.DataObject, move: Any) -> None:
+        task_id, token = self._lease(data)
+        self._same("release", task_id, token, self._time(move))
+
+    @rule(data=st.data(), move=time_moves)
+    def complete_one_and_claim(self, data: st.DataObject, move: Any) -> None:
+        task_id, token = self._lease(data)
+        _, lease = self._same("complete_and_claim", task_id, self._time(move), token=token)
+        if lease is not None:
+            self.leases.append((lease.task_id, lease.token))
+
+    @rule(task_id=limit_ids, move=time_moves)
+    def cancel(self, task_id: str, move: Any) -> None:
+        self._same("cancel", task_id, self._time(move))
+
+    @rule(move=time_moves)
+    def redrive(self, move: Any) -> None:
+        self._same("redrive", self._time(move))
+
+    @rule(group=limited_groups, concurrency=concurrencies, rate=rates, move=time_moves)
+    def set_limit(self, group: Any, concurrency: Any, rate: Any, move: Any) -> None:
+        starts, per = rate
+        self._same(
+            "set_limit", group, self._time(move), concurrency=concurrency, rate=starts, per=per
+        )
+
+    @rule(group=limited_groups, move=time_moves)
+    def remove_limit(self, group: Any, move: Any) -> None:
+        self._same("remove_limit", group, self._time(move))
+
+    @rule(move=time_moves)
+    def ready_limits_and_groups(self, move: Any) -> None:
+        now = self._time(move)
+        self._same("ready", now)
+        self._same("limits", now)
+        self._same("groups", now)
+
+    @rule(move=time_moves)
+    def stats(self, move: Any) -> None:
+        self._same("stats", self._time(move))
+
+    @rule(task_id=limit_ids, move=time_moves)
+    def info(self, task_id: str, move: Any) -> None:
+        self._same("info", task_id, self._time(move))
+
+    @rule(pause=st.booleans(), move=time_moves)
+    def pause_or_resume(self, pause: bool, move: Any) -> None:
+        self._same("pause" if pause else "resume", self._time(move))
+
+
+def test_limits_durable_vs_memory(
+    new_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limited = _settings(max_examples=120, stateful_step_count=50)
+    run_on(LimitsDurableVsMemory, new_url, monkeypatch, limited)
 
 
 # ---------------------------------------------------------------------------------

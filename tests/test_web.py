@@ -68,9 +68,10 @@ def test_the_api_gives_the_clis_json_shapes(
 ) -> None:
     with _queue(queue_url) as q:
         _dead(q, "b")
-        q.add("a", payload={"n": 1}, name="send", priority=3, key="user:1")
+        q.add("a", payload={"n": 1}, name="send", priority=3, key="user:1", group="tenant:1")
     assert main(["show", queue_url, "a", "--queue", "jobs", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
+    assert shown["group"] == "tenant:1"
     api = client.get("/api/task", params={"queue": "jobs", "id": "a"}).json()
     assert api.pop("timeline")[0] == {"at": shown["created_at"], "what": "added"}
     assert {**api, "database": shown["database"]} == shown
@@ -89,6 +90,24 @@ def test_the_api_gives_the_clis_json_shapes(
     listed = json.loads(capsys.readouterr().out)["tasks"]
     newest_first = client.get("/api/tasks").json()["tasks"]
     assert newest_first[::-1] == listed  # list: in the order added
+
+
+def test_a_tasks_group_is_shown_and_the_list_has_a_group_column_only_with_groups(
+    queue_url: str, client: TestClient
+) -> None:
+    with _queue(queue_url) as q:
+        q.add("plain")
+        header = "<th>name</th><th>group</th><th>state</th>"
+        assert header not in client.get("/tasks").text  # no listed task has a group
+        q.add("grouped", group="tenant:<1>")
+    listed = client.get("/tasks").text
+    assert header in listed
+    assert '<td class="group">tenant:&lt;1&gt;</td>' in listed
+    assert '<td class="group">-</td>' in listed  # the task without a group
+    page = client.get("/task", params={"queue": "jobs", "id": "grouped"}).text
+    assert '<td id="group">tenant:&lt;1&gt;</td>' in page
+    page = client.get("/task", params={"queue": "jobs", "id": "plain"}).text
+    assert '<td id="group">-</td>' in page
 
 
 def test_tasks_filter_by_state_queue_name_and_id_prefix(queue_url: str, client: TestClient) -> None:

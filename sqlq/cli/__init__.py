@@ -7,6 +7,7 @@ Subcommands, one module per kind:
 * adding.py: `add` (creates a missing file)
 * maintenance.py: `redrive`, `purge`, `migrate`
 * control.py: `cancel`, `pause`, `resume`
+* limits.py: `limits` (per-group limits)
 * running.py: `worker`, `demo`
 * web.py: `web` (the dashboard; the `web` extra)
 
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import SqlqError
-from . import adding, control, maintenance, reading, running, schedules, web
+from . import adding, control, limits, maintenance, reading, running, schedules, web
 from .common import (
     DURATION_SYNTAX,
     EXIT_ERROR,
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     schedules.register(commands)
     maintenance.register(commands)
     control.register(commands)
+    limits.register(commands)
     maintenance.register_migrate(commands)
     running.register_demo(commands)
     web.register(commands)

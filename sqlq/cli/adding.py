@@ -20,7 +20,6 @@ from ..contract import (
     MAX_ATTEMPTS,
     MAX_PRIORITY,
     MIN_PRIORITY,
-    check_name,
     check_task_id,
 )
 from ..durable import Queue
@@ -38,6 +37,7 @@ from .common import (
     add_queue,
     creatable,
     duration,
+    named,
     open_queue,
     plural,
     positive_int,
@@ -119,7 +119,7 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add.add_argument(
         "--name",
         metavar="NAME",
-        type=_task_name,
+        type=named("task name"),
         help=(
             "the tasks' name: a worker given a sqlq.Tasks registry runs the function "
             "registered under it, with the payload (a JSON object) as keyword arguments"
@@ -128,7 +128,7 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add.add_argument(
         "--key",
         metavar="KEY",
-        type=_dedupe_key,
+        type=named("dedupe key"),
         help=(
             "a dedupe key for the one TASK_ID: while another task of the queue holds it "
             "(WAITING, AVAILABLE or RESERVED, or finished within --key-window), --on-key "
@@ -173,6 +173,14 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         ),
     )
     add.add_argument(
+        "--group",
+        metavar="GROUP",
+        type=named("group"),
+        help=(
+            "the tasks' group (a tenant, a user, an API): they obey its limits (see `sqlq limits`)"
+        ),
+    )
+    add.add_argument(
         "--from-file",
         metavar="PATH",
         help=(
@@ -214,7 +222,11 @@ def _add(args: argparse.Namespace) -> int:
             batch = [(*(i if isinstance(i, tuple) else (i, None)), args.name) for i in batch]
         try:
             results = queue.add_many(
-                batch, delay=args.delay, run_at=args.run_at, priority=args.priority
+                batch,
+                delay=args.delay,
+                run_at=args.run_at,
+                priority=args.priority,
+                group=args.group,
             )
         except InvalidArgument as exc:
             raise CliError(f"{where}: {exc}{_so_far(counts)}") from exc
@@ -286,6 +298,7 @@ def _add_keyed(args: argparse.Namespace, db: Any, created: bool, payload: Any) -
             key=args.key,
             on_key=args.on_key,
             key_window=args.key_window,
+            group=args.group,
         )
     assert isinstance(answer, Added)
     added, existed = answer.outcome is Keyed.ADDED, answer.outcome is Keyed.EXISTS
@@ -315,16 +328,6 @@ def _add_keyed(args: argparse.Namespace, db: Any, created: bool, payload: Any) -
     return EXIT_OK
 
 
-def _dedupe_key(text: str) -> str:
-    try:
-        return check_name(text, "dedupe key", InvalidArgument)
-    except InvalidArgument as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-_dedupe_key.__name__ = "dedupe key"
-
-
 def _aging(text: str) -> float | None:
     """--aging: a duration (more than 0), or 'none' (any case: Python's None too)
     for strict priorities."""
@@ -334,16 +337,6 @@ def _aging(text: str) -> float | None:
         return seconds(allow_minimum=False)(text)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"{exc}; or 'none' for strict priorities") from None
-
-
-def _task_name(text: str) -> str:
-    try:
-        return check_name(text, "task name", InvalidArgument)
-    except InvalidArgument as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-_task_name.__name__ = "task name"
 
 
 def _so_far(counts: dict[str, int]) -> str:

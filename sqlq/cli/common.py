@@ -24,10 +24,11 @@ from ..contract import (
     MAX_LEASE_SECONDS,
     MAX_TIME,
     State,
+    check_name,
     check_queue_name,
 )
 from ..durable import Queue
-from ..errors import InvalidConfig, SchemaError
+from ..errors import InvalidArgument, InvalidConfig, SchemaError
 from ..retry import Retry
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -72,6 +73,18 @@ def positive_int(minimum: int, maximum: int | None = None) -> Callable[[str], in
         return value
 
     return _typed("int", parse)
+
+
+def named(what: str) -> Callable[[str], str]:
+    """The parser of an argument naming a task's name or a group (as check_name takes it)."""
+
+    def parse(text: str) -> str:
+        try:
+            return check_name(text, what, InvalidArgument)
+        except InvalidArgument as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return _typed(what, parse)
 
 
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}

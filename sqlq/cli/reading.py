@@ -262,11 +262,13 @@ def _list(args: argparse.Namespace) -> int:
     if not tasks:
         print(f"no tasks{which} in queue {args.queue!r}")
         return EXIT_OK
+    grouped = any(t.group is not None for t in tasks)  # a column only where it says something
     prioritised = any(t.priority for t in tasks)  # the column only where priorities are used
     rows = [
         [
             printable(t.task_id),
             _name(t),
+            *([shorten(t.group, 20)] if grouped else []),
             t.state,
             *([str(t.priority)] if prioritised else []),
             f"{t.attempts}/{t.max_attempts}",
@@ -275,8 +277,9 @@ def _list(args: argparse.Namespace) -> int:
         ]
         for t in tasks
     ]
+    header = ["task_id", "name", *(["group"] if grouped else []), "state"]
     priority = ["priority"] if prioritised else []
-    table(["task_id", "name", "state", *priority, "attempts", "progress", "last_error"], rows)
+    table([*header, *priority, "attempts", "progress", "last_error"], rows)
     if len(tasks) == args.limit:
         print(f"(the first {args.limit} tasks{which}; --limit N shows more)")
     return EXIT_OK
@@ -309,6 +312,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("task_id", printable(info.task_id)),
         ("queue", printable(queue)),
         ("name", _name(info)),
+        ("group", "-" if info.group is None else printable(info.group)),
         ("key", "-" if info.key is None else printable(info.key)),
         ("state", info.state),
         ("priority", str(info.priority)),

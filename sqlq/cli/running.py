@@ -199,6 +199,14 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         ),
     )
     worker.add_argument(
+        "--fair",
+        action="store_true",
+        help=(
+            "claim grouped tasks round robin between their groups (the group served "
+            "longest ago first) instead of in line order (see `sqlq limits`)"
+        ),
+    )
+    worker.add_argument(
         "--no-listen",
         dest="listen",
         action="store_false",
@@ -228,6 +236,7 @@ def _worker(args: argparse.Namespace) -> int:
         busy_timeout=args.busy_timeout,
         log_level=args.log_level.upper(),
         summary_every=args.summary_every,
+        fair=args.fair,
         **({} if args.listen else {"listen": False}),  # an option PostgreSQL's alone has
     )
 

@@ -46,9 +46,18 @@ from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 
-from ..backend import Claimed, Figures, Holder, Opened, TaskRow
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow, claim_each
 from ..browse import Browse, Found, task_row
-from ..contract import DEFAULT_AGING, FINISHED, MAX_TIME, Completion, Number, Outcome, State
+from ..contract import (
+    DEFAULT_AGING,
+    FINISHED,
+    MAX_TIME,
+    Completion,
+    Limit,
+    Number,
+    Outcome,
+    State,
+)
 from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
 from ..payload import Encoded
 from ..records import (
@@ -635,18 +644,20 @@ class PostgresTransaction:
             self._open_with(self._cur)
             return
         self._cur = backend.send_first(Q.open_call, self._call_params(None))
-        mark, now, due = self._cur.fetchone()
-        if not due and now <= mark + MARK_LAG:
+        mark, now, due, serial = self._cur.fetchone()
+        if not due and not serial and now <= mark + MARK_LAG:
             self._mark, self._now, self._autocommit = mark, now, True
             return
         self._cur.execute(Q.begin)
+        if serial:  # the turn open_call took ended with it: taken again, first
+            self._cur.execute(Q.lock_queue, {"queue": self.queue})
         self._after_clock(mark, now, due)
 
     def _open_with(self, cur: Any) -> None:
         """In the call's transaction: strict mode's turn, open_call, the due events."""
         if self._backend.strict:
             cur.execute(Q.lock_queue, {"queue": self.queue})
-        mark, now, due = cur.execute(Q.open_call, self._call_params(None)).fetchone()
+        mark, now, due, _ = cur.execute(Q.open_call, self._call_params(None)).fetchone()
         self._after_clock(mark, now, due)
 
     def _after_clock(self, mark: Number, now: Number, due: bool) -> None:
@@ -663,16 +674,27 @@ class PostgresTransaction:
         if due or (asked is not None and asked < mark):
             self._opened(self, now if asked is None else asked)
 
-    def _call_params(self, now: Number | None) -> dict[str, Any]:
-        """The parameters of _call (queries.sql): the call's time once known."""
-        return {"queue": self.queue, "now": now, "asked": self._asked, "lag": MARK_LAG}
+    def _call_params(self, now: Number | None, serial: bool = True) -> dict[str, Any]:
+        """The parameters of _call (queries.sql): the call's time once known, and
+        whether the call takes the queue's turn in a queue with grouped tasks (every
+        call but a claim: see _call's lock order)."""
+        return {
+            "queue": self.queue,
+            "now": now,
+            "asked": self._asked,
+            "lag": MARK_LAG,
+            "serial": serial,
+        }
 
-    def _write(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    def _write(
+        self, statement: str, params: dict[str, Any], serial: bool = True
+    ) -> list[tuple[Any, ...]]:
         """Run a statement that starts with _call (queries.sql); its rows without the
         clock's four columns.  The first statement of a lazy call carries the clock
         and the due check; if something is due (or the mark must be raised) it
-        changed nothing, and runs again once the call has opened."""
-        params.update(self._call_params(None if self._pending else self._now))
+        changed nothing, and runs again once the call has opened.  ``serial``
+        false: a claim, which needs no turn (see _call)."""
+        params.update(self._call_params(None if self._pending else self._now, serial))
         if self._pending:
             self._pending = False
             commits = self._autocommit = self._one_write
@@ -764,6 +786,7 @@ class PostgresTransaction:
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
+        group: str | None = None,
     ) -> bool:
         params = {
             "queue": queue,
@@ -777,6 +800,7 @@ class PostgresTransaction:
             "base": retry.base,
             "cap": retry.cap,
             "name": name,
+            "group_key": group,
             "channel": self._backend.channel(queue),
             "priority": priority,
             "aging": aging,
@@ -794,6 +818,7 @@ class PostgresTransaction:
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
+        group: str | None = None,
     ) -> list[bool]:
         """The ids the queue has are found first, so that only new ones take counter
         values; an id that another call adds meanwhile is skipped, and answered
@@ -820,6 +845,7 @@ class PostgresTransaction:
                 "base": retry.base,
                 "cap": retry.cap,
                 "now": self._now,
+                "group_key": group,
                 "channel": self._backend.channel(queue),
                 "priority": priority,
                 "aging": aging,
@@ -833,9 +859,12 @@ class PostgresTransaction:
             added.discard(key)  # a repeat in the batch existed by then
         return answers
 
-    def claim_many(self, queue: str, n: int, seconds: Number) -> list[Claimed]:
+    def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
         params = {"queue": queue, "n": n, "seconds": seconds, "max_time": MAX_TIME}
-        rows = [_claimed(row) for row in self._write(Q.claim_front_many, params) if row[0]]
+        found = self._write(Q.claim_front_many, params, serial=False)
+        if found[0][0]:  # grouped tasks: one at a time, each may use up a group's slot
+            return claim_each(lambda: self._claim_grouped(queue, seconds, fair), n)
+        rows = [_claimed(row[1:]) for row in found if row[1]]
         rows.sort(key=itemgetter(1))
         return rows
 
@@ -849,9 +878,16 @@ class PostgresTransaction:
         ((done,),) = self._write(Q.complete_many, params)
         return int(done)
 
-    def claim(self, queue: str, seconds: Number) -> Claimed | None:
+    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
         params = {"queue": queue, "seconds": seconds, "max_time": MAX_TIME}
-        (row,) = self._write(Q.claim_front, params)
+        ((grouped, *row),) = self._write(Q.claim_front, params, serial=False)
+        if grouped:
+            return self._claim_grouped(queue, seconds, fair)
+        return _claimed(tuple(row)) if row[0] else None
+
+    def _claim_grouped(self, queue: str, seconds: Number, fair: bool) -> Claimed | None:
+        params = {"queue": queue, "seconds": seconds, "max_time": MAX_TIME, "fair": fair}
+        (row,) = self._write(Q.claim_grouped, params, serial=False)
         return _claimed(row) if row[0] else None
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
@@ -1008,6 +1044,25 @@ class PostgresTransaction:
         self._announce |= changed and not paused  # idle listeners claim at once
         return changed
 
+    def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
+        cur, params = self._opened_cursor, {"queue": queue, "group_key": group}
+        if limit is None:
+            changed = bool(cur.execute(Q.remove_limit, params).rowcount)
+        else:
+            cur.execute(Q.set_limit, {**params, **limit._asdict()})
+            changed = True
+        cur.execute(Q.apply_limits, params)
+        self._announce = True  # groups may start tasks they could not before
+        return changed
+
+    def limits(self, queue: str) -> dict[str, Limit]:
+        rows = self._opened_cursor.execute(Q.list_limits, {"queue": queue}).fetchall()
+        return {group: Limit(*rest) for group, *rest in rows}
+
+    def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
+        rows = self._opened_cursor.execute(Q.list_groups, {"queue": queue}).fetchall()
+        return {group: (running, live) for group, running, live in rows}
+
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         params = {"queue": queue, "key": key, "cutoff": cutoff}
         row = self._opened_cursor.execute(Q.key_holder, params).fetchone()
@@ -1026,6 +1081,7 @@ class PostgresTransaction:
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
+        group: str | None = None,
     ) -> bool:
         cur = self._opened_cursor  # (first: the call's time is known once it opened)
         params = {
@@ -1041,6 +1097,7 @@ class PostgresTransaction:
             "cap": retry.cap,
             "name": name,
             "key": key,
+            "group_key": group,
             "priority": priority,
             "aging": aging,
             "now": self._now,
@@ -1104,12 +1161,13 @@ def _claimed(row: tuple[Any, ...]) -> Claimed:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
      run_at, payload, payload_bytes, error, created, updated, finished, name,
-     stop, result, progress, message, key, priority) = row  # fmt: skip
+     stop, result, progress, message, key, priority, group) = row  # fmt: skip
     return TaskRow(
         row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at,
         payload if payload_bytes is None else payload_bytes, read_or_none(error),
-        created, updated, finished, name, stop, result, progress, message, key, priority,
+        created, updated, finished, name, stop, result, progress, message, group,
+        key, priority,
     )  # fmt: skip
 
 

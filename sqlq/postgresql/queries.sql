@@ -72,9 +72,9 @@ SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(q
 -- (see _call, with :now NULL): the high-water mark of passed-in times, the
 -- call's time (the later of the mark and :asked, or of the mark and the
 -- server's clock when nothing was asked), and whether anything in the queue is
--- due then.
+-- due then; last, whether it took the queue's turn (see _call).
 WITH {{_call}}
-SELECT mark, now, due FROM call
+SELECT mark, now, due, serial FROM call
 
 -- name: _call
 -- Fragment: the call's clock, the first CTE of open_call and of each statement
@@ -89,12 +89,26 @@ SELECT mark, now, due FROM call
 -- The probes use the partial indexes: the IS NOT NULL conditions are what lets
 -- the planner choose them (the time is unknown when it plans; without them it
 -- guesses that a third of the table matches and scans it all).
+-- Lock order (see migrations/0008): in a queue with unfinished grouped tasks
+-- (only probed in a schema that ever had one: sqlq_clock.grouped), a call that
+-- may move tasks other than by claiming them (:serial) first takes the queue's
+-- turn (the advisory lock of lock_queue and try_lock_queue), before any row
+-- lock of the statement: `serial` (the turn taken) is computed when `call` is
+-- read (a CTE with volatile functions is computed once, whole), and the
+-- statement locks its rows after that.
 call AS (
     SELECT t.mark, t.now, t.due,
            %(now)s::float8 IS NOT NULL
            OR (%(asked)s::float8 IS NULL AND NOT t.due
-               AND t.now <= t.mark + %(lag)s::float8) AS go
-    FROM (SELECT c.now AS mark, x.now,
+               AND t.now <= t.mark + %(lag)s::float8) AS go,
+           t.grouped,
+           t.serial AND pg_advisory_xact_lock(
+                            hashtextextended(current_schema() || ':' || %(queue)s, 0))::text
+                        IS NOT NULL AS serial
+    FROM (SELECT c.now AS mark, x.now, c.grouped,
+                 c.grouped AND %(serial)s::boolean
+                 AND EXISTS (SELECT 1 FROM sqlq_groups
+                             WHERE queue = %(queue)s AND live > 0) AS serial,
                  %(now)s::float8 IS NULL
                  AND (EXISTS (SELECT 1 FROM sqlq_tasks
                               WHERE queue = %(queue)s AND deadline IS NOT NULL
@@ -139,15 +153,20 @@ WHERE id = 1 AND now < %(now)s::float8 - %(lag)s::float8
 
 -- name: ready
 -- Read only: would a claim on the queue find a task now?  Not while the queue
--- is paused; else something AVAILABLE, a lease run out, or a WAITING task due
--- (at the later of :now, or the server's clock, and the mark).
+-- is paused; else something AVAILABLE (in the ungrouped line, or in a group that
+-- may start one), a lease run out, or a WAITING task due (at the later of :now,
+-- or the server's clock, and the mark).
 WITH t AS (
     SELECT greatest(now, coalesce(%(now)s::float8,
                                   extract(epoch FROM clock_timestamp())::float8)) AS now
     FROM sqlq_clock WHERE id = 1
 )
 SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
-   AND (EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND state = 'AVAILABLE')
+   AND (EXISTS (SELECT 1 FROM sqlq_tasks
+                WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL)
+    OR EXISTS (SELECT 1 FROM sqlq_groups, t
+               WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap
+                 AND tat <= t.now)
     OR EXISTS (SELECT 1 FROM sqlq_tasks, t
                WHERE queue = %(queue)s AND deadline IS NOT NULL AND deadline <= t.now)
     OR EXISTS (SELECT 1 FROM sqlq_tasks, t
@@ -163,11 +182,12 @@ WITH {{_call}}, added AS (
     INSERT INTO sqlq_tasks
         (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
          retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
-         line_key)
+         line_key, group_key)
     SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
            %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
            %(cap)s::float8, call.now, call.now, %(name)s, %(priority)s::integer,
-           %(aging)s::float8, call.now - %(priority)s::integer * %(aging)s::float8
+           %(aging)s::float8, call.now - %(priority)s::integer * %(aging)s::float8,
+           %(group_key)s
     FROM call
     WHERE call.go
       AND NOT EXISTS (SELECT 1 FROM sqlq_tasks
@@ -196,11 +216,11 @@ WITH items AS (
     INSERT INTO sqlq_tasks
         (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
          retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
-         line_key)
+         line_key, group_key)
     SELECT %(queue)s, task_id, %(state)s, seq, 0, %(max_attempts)s, %(run_at)s::float8,
            payload, payload_bytes, %(kind)s, %(base)s::float8, %(cap)s::float8,
            %(now)s::float8, %(now)s::float8, name, %(priority)s::integer, %(aging)s::float8,
-           %(now)s::float8 - %(priority)s::integer * %(aging)s::float8
+           %(now)s::float8 - %(priority)s::integer * %(aging)s::float8, %(group_key)s
     FROM numbered ORDER BY k
     ON CONFLICT (queue, task_id) DO NOTHING
     RETURNING task_id, state
@@ -220,31 +240,46 @@ SELECT task_id FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = ANY (%(ids)
 -- value as the lease's token, set its deadline :seconds after the call's time
 -- (at most :max_time).  A front row that another transaction is claiming is
 -- skipped (the next one is taken).  Nothing while the queue is paused (a probe
--- of sqlq_paused's key).  Then the task, or NULLs.
-WITH {{_call}}, claimed AS (
+-- of sqlq_paused's key).  Only in a queue without unfinished grouped tasks (a
+-- probe of sqlq_groups_live, in a schema that ever had a grouped task:
+-- sqlq_clock.grouped), from its ungrouped line; the answer says whether it has
+-- any (then claim_grouped claims).  A claim takes rows only with SKIP LOCKED:
+-- it never waits for a lock, so it runs without the queue's turn (:serial
+-- false, see _call).  Then the task, or NULLs.
+WITH {{_call}}, grouped AS (
+    SELECT call.grouped
+           AND EXISTS (SELECT 1 FROM sqlq_groups WHERE queue = %(queue)s AND live > 0) AS found
+    FROM call
+), claimed AS (
     UPDATE sqlq_tasks
     SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
         deadline = least(call.now + %(seconds)s::float8, %(max_time)s::float8),
         updated_at = call.now
     FROM call
-    WHERE call.go
+    WHERE call.go AND NOT (SELECT found FROM grouped)
       AND id = (SELECT id FROM sqlq_tasks
-                WHERE queue = %(queue)s AND state = 'AVAILABLE'
+                WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL
                   AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
                 ORDER BY line_key, seq LIMIT 1
                 FOR UPDATE SKIP LOCKED)
     RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
 )
-SELECT call.mark, call.now, call.due, call.go, claimed.*
+SELECT call.mark, call.now, call.due, call.go, (SELECT found FROM grouped), claimed.*
 FROM call LEFT JOIN claimed ON true
 
 -- name: claim_front_many
 -- claim_front up to :n times in one statement; tokens increase along the line.
 -- One answer row per task claimed, in no particular order (one row of NULLs
--- after (mark, now, due, go) if none).  Nothing while the queue is paused.
-WITH {{_call}}, line AS (
+-- after (mark, now, due, go, grouped) if none).  Nothing while the queue is
+-- paused, nor in a queue with unfinished grouped tasks (as claim_front).
+WITH {{_call}}, grouped AS (
+    SELECT call.grouped
+           AND EXISTS (SELECT 1 FROM sqlq_groups WHERE queue = %(queue)s AND live > 0) AS found
+    FROM call
+), line AS (
     SELECT id, line_key, seq FROM sqlq_tasks
-    WHERE queue = %(queue)s AND state = 'AVAILABLE' AND (SELECT go FROM call)
+    WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL
+      AND (SELECT go FROM call) AND NOT (SELECT found FROM grouped)
       AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
     ORDER BY line_key, seq LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
@@ -262,7 +297,7 @@ WITH {{_call}}, line AS (
     WHERE sqlq_tasks.id = ranked.id
     RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
 )
-SELECT call.mark, call.now, call.due, call.go, claimed.*
+SELECT call.mark, call.now, call.due, call.go, (SELECT found FROM grouped), claimed.*
 FROM call LEFT JOIN claimed ON true
 
 -- name: get_task
@@ -270,7 +305,7 @@ FROM call LEFT JOIN claimed ON true
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s
 
@@ -281,7 +316,7 @@ WHERE queue = %(queue)s AND task_id = %(task_id)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
   AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
@@ -407,7 +442,7 @@ LIMIT %(limit)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s
 ORDER BY id
@@ -418,7 +453,7 @@ LIMIT %(limit)s
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND state = %(state)s
 ORDER BY id
@@ -440,8 +475,17 @@ WHERE id IN (SELECT id FROM sqlq_tasks
 SELECT (SELECT coalesce(json_object_agg(state, n), '{}'::json)
         FROM (SELECT state, count(*) AS n FROM sqlq_tasks
               WHERE queue = %(queue)s GROUP BY state) AS per_state),
-       (SELECT updated_at FROM sqlq_tasks
-        WHERE queue = %(queue)s AND state = 'AVAILABLE' ORDER BY line_key, seq LIMIT 1),
+       (SELECT updated_at
+        FROM ((SELECT updated_at, line_key, seq FROM sqlq_tasks
+               WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL
+               ORDER BY {{_line_order}} LIMIT 1)
+              UNION ALL
+              (SELECT t.updated_at, t.line_key, t.seq FROM sqlq_groups AS g
+               JOIN sqlq_tasks AS t
+                 ON t.queue = g.queue AND t.group_key = g.group_key
+                AND t.state = 'AVAILABLE' AND t.line_key = g.head_key AND t.seq = g.head
+               WHERE g.queue = %(queue)s AND g.head IS NOT NULL)) AS fronts
+        ORDER BY {{_line_order}} LIMIT 1),
        (SELECT min(deadline) FROM sqlq_tasks WHERE queue = %(queue)s AND deadline IS NOT NULL),
        (SELECT min(run_at) FROM sqlq_tasks WHERE queue = %(queue)s AND run_at IS NOT NULL),
        EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
@@ -456,10 +500,20 @@ BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY
 
 -- name: queue_fronts
 -- Per queue: when the front of its line became AVAILABLE, its next deadline and
--- its next wake-up (sqlq stats).  Each a probe of a partial index per queue.
+-- its next wake-up (sqlq stats).  Each a probe of a partial index per queue
+-- (and a row per group of the queue, for the fronts of the groups' lines).
 SELECT queues.queue,
-       (SELECT updated_at FROM sqlq_tasks
-        WHERE queue = queues.queue AND state = 'AVAILABLE' ORDER BY line_key, seq LIMIT 1),
+       (SELECT updated_at
+        FROM ((SELECT updated_at, line_key, seq FROM sqlq_tasks
+               WHERE queue = queues.queue AND state = 'AVAILABLE' AND group_key IS NULL
+               ORDER BY {{_line_order}} LIMIT 1)
+              UNION ALL
+              (SELECT t.updated_at, t.line_key, t.seq FROM sqlq_groups AS g
+               JOIN sqlq_tasks AS t
+                 ON t.queue = g.queue AND t.group_key = g.group_key
+                AND t.state = 'AVAILABLE' AND t.line_key = g.head_key AND t.seq = g.head
+               WHERE g.queue = queues.queue AND g.head IS NOT NULL)) AS fronts
+        ORDER BY {{_line_order}} LIMIT 1),
        (SELECT min(deadline) FROM sqlq_tasks WHERE queue = queues.queue AND deadline IS NOT NULL),
        (SELECT min(run_at) FROM sqlq_tasks WHERE queue = queues.queue AND run_at IS NOT NULL)
 FROM (SELECT DISTINCT queue FROM sqlq_tasks) AS queues
@@ -506,7 +560,8 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'sqlq_migrations'
        EXISTS (SELECT 1 FROM pg_class
                WHERE relname IN ('sqlq_tasks', 'sqlq_clock', 'sqlq_counter',
                                  'sqlq_queue_stats', 'sqlq_dead_letters', 'sqlq_leases',
-                                 'sqlq_schedules', 'sqlq_paused')
+                                 'sqlq_schedules', 'sqlq_paused', 'sqlq_limits',
+                                 'sqlq_groups')
                  AND relnamespace = current_schema()::regnamespace)
 
 -- name: create_migrations_table
@@ -632,7 +687,7 @@ SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_k
        CASE WHEN %(payloads)s THEN payload_bytes END AS payload_bytes,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
        CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message,
-       dedupe_key, priority
+       dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE id < %(id)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -652,7 +707,7 @@ SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_k
        CASE WHEN %(payloads)s THEN payload_bytes END AS payload_bytes,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
        CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message,
-       dedupe_key, priority
+       dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE (seq, id) > (%(seq)s, %(id)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -698,12 +753,12 @@ WHERE id = coalesce(
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
      retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
-     line_key, dedupe_key)
+     line_key, dedupe_key, group_key)
 SELECT %(queue)s, %(task_id)s, %(state)s, nextval('sqlq_counter'), 0, %(max_attempts)s,
        %(run_at)s::float8, %(payload)s, %(payload_bytes)s, %(kind)s, %(base)s::float8,
        %(cap)s::float8, %(now)s::float8, %(now)s::float8, %(name)s, %(priority)s::integer,
        %(aging)s::float8, %(now)s::float8 - %(priority)s::integer * %(aging)s::float8,
-       %(key)s
+       %(key)s, %(group_key)s
 WHERE NOT EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = %(task_id)s)
 ON CONFLICT DO NOTHING
 RETURNING 1
@@ -723,3 +778,100 @@ SET state = CASE WHEN %(run_at)s::float8 IS NULL THEN 'AVAILABLE' ELSE 'WAITING'
     payload = %(payload)s, payload_bytes = %(payload_bytes)s, updated_at = %(now)s::float8
 WHERE id = %(id)s AND state = %(state)s AND seq = %(seen)s
 RETURNING 1
+
+-- name: _line_order
+-- Fragment: the order of a line (the ungrouped one, a group's, and between the
+-- fronts of lines), written once for the statements that compare lines: the
+-- line key, then the order joined (see sqlq/contract.py, Priorities).
+line_key, seq
+
+-- name: claim_grouped
+-- claim_front in a queue with unfinished grouped tasks (claim_front said so; see
+-- _call): the front of the ungrouped line or the front of the first group that
+-- may start a task now, whichever is first in line order.  A group may start
+-- one if it has an AVAILABLE task, fewer RESERVED tasks than its cap and its
+-- tat (the earliest start its rate allows) has come; the partial indexes of
+-- sqlq_groups hold only groups with a front and a free slot, so a group at its
+-- concurrency limit is never read.  The first group is the one whose front is
+-- first (:fair false) or, round robin, the one whose latest start is oldest.
+-- Its row is locked (a group another call is claiming from or moving is
+-- passed over), rechecked on its latest version, and the trigger
+-- sqlq_group_moved counts the lease in this statement, under that lock.
+-- Then the task, or NULLs.
+WITH {{_call}}, ungrouped AS (
+    SELECT id, line_key, seq FROM sqlq_tasks
+    WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL
+    ORDER BY {{_line_order}} LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), first_in_line AS (
+    SELECT group_key FROM sqlq_groups, call
+    WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap AND tat <= call.now
+      AND NOT %(fair)s
+    ORDER BY head_key, head LIMIT 1
+    FOR UPDATE OF sqlq_groups SKIP LOCKED
+), served_longest_ago AS (
+    SELECT group_key FROM sqlq_groups, call
+    WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap AND tat <= call.now
+      AND %(fair)s
+    ORDER BY turn, head_key, head LIMIT 1
+    FOR UPDATE OF sqlq_groups SKIP LOCKED
+), front AS (
+    SELECT t.id, t.line_key, t.seq
+    FROM (SELECT group_key FROM first_in_line
+          UNION ALL SELECT group_key FROM served_longest_ago) AS chosen
+    CROSS JOIN LATERAL (SELECT id, line_key, seq FROM sqlq_tasks
+                        WHERE queue = %(queue)s AND group_key = chosen.group_key
+                          AND state = 'AVAILABLE'
+                        ORDER BY {{_line_order}} LIMIT 1
+                        FOR UPDATE SKIP LOCKED) AS t
+), claimed AS (
+    UPDATE sqlq_tasks
+    SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
+        deadline = least(call.now + %(seconds)s::float8, %(max_time)s::float8),
+        updated_at = call.now
+    FROM call
+    WHERE call.go
+      AND id = (SELECT id FROM (SELECT * FROM ungrouped UNION ALL SELECT * FROM front) AS c
+                WHERE NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
+                ORDER BY {{_line_order}} LIMIT 1)
+    RETURNING task_id, lease_id, attempts, payload, payload_bytes, name
+)
+SELECT call.mark, call.now, call.due, call.go, claimed.*
+FROM call LEFT JOIN claimed ON true
+
+-- name: set_limit
+-- set_limit: the limits of group :group_key of a queue ('' for the queue's
+-- default), replacing those it had.
+INSERT INTO sqlq_limits (queue, group_key, concurrency, rate, per)
+VALUES (%(queue)s, %(group_key)s, %(concurrency)s, %(rate)s, %(per)s::float8)
+ON CONFLICT (queue, group_key)
+DO UPDATE SET concurrency = excluded.concurrency, rate = excluded.rate, per = excluded.per
+
+-- name: remove_limit
+-- remove_limit: group :group_key ('' the default) has no limits of its own again.
+DELETE FROM sqlq_limits WHERE queue = %(queue)s AND group_key = %(group_key)s
+
+-- name: apply_limits
+-- After set_limit or remove_limit: the limits as they apply to the groups they
+-- concern (the group :group_key, or every group of the queue for the default
+-- ''), from the group's own row, else the default's; the cap of a group without
+-- a concurrency limit is the largest bigint.
+UPDATE sqlq_groups AS g
+SET cap = coalesce(l.concurrency, 9223372036854775807), spacing = l.per / l.rate
+FROM sqlq_groups AS x
+LEFT JOIN LATERAL (SELECT concurrency, rate, per FROM sqlq_limits
+                   WHERE queue = x.queue AND group_key IN (x.group_key, '')
+                   ORDER BY group_key = '' LIMIT 1) AS l ON true
+WHERE g.queue = x.queue AND g.group_key = x.group_key AND x.queue = %(queue)s
+  AND (%(group_key)s = '' OR x.group_key = %(group_key)s)
+
+-- name: list_limits
+-- The limits set in a queue ('' the default), by group.
+SELECT group_key, concurrency, rate, per FROM sqlq_limits
+WHERE queue = %(queue)s ORDER BY group_key
+
+-- name: list_groups
+-- The groups of a queue that have unfinished tasks, with their leases and how
+-- many tasks are unfinished (sqlq limits), by group.
+SELECT group_key, running, live FROM sqlq_groups
+WHERE queue = %(queue)s AND live > 0 ORDER BY group_key

@@ -43,10 +43,19 @@ from typing import Any, Literal, NoReturn, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from ..backend import Claimed, Figures, Holder, Opened, TaskRow
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow, claim_each
 from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
-from ..contract import DEFAULT_AGING, FINISHED, Completion, Number, Outcome, State, time_after
+from ..contract import (
+    DEFAULT_AGING,
+    FINISHED,
+    Completion,
+    Limit,
+    Number,
+    Outcome,
+    State,
+    time_after,
+)
 from ..errors import (
     Busy,
     CannotOpen,
@@ -69,7 +78,7 @@ from ..records import (
 from ..retry import Retry, stored_policy
 from . import driver, files
 from .gate import Gate
-from .migrate import check_schema, ensure_schema, latest_version
+from .migrate import GROUP_TRIGGERS, apply_on_demand, check_schema, ensure_schema, latest_version
 from .queries import Q
 
 Synchronous = Literal["full", "normal"]
@@ -709,6 +718,7 @@ class SqliteTransaction:
         "_opened",
         "_stored_counter",
         "events",
+        "groups",
         "mark",
         "now",
         "queue",
@@ -749,7 +759,8 @@ class SqliteTransaction:
                 self._cur.execute(Q.savepoint)
             cur = self._cur
             asked = self.now
-            mark, counter, due = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
+            mark, counter, due, groups = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
+            self.groups: bool = groups  # the queue has grouped tasks not finished
             self.mark: Number = mark
             self._counter: int = counter
             self._stored_counter = counter
@@ -846,14 +857,27 @@ class SqliteTransaction:
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
+        group: str | None = None,
     ) -> bool:
+        if group is not None:
+            self._grouping()
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
-               retry.kind, retry.base, retry.cap, self.now, name, priority, aging)  # fmt: skip
+               retry.kind, retry.base, retry.cap, self.now, name, priority, aging,
+               group)  # fmt: skip
         if self._cur.execute(Q.insert_task, row).rowcount != 1:
             return False
         self._counter += 1
         return True
+
+    def _grouping(self) -> None:
+        """Before a grouped task is added: the triggers that keep its group's row (the
+        on-demand migration the first such add of the file applies, see
+        migrations/on_demand/0001), and the claims of this call take the statements
+        that know groups."""
+        if not self.groups:
+            apply_on_demand(self._cur, GROUP_TRIGGERS)
+            self.groups = True
 
     def insert_many(
         self,
@@ -865,11 +889,14 @@ class SqliteTransaction:
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
+        group: str | None = None,
     ) -> list[bool]:
         """One insert_batch of the whole batch when every id in it is new (the usual
         case); otherwise that is undone, the new ids are found first, and
         insert_task runs for them alone, so that only they take counter values."""
-        rule = (priority, aging)
+        if group is not None and batch:
+            self._grouping()
+        rule = (priority, aging, group)
         if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at, rule):
             return [True] * len(batch)
         ids = json.dumps([item[0] for item in batch])
@@ -899,11 +926,11 @@ class SqliteTransaction:
         max_attempts: int,
         retry: Retry,
         run_at: Number | None,
-        rule: tuple[int, float],
+        rule: tuple[int, float, str | None],
     ) -> bool:
         """insert_batch, kept if it added every task; False (and nothing changed) if
         some id was not new, or a payload is bytes, which JSON cannot carry.
-        ``rule``: (priority, aging)."""
+        ``rule``: (priority, aging, group_key)."""
         pairs = any(payload is not None or name is not None for _, payload, name in batch)
         try:
             items = json.dumps(batch if pairs else [item[0] for item in batch])
@@ -922,7 +949,9 @@ class SqliteTransaction:
         cur.execute(Q.release_batch)
         return added
 
-    def claim_many(self, queue: str, n: int, seconds: Number) -> list[Claimed]:
+    def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
+        if self.groups:  # one at a time: each claim may use up a group's slot or rate
+            return claim_each(lambda: self.claim(queue, seconds, fair), n)
         params = {
             "queue": queue,
             "n": n,
@@ -940,10 +969,13 @@ class SqliteTransaction:
         rows = [(queue, task_id, token, now, result) for task_id, token, result in items]
         return int(self._cur.executemany(Q.complete_task, rows).rowcount)
 
-    def claim(self, queue: str, seconds: Number) -> Claimed | None:
+    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
         token, now = self._counter + 1, self.now
-        params = (queue, token, time_after(now, seconds), now)
-        row = self._cur.execute(Q.claim_front, params).fetchone()
+        deadline = time_after(now, seconds)
+        if self.groups:
+            row = self._cur.execute(Q.claim_grouped, (queue, token, deadline, now, fair)).fetchone()
+        else:
+            row = self._cur.execute(Q.claim_front, (queue, token, deadline, now)).fetchone()
         if row is None:
             return None
         self._counter = token
@@ -1085,6 +1117,24 @@ class SqliteTransaction:
         }
         return bool(self._cur.execute(Q.report_progress, params).rowcount == 1)
 
+    def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
+        params = {"queue": queue, "group_key": group}
+        if limit is None:
+            changed = bool(self._cur.execute(Q.remove_limit, params).rowcount)
+        else:
+            self._cur.execute(Q.set_limit, {**params, **limit._asdict()})
+            changed = True
+        self._cur.execute(Q.apply_limits, params)
+        return changed
+
+    def limits(self, queue: str) -> dict[str, Limit]:
+        rows = self._cur.execute(Q.list_limits, {"queue": queue}).fetchall()
+        return {group: Limit(*rest) for group, *rest in rows}
+
+    def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
+        rows = self._cur.execute(Q.list_groups, {"queue": queue}).fetchall()
+        return {group: (running, live) for group, running, live in rows}
+
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         row = self._cur.execute(Q.key_holder, (queue, key, cutoff)).fetchone()
         return None if row is None else Holder(row[0], row[1], State(row[2]), row[3])
@@ -1102,10 +1152,14 @@ class SqliteTransaction:
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
+        group: str | None = None,
     ) -> bool:
+        if group is not None:
+            self._grouping()
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
-               retry.kind, retry.base, retry.cap, self.now, name, priority, aging, key)  # fmt: skip
+               retry.kind, retry.base, retry.cap, self.now, name, priority, aging, group,
+               key)  # fmt: skip
         if self._cur.execute(Q.insert_keyed_task, row).rowcount != 1:
             return False
         self._counter += 1
@@ -1196,11 +1250,12 @@ def _fsync(path: str) -> None:
 def _task_row(row: tuple[Any, ...]) -> TaskRow:
     (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
      deadline, run_at, payload, error, created, updated, finished, name, stop,
-     result, progress, message, key, priority) = row  # fmt: skip
+     result, progress, message, key, priority, group) = row  # fmt: skip
     return TaskRow(
         row_id, task_id, State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), deadline, run_at, payload, error,
-        created, updated, finished, name, stop, result, progress, message, key, priority,
+        created, updated, finished, name, stop, result, progress, message, group,
+        key, priority,
     )  # fmt: skip
 
 

@@ -15,6 +15,12 @@ so is a file that is not a SQLite database: they are refused with a
 :class:`sqlq.errors.SchemaError` before anything is written to them, and so is
 a schema newer than this library.
 
+On-demand migrations (``migrations/on_demand/``, numbered 1, 2, ... apart) hold
+schema that only some databases need and that would cost the others on every call
+(the group triggers: see migration 11).  The first call that needs one applies it in
+that call's write transaction (apply_on_demand) and records it with the negative of its
+number, its name and checksum; tests/test_schema.py checks both states of a file.
+
 An empty file (no bytes, or a SQLite header without tables and with no header
 field set: what an interrupted creation leaves) is a database not created yet.
 Opening it to write creates it exactly as a missing path; opening it to read
@@ -69,6 +75,30 @@ class Migration(migration_files.Migration):
 @cache
 def migrations() -> tuple[Migration, ...]:
     return migration_files.read_migrations("sqlq.sqlite", Migration)
+
+
+@cache
+def on_demand() -> tuple[Migration, ...]:
+    """The on-demand migrations (``migrations/on_demand/``): applied by the first call
+    that needs them, not when a database is opened (see apply_on_demand)."""
+    return migration_files.read_migrations("sqlq.sqlite", Migration, "migrations/on_demand")
+
+
+#: The on-demand migration of the group triggers (applied by the first grouped add).
+GROUP_TRIGGERS = 1
+
+
+def apply_on_demand(cur: Any, version: int) -> None:
+    """On-demand migration ``version``, inside the caller's write transaction, unless
+    the database has it: recorded in sqlq_migrations under the version -``version``
+    (negative: the schema's version stays the highest numbered migration's), with its
+    name and checksum like any other, and its statements run only if that record is
+    new.  One statement when it was applied before."""
+    migration = on_demand()[version - 1]
+    record = (-version, migration.name, migration.checksum, time.time())
+    if cur.execute(Q.record_on_demand, record).rowcount == 1:
+        for statement in migration.statements():
+            cur.execute(statement)
 
 
 def latest_version() -> int:

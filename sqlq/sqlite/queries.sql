@@ -57,11 +57,18 @@ ROLLBACK TO sqlq_batch
 -- the call's time (the later of ?2 and the mark): a lease whose deadline has
 -- passed (deadline inclusive) or a WAITING task whose run_at has come.  Two
 -- probes of partial indexes; due_events reads the events only when one is due.
+-- Last, whether the queue has a group with unfinished tasks (a probe of
+-- sqlq_groups_live, named: the planner, without statistics, would rather walk
+-- the queue's groups by their key), only in a file where a grouped task was
+-- ever added (sqlq_clock.grouped: a file without groups pays no probe): the
+-- claims then take the statements that know groups.
 SELECT now, counter,
        EXISTS (SELECT 1 FROM sqlq_tasks
                WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
        OR EXISTS (SELECT 1 FROM sqlq_tasks
-                  WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now))
+                  WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)),
+       iif(grouped, EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_live
+                            WHERE queue = ?1 AND live > 0), 0)
 FROM sqlq_clock WHERE id = 1
 
 -- name: due_events
@@ -87,11 +94,16 @@ WHERE id = 1 AND now <= ?1 AND counter <= ?2
 
 -- name: ready
 -- Read only, outside any write transaction: would a claim on the queue find a
--- task now?  Not while the queue is paused; else something AVAILABLE, a lease
--- run out, or a WAITING task due (at the later of :now and the database's
--- high-water mark).  Lets idle workers poll without taking the write lock.
+-- task now?  Not while the queue is paused; else something AVAILABLE (in the
+-- ungrouped line, or in a group that may start one), a lease run out, or a
+-- WAITING task due (at the later of :now and the database's high-water mark).
+-- Lets idle workers poll without taking the write lock.
 SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
-   AND (EXISTS (SELECT 1 FROM sqlq_tasks WHERE queue = :queue AND state = 'AVAILABLE')
+   AND (EXISTS (SELECT 1 FROM sqlq_tasks
+                WHERE queue = :queue AND state = 'AVAILABLE' AND group_key IS NULL)
+    OR EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_by_head
+               WHERE queue = :queue AND head IS NOT NULL AND running < cap
+                 AND tat <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)))
     OR EXISTS (SELECT 1 FROM sqlq_tasks
                WHERE queue = :queue
                  AND deadline <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)))
@@ -104,13 +116,13 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
 -- nothing if the id exists in any state (add reads the row count; add_many
 -- runs it with executemany for the ids it found new).  Positional:
 -- (queue, task_id, state, seq, max_attempts, run_at, payload, retry_kind,
---  retry_base, retry_cap, now, name, priority, aging); the line key is
--- contract.line_key's.
+--  retry_base, retry_cap, now, name, priority, aging, group_key); the line key
+-- is contract.line_key's.
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
      retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
-     line_key)
-VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14)
+     line_key, group_key)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14, ?15)
 ON CONFLICT (queue, task_id) DO NOTHING
 
 -- name: insert_batch
@@ -120,15 +132,15 @@ ON CONFLICT (queue, task_id) DO NOTHING
 -- saves three JSON lookups a row.  Ids that exist are skipped: add_many compares the row count
 -- with the batch.  The other parameters are insert_task's: (queue, items,
 -- state, counter, max_attempts, run_at, retry_kind, retry_base, retry_cap, now,
--- pairs, priority, aging).  (WHERE true: an upsert after INSERT ... SELECT needs
--- a WHERE.)
+-- pairs, priority, aging, group_key).  (WHERE true: an upsert after INSERT ...
+-- SELECT needs a WHERE.)
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
      retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
-     line_key)
+     line_key, group_key)
 SELECT ?1, iif(?11, value ->> 0, value), ?3, ?4 + key + 1, 0, ?5, ?6,
        iif(?11, value ->> 1, NULL), ?7, ?8, ?9, ?10, ?10, iif(?11, value ->> 2, NULL),
-       ?12, ?13, ?10 - ?12 * ?13
+       ?12, ?13, ?10 - ?12 * ?13, ?14
 FROM json_each(?2) WHERE true
 ON CONFLICT (queue, task_id) DO NOTHING
 
@@ -139,29 +151,31 @@ SELECT task_id FROM sqlq_tasks
 WHERE queue = :queue AND task_id IN (SELECT value FROM json_each(:ids))
 
 -- name: claim_front_many
--- Reserve up to :n tasks from the front of the line (in (line_key, seq) order)
--- in one statement; the k-th in line gets token :base + k.  Returns them in no particular order.
+-- Reserve up to :n tasks from the front of the ungrouped line (in (line_key,
+-- seq) order) in one statement (a queue without groups; see claim_grouped); the
+-- k-th in line gets token :base + k.  Returns them in no particular order.
 -- Nothing while the queue is paused (a probe of sqlq_paused's key).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = :base + line.rank,
     deadline = :deadline, updated_at = :now
 FROM (SELECT id, row_number() OVER (ORDER BY line_key, seq) AS rank
       FROM sqlq_tasks
-      WHERE queue = :queue AND state = 'AVAILABLE'
+      WHERE queue = :queue AND state = 'AVAILABLE' AND group_key IS NULL
         AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
       ORDER BY line_key, seq LIMIT :n) AS line
 WHERE sqlq_tasks.id = line.id AND sqlq_tasks.state = 'AVAILABLE'
 RETURNING task_id, lease_id, attempts, payload, name
 
 -- name: claim_front
--- Reserve the front of queue ?1's line (the lowest (line_key, seq)) in one
--- statement: count an attempt, record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
+-- Reserve the front of queue ?1's ungrouped line (the lowest (line_key, seq))
+-- in one statement (a queue without groups; see claim_grouped): count an
+-- attempt, record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
 -- task (what its lease carries), or no row; no row while the queue is paused
 -- (a probe of sqlq_paused's key).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
 WHERE id = (SELECT id FROM sqlq_tasks
-            WHERE queue = ?1 AND state = 'AVAILABLE'
+            WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL
               AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)
             ORDER BY line_key, seq LIMIT 1)
   AND state = 'AVAILABLE'
@@ -172,7 +186,7 @@ RETURNING task_id, attempts, payload, name
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
@@ -238,7 +252,7 @@ LIMIT :limit
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = :queue
 ORDER BY id
@@ -249,7 +263,7 @@ LIMIT :limit
 SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority
+       result, progress, progress_message, dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE queue = :queue AND state = :state
 ORDER BY id
@@ -268,10 +282,21 @@ WHERE id IN (SELECT id FROM sqlq_tasks
 SELECT state, count(*) FROM sqlq_tasks WHERE queue = :queue GROUP BY state
 
 -- name: front_of_line
--- When the task at the front of the queue's line became AVAILABLE.
-SELECT updated_at FROM sqlq_tasks
-WHERE queue = :queue AND state = 'AVAILABLE'
-ORDER BY line_key, seq LIMIT 1
+-- When the task at the front of the queue's line became AVAILABLE: the front
+-- of the ungrouped line or of a group's, whichever is first (reads a row per
+-- group of the queue: for stats only).
+SELECT updated_at
+FROM (SELECT updated_at, line_key, seq FROM (SELECT updated_at, line_key, seq FROM sqlq_tasks
+                                   WHERE queue = :queue AND state = 'AVAILABLE'
+                                     AND group_key IS NULL
+                                   ORDER BY {{_line_order}} LIMIT 1)
+      UNION ALL
+      SELECT t.updated_at, t.line_key, t.seq FROM sqlq_groups AS g
+      JOIN sqlq_tasks AS t
+        ON t.queue = :queue AND t.group_key = g.group_key
+       AND t.state = 'AVAILABLE' AND t.line_key = g.head_key AND t.seq = g.head
+      WHERE g.queue = :queue AND g.head IS NOT NULL)
+ORDER BY {{_line_order}} LIMIT 1
 
 -- name: next_deadline
 -- The soonest lease deadline of a queue.
@@ -468,7 +493,7 @@ SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_k
        retry_base, retry_cap, deadline, run_at, CASE WHEN :payloads THEN payload END AS payload,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
        CASE WHEN :payloads THEN result END AS result, progress, progress_message,
-       dedupe_key, priority
+       dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE id < :id
   AND (:queue IS NULL OR queue = :queue)
@@ -486,7 +511,7 @@ SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_k
        retry_base, retry_cap, deadline, run_at, CASE WHEN :payloads THEN payload END AS payload,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
        CASE WHEN :payloads THEN result END AS result, progress, progress_message,
-       dedupe_key, priority
+       dedupe_key, priority, group_key
 FROM sqlq_tasks
 WHERE (seq, id) > (:seq, :id)
   AND (:queue IS NULL OR queue = :queue)
@@ -508,13 +533,19 @@ ORDER BY at
 
 -- name: count_states_by_index
 -- count_states, through the partial indexes alone (each state has one: finished,
--- line, leases, waiting), without reading the table's rows: the dashboard's and
+-- line (the ungrouped line's and the groups' lines), leases, waiting), without reading the table's rows: the dashboard's and
 -- stats' counts stay fast on a file of 10^6 finished tasks.  Correct only while
 -- every state is one of these (the caller compares the sum with count_tasks).
 SELECT queue, state, count(*) FROM sqlq_tasks WHERE finished_at IS NOT NULL
 GROUP BY queue, state
 UNION ALL
-SELECT queue, 'AVAILABLE', count(*) FROM sqlq_tasks WHERE state = 'AVAILABLE' GROUP BY queue
+SELECT queue, 'AVAILABLE', sum(n)
+FROM (SELECT queue, count(*) AS n FROM sqlq_tasks
+      WHERE state = 'AVAILABLE' AND group_key IS NULL GROUP BY queue
+      UNION ALL
+      SELECT queue, count(*) FROM sqlq_tasks
+      WHERE state = 'AVAILABLE' AND group_key IS NOT NULL GROUP BY queue)
+GROUP BY queue
 UNION ALL
 SELECT queue, 'RESERVED', count(*) FROM sqlq_tasks WHERE deadline IS NOT NULL GROUP BY queue
 UNION ALL
@@ -539,15 +570,15 @@ WHERE id = coalesce(
      ORDER BY finished_at DESC, seq DESC LIMIT 1))
 
 -- name: insert_keyed_task
--- insert_task for a task holding the dedupe key ?13; does nothing if the id
+-- insert_task for a task holding the dedupe key ?16; does nothing if the id
 -- exists or the key has a holder (sqlq_tasks_key_holder: no conflict target, so
 -- every unique index is one).  Positional, as insert_task, then the key.
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
      retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
-     line_key, dedupe_key)
+     line_key, group_key, dedupe_key)
 VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14,
-        ?15)
+        ?15, ?16)
 ON CONFLICT DO NOTHING
 
 -- name: debounce_task
@@ -561,3 +592,96 @@ SET state = iif(:run_at IS NULL, 'AVAILABLE', 'WAITING'), run_at = :run_at, seq 
     line_key = iif(:seq = :seen, line_key, :now - priority * aging),
     payload = :payload, updated_at = :now
 WHERE id = :id AND state = :state AND seq = :seen
+
+-- name: _line_order
+-- Fragment: the order of a line (the ungrouped one, a group's, and between the
+-- fronts of lines), written once for the statements that compare lines: the
+-- line key, then the order joined (see sqlq/contract.py, Priorities).
+line_key, seq
+
+-- name: claim_grouped
+-- claim_front for a queue with groups (open_call said so): the front of the
+-- ungrouped line or the front of the first group that may start a task now,
+-- whichever is first in line order.  A group may start one if it has an
+-- AVAILABLE task, fewer RESERVED tasks than its cap and its tat (the earliest
+-- start its rate allows) has come: the partial indexes of sqlq_groups hold only
+-- groups with a front and a free slot, so a group at its concurrency limit is
+-- never read (one waiting out its rate is read and passed over).  The first
+-- group is the one whose front is first (?5 = 0) or, round robin (?5 = 1), the
+-- one whose latest start is oldest.  The trigger sqlq_group_moved counts the
+-- lease and moves the group's tat and turn in this statement.  Positional as
+-- claim_front, then ?5.
+UPDATE sqlq_tasks
+SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
+WHERE id = (SELECT id
+            FROM (SELECT id, line_key, seq FROM (SELECT id, line_key, seq FROM sqlq_tasks
+                                       WHERE queue = ?1 AND state = 'AVAILABLE'
+                                         AND group_key IS NULL
+                                       ORDER BY {{_line_order}} LIMIT 1)
+                  UNION ALL
+                  SELECT t.id, t.line_key, t.seq
+                  FROM (SELECT group_key, head_key, head
+                        FROM (SELECT group_key, head_key, head FROM sqlq_groups
+                              WHERE queue = ?1 AND head IS NOT NULL AND running < cap
+                                AND tat <= ?4 AND NOT ?5
+                              ORDER BY head_key, head LIMIT 1)
+                        UNION ALL
+                        SELECT group_key, head_key, head
+                        FROM (SELECT group_key, head_key, head FROM sqlq_groups
+                              WHERE queue = ?1 AND head IS NOT NULL AND running < cap
+                                AND tat <= ?4 AND ?5
+                              ORDER BY turn, head_key, head LIMIT 1)) AS g
+                  JOIN sqlq_tasks AS t
+                    ON t.queue = ?1 AND t.group_key = g.group_key
+                   AND t.state = 'AVAILABLE' AND t.line_key = g.head_key AND t.seq = g.head)
+            WHERE NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)
+            ORDER BY {{_line_order}} LIMIT 1)
+  AND state = 'AVAILABLE'
+RETURNING task_id, attempts, payload, name
+
+-- name: set_limit
+-- set_limit: the limits of group :group_key of a queue ('' for the queue's
+-- default), replacing those it had.
+INSERT INTO sqlq_limits (queue, group_key, concurrency, rate, per)
+VALUES (:queue, :group_key, :concurrency, :rate, :per)
+ON CONFLICT (queue, group_key)
+DO UPDATE SET concurrency = excluded.concurrency, rate = excluded.rate, per = excluded.per
+
+-- name: remove_limit
+-- remove_limit: group :group_key ('' the default) has no limits of its own again.
+DELETE FROM sqlq_limits WHERE queue = :queue AND group_key = :group_key
+
+-- name: apply_limits
+-- After set_limit or remove_limit: the limits as they apply to the groups they
+-- concern (the group :group_key, or every group of the queue for the default
+-- ''), from the group's own row, else the default's; the cap of a group without
+-- a concurrency limit is the largest integer.
+UPDATE sqlq_groups
+SET cap = coalesce((SELECT concurrency FROM sqlq_limits AS l
+                    WHERE l.queue = sqlq_groups.queue
+                      AND (l.group_key = sqlq_groups.group_key OR l.group_key = '')
+                    ORDER BY l.group_key = '' LIMIT 1), 9223372036854775807),
+    spacing = (SELECT per / rate FROM sqlq_limits AS l
+               WHERE l.queue = sqlq_groups.queue
+                 AND (l.group_key = sqlq_groups.group_key OR l.group_key = '')
+               ORDER BY l.group_key = '' LIMIT 1)
+WHERE queue = :queue AND (:group_key = '' OR group_key = :group_key)
+
+-- name: list_limits
+-- The limits set in a queue ('' the default), by group.
+SELECT group_key, concurrency, rate, per FROM sqlq_limits
+WHERE queue = :queue ORDER BY group_key
+
+-- name: list_groups
+-- The groups of a queue that have unfinished tasks, with their leases and how
+-- many tasks are unfinished (sqlq limits), by group.
+SELECT group_key, running, live FROM sqlq_groups
+WHERE queue = :queue AND live > 0 ORDER BY group_key
+
+-- name: record_on_demand
+-- An on-demand migration (migrations/on_demand/, see migrate.apply_on_demand),
+-- recorded under its negative version in the transaction that applies it; no
+-- change (no row) if it was applied before, and then its statements are not run.
+INSERT INTO sqlq_migrations (version, name, checksum, applied_at)
+VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (version) DO NOTHING
