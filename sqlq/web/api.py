@@ -9,6 +9,7 @@ its deadline past, until the next call on its queue releases it).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Mapping
@@ -154,3 +155,28 @@ def _limit(text: str | None) -> int:
     if _NUMBER.fullmatch(text) is None or not 1 <= int(text) <= MAX_BATCH:
         raise InvalidArgument(f"limit must be a whole number from 1 to {MAX_BATCH}, not {text!r}")
     return int(text)
+
+
+#: The fields of a JSON API action's body (see action_form).
+ACTION_FIELDS = ("queue", "task_id", "name", "payload")
+
+
+def action_form(body: Any) -> dict[str, str]:
+    """The form of an action the JSON API is asked for: a JSON object of ``queue``,
+    ``task_id`` and ``name`` (strings) and ``payload`` (any JSON value, given to the
+    action as its JSON text, as the page's form gives it); InvalidArgument else."""
+    if not isinstance(body, dict):
+        raise InvalidArgument("an action's body must be a JSON object")
+    unknown = sorted(set(body) - set(ACTION_FIELDS))
+    if unknown:
+        raise InvalidArgument(f"unknown fields {unknown} (fields: {', '.join(ACTION_FIELDS)})")
+    form = {}
+    for field in ACTION_FIELDS[:-1]:
+        value = body.get(field)
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgument(f"{field} must be a string, not {type(value).__name__}")
+        if value is not None:
+            form[field] = value
+    if body.get("payload") is not None:
+        form["payload"] = json.dumps(body["payload"], ensure_ascii=False)
+    return form
