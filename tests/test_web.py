@@ -119,9 +119,11 @@ def test_pages_are_keyset_pages_in_both_orders(queue_url: str, client: TestClien
         lease = q.claim()  # t00 leaves the line, and comes back to its back
         assert lease is not None
         q.release(lease.task_id, lease.token)
+        q.add("urgent", priority=5)  # added last, at the front of the line
+        q.add("later", priority=-5)  # behind every other
     for order, expected in [
-        ("newest", [f"t{i:02d}" for i in reversed(range(7))]),
-        ("line", [*(f"t{i:02d}" for i in range(1, 7)), "t00"]),
+        ("newest", ["later", "urgent", *(f"t{i:02d}" for i in reversed(range(7)))]),
+        ("line", ["urgent", *(f"t{i:02d}" for i in range(1, 7)), "t00", "later"]),
     ]:
         seen: list[str] = []
         after: str | None = ""
@@ -130,6 +132,8 @@ def test_pages_are_keyset_pages_in_both_orders(queue_url: str, client: TestClien
             seen += [t["task_id"] for t in page.json()["tasks"]]
             after = page.json()["next"]
         assert seen == expected, order
+    with _queue(queue_url) as q:  # the line is the order the claims take
+        assert [lease.task_id for lease in q.claim_many(9)] == seen
     html = client.get("/tasks", params={"limit": 3}).text
     assert 'id="next-page"' in html and "after=" in html
 

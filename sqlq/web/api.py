@@ -10,6 +10,7 @@ its deadline past, until the next call on its queue releases it).
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -42,10 +43,9 @@ def queues_json(backend: Backend) -> dict[str, Any]:
 def tasks_json(backend: Backend, where: Browse) -> dict[str, Any]:
     """A page of tasks: {"tasks": [...], "next": the ``after`` of the next page, or None}."""
     found = backend.browse(where)
-    last = found[-1].task if len(found) == where.limit else None
     return {
         "tasks": [task_json(task_info(f.task), f.queue) for f in found],
-        "next": None if last is None else cursor((last.seq, last.row_id)),
+        "next": cursor(found[-1].key) if len(found) == where.limit else None,
     }
 
 
@@ -105,14 +105,19 @@ def charts_json(backend: Backend, samples: list[Sample], queue: str, window: str
     }
 
 
-#: A page cursor (``cursor``) and a limit, in ASCII digits: str.isdigit() and int() take
-#: others too (superscripts, Arabic-Indic digits), and int() refuses some of those.
-_CURSOR = re.compile(r"-?[0-9]{1,18}\.[0-9]{1,18}")
+#: A page cursor (``cursor``: line key, seq, row id) and a limit, in ASCII digits:
+#: str.isdigit() and int() take others too (superscripts, Arabic-Indic digits), and
+#: int() refuses some of those.
+_CURSOR = re.compile(
+    r"(-?[0-9]{1,20}(?:\.[0-9]{1,20})?(?:e[-+]?[0-9]{1,3})?)_(-?[0-9]{1,18})_([0-9]{1,18})"
+)
 _NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 def cursor(key: Key) -> str:
-    return f"{key[0]}.{key[1]}"
+    """A page's key as text (the float's repr: read back exactly)."""
+    line_key, seq, row_id = key
+    return f"{line_key!r}_{seq}_{row_id}"
 
 
 def browse_of(params: Mapping[str, str]) -> Browse:
@@ -143,10 +148,10 @@ def _order(text: str) -> Order:
 def _key(text: str | None) -> Key | None:
     if text is None:
         return None
-    if _CURSOR.fullmatch(text) is None:
+    found = _CURSOR.fullmatch(text)
+    if found is None or not math.isfinite(float(found[1])):
         raise InvalidArgument(f"not a page cursor: {text!r}")
-    seq, _, row_id = text.partition(".")
-    return int(seq), int(row_id)
+    return float(found[1]), int(found[2]), int(found[3])
 
 
 def _limit(text: str | None) -> int:
