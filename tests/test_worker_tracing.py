@@ -164,3 +164,23 @@ def test_tracing_must_be_a_bool(db: str) -> None:
         pytest.raises(InvalidConfig, match="tracing must be a bool"),
     ):
         Worker(q, print, tracing=tracer)
+
+
+def test_an_async_handlers_spans_are_children_of_its_tasks(db: str) -> None:
+    tracer = trace.get_tracer("test")
+
+    async def handle(payload: object) -> None:
+        with tracer.start_as_current_span("inside"):
+            pass
+
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as q:
+        q.add_many(["a", "b"])
+        Worker(q, handle, concurrency=2, tracing=True).run(
+            stop_when_idle=True, install_signal_handlers=False
+        )
+    spans = EXPORTER.get_finished_spans()
+    runs = {s.context.span_id: s for s in spans if s.name == "sqlq.task"}
+    inside = [s for s in spans if s.name == "inside"]
+    assert len(runs) == len(inside) == 2
+    parents = {child.parent.span_id for child in inside if child.parent is not None}
+    assert parents == set(runs)
