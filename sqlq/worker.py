@@ -680,13 +680,17 @@ class Worker:
         if self.metrics is not None:
             self.metrics.transaction(self.clock.monotonic() - began)
         answers = iter(done), iter(states)
+        answered = [(*outcome, next(answers[outcome[1] is not None])) for outcome in batch]
         with self._cond:
             self._stats.commits += 1
-            for entry, error, late in batch:
-                self._acknowledge(entry, error, late, next(answers[error is not None]))
+            for entry, error, late, answer in answered:
+                self._acknowledge(entry, error, late, answer)
                 del self._running[entry.lease.token]
             self._free += slots - len(leases)
             self._cond.notify_all()
+        for entry, error, late, answer in answered:  # (not holding _cond: spans may export)
+            if not late:  # (a late one was counted when the time limit failed its task)
+                self._done_with(entry.lease, _final(answer), error)
         for lease in leases:
             if not self._take(lease):
                 self._free_slot()
@@ -857,8 +861,6 @@ class Worker:
         if self.metrics is not None:
             ran = 0.0 if entry.ended is None else entry.ended - entry.started
             self.metrics.handled(entry.lease.name, _outcome(error, late, answer), ran)
-        if not late:  # (a late one was counted when the time limit failed its task)
-            self._done_with(entry.lease, _final(answer), error)
         if answer and error is None:
             self._stats.completed += 1
             if self.log.isEnabledFor(logging.DEBUG):  # a line per task: built only if shown
