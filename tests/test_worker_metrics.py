@@ -131,3 +131,18 @@ def test_sqlq_worker_serves_its_metrics_with_metrics_port(tmp_path: Path) -> Non
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
     assert worker.returncode == 0
+
+
+def test_the_totals_share_the_bound_on_task_names() -> None:
+    from sqlq.worker_metrics import MAX_NAMES, OTHER_NAMES, WorkerMetrics
+
+    metrics = WorkerMetrics("jobs", 0)
+    for i in range(3 * MAX_NAMES):
+        metrics.counted(f"send-to-user-{i}", "completed")
+    metrics.handled("made-up-later", "completed", 0.01)  # one bound for both
+    samples = [s for family in metrics.registry.collect() for s in family.samples]
+    totals = {s.labels["name"]: s.value for s in samples if s.name == "sqlq_worker_tasks_total"}
+    assert len(totals) == MAX_NAMES + 1 and totals[OTHER_NAMES] == 2 * MAX_NAMES
+    assert totals["send-to-user-0"] == 1
+    handled = {s.labels["name"] for s in samples if s.name == "sqlq_worker_handler_seconds_count"}
+    assert handled == {OTHER_NAMES}
