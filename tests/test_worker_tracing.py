@@ -13,6 +13,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 
 import sqlq
 from sqlq.errors import InvalidConfig
@@ -40,12 +41,18 @@ STATES = StateAtEnd()
 
 
 @pytest.fixture(scope="module", autouse=True)
-def provider() -> None:
-    """The global tracer provider (set once a process, as an application does)."""
+def provider() -> Iterator[None]:
+    """The global tracer provider, as an application sets it, for this module's tests.
+    The API lets a process set it once: the one a test before set (a README snippet
+    does) is put aside and back, as opentelemetry-test-utils' reset_trace_globals does."""
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
     tracer_provider.add_span_processor(STATES)
+    before = trace._TRACER_PROVIDER_SET_ONCE, trace._TRACER_PROVIDER
+    trace._TRACER_PROVIDER_SET_ONCE, trace._TRACER_PROVIDER = Once(), None
     trace.set_tracer_provider(tracer_provider)
+    yield
+    trace._TRACER_PROVIDER_SET_ONCE, trace._TRACER_PROVIDER = before
 
 
 @pytest.fixture
