@@ -103,7 +103,7 @@ class Poller:
 BIG_PAGES = (
     "/",
     "/tasks",
-    "/tasks?after=1000.1000",
+    "/tasks?after=0.0_1000_1000",
     "/tasks?state=DEAD",
     "/tasks?order=line&state=AVAILABLE",
     "/tasks?prefix=old-99999",

@@ -14,6 +14,7 @@ that shows no payload asks for none (``Browse.payloads``), since they may be lar
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -23,12 +24,14 @@ from .contract import State
 from .retry import stored_policy
 
 #: How a page is ordered: the newest task first (the order they were added, read
-#: backwards), or by position in the line (seq: the front of the line first).
+#: backwards), or by position in the line, the front first: the order claims take,
+#: (line_key, seq), which priorities set (see sqlq.contract.line_key).
 Order = Literal["newest", "line"]
 ORDERS: tuple[Order, ...] = ("newest", "line")
 
-#: Where a page starts: (seq, row id) of the last task of the page before.
-Key = tuple[int, int]
+#: Where a page starts: (line_key, seq, row id) of the last task of the page before
+#: (the newest first: the row id alone counts).
+Key = tuple[float, int, int]
 
 #: A keyset past every row (SQLite and PostgreSQL integers are at most 2**63 - 1).
 _END = 2**63 - 1
@@ -51,12 +54,14 @@ class Browse:
 
     def params(self) -> dict[str, Any]:
         """The parameters of the backends' browse statements."""
-        seq, row_id = self.after or ((_END, _END) if self.order == "newest" else (-1, -1))
+        start = (-math.inf, -1, -1) if self.order == "line" else (math.inf, _END, _END)
+        line_key, seq, row_id = self.after or start
         return {
             "queue": self.queue,
             "state": None if self.state is None else self.state.value,
             "name": self.name,
             "prefix": self.prefix,
+            "line_key": line_key,
             "seq": seq,
             "id": row_id,
             "limit": self.limit,
@@ -65,10 +70,16 @@ class Browse:
 
 
 class Found(NamedTuple):
-    """A task that browse found, and its queue."""
+    """A task that browse found, its queue, and its place in the line (the key of a
+    page that starts after it)."""
 
     queue: str
     task: TaskRow
+    line_key: float
+
+    @property
+    def key(self) -> Key:
+        return self.line_key, self.task.seq, self.task.row_id
 
 
 def task_row(
@@ -107,4 +118,5 @@ def task_row(
             priority=c["priority"],
             group=c["group_key"],
         ),
+        c["line_key"],
     )

@@ -6,6 +6,9 @@ read the same documents.
   and of the dashboard's task pages).
 * ``overview_json``: every queue of a database with its figures (the ``queues``,
   ``stats`` and ``names`` of ``sqlq stats --json``; the dashboard's queue page).
+* ``added_json``, ``redriven_json``, ``purged_json``, ``cancelled_json``,
+  ``paused_json``: what ``sqlq add/redrive/purge/cancel/pause/resume --json`` print,
+  and the dashboard's JSON actions answer (sqlq.web.actions).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import base64
 import dataclasses
 from typing import Any
 
-from .contract import State
+from .contract import Cancel, State
 from .payload import Undecodable
 from .records import QueueOverview, TaskInfo
 
@@ -69,3 +72,49 @@ def overview_json(found: dict[str, QueueOverview], now: float) -> dict[str, Any]
         }
     names = {queue: found[queue].names for queue in sorted(found) if found[queue].names}
     return {"queues": queues, "stats": details, "names": names}
+
+
+def added_json(
+    database: str, queue: str, created: bool, added: int, existed: int
+) -> dict[str, Any]:
+    """``created``: the database was made by this add; ``existed``: ids it had already."""
+    return {
+        "database": database,
+        "queue": queue,
+        "created": created,
+        "added": added,
+        "existed": existed,
+    }
+
+
+def redriven_json(database: str, queue: str, redriven: int, skipped: int | None) -> dict[str, Any]:
+    """``skipped``: given ids that were not DEAD (None: every DEAD task was asked for)."""
+    return {"database": database, "queue": queue, "redriven": redriven, "skipped": skipped}
+
+
+def purged_json(
+    database: str,
+    queue: str,
+    removed: dict[str, int],
+    older_than: float = 0.0,
+    vacuum: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """``removed``: tasks deleted per state, of those finished ``older_than`` seconds ago
+    or longer; ``vacuum``: the file's size before and after."""
+    return {
+        "database": database,
+        "queue": queue,
+        "older_than": older_than,
+        "removed": removed,
+        "total": sum(removed.values()),
+        "vacuum": vacuum,
+    }
+
+
+def cancelled_json(database: str, queue: str, tasks: dict[str, Cancel | None]) -> dict[str, Any]:
+    """``tasks``: what happened to each id (None: neither, unknown or finished already)."""
+    return {"database": database, "queue": queue, "tasks": tasks}
+
+
+def paused_json(database: str, queue: str, paused: bool, changed: bool) -> dict[str, Any]:
+    return {"database": database, "queue": queue, "paused": paused, "changed": changed}

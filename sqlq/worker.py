@@ -150,6 +150,7 @@ from .records import Lease
 from .schedule import Schedule, check_schedule
 from .tasks import Tasks, failure, runner
 from .worker_metrics import WorkerMetrics
+from .worker_tracing import TaskTracer
 
 __all__ = [
     "Clock",
@@ -295,8 +296,10 @@ class Worker:
     of that clock; None or 0, the default: never) is how often it logs a summary
     line (``sqlq worker`` does every 60 s).  ``schedules`` are periodic tasks the
     worker adds (see the module docstring), besides a registry's own.
-    ``metrics_port``: serve the worker's histograms (transaction and handler times)
-    at ``http://127.0.0.1:PORT/metrics`` while it runs (see sqlq.worker_metrics).
+    ``metrics_port``: serve the worker's totals (tasks by outcome) and histograms
+    (transaction and handler times) at ``http://127.0.0.1:PORT/metrics`` while it
+    runs (see sqlq.worker_metrics).  ``tracing``: an OpenTelemetry span of each task
+    run, from the global tracer provider (see sqlq.worker_tracing).
     """
 
     def __init__(
@@ -316,6 +319,7 @@ class Worker:
         summary_every: float | None = None,
         schedules: Iterable[Schedule] = (),
         metrics_port: int | None = None,
+        tracing: bool = False,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidConfig(f"concurrency must be an int of at least 1, got {concurrency!r}")
@@ -397,6 +401,9 @@ class Worker:
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
         self.schedules = _schedules(handler, schedules, queue.max_payload_bytes)
         self.metrics = None if metrics_port is None else WorkerMetrics(queue.queue, metrics_port)
+        if not isinstance(tracing, bool):
+            raise InvalidConfig(f"tracing must be a bool, not {type(tracing).__name__}")
+        self.tracer = TaskTracer(queue.queue) if tracing else None
         # When each schedule is due next, by the worker's clock (-inf: at once).
         self._ticks = [-math.inf] * len(self.schedules)
 
@@ -406,6 +413,8 @@ class Worker:
         """The handler's call on a lease, in the job's own context (see Executor), where
         ``current_task()`` finds the task."""
         _current.set(TaskContext(self.queue, lease))
+        if self.tracer is not None:
+            self.tracer.enter(lease)
         return self._run(lease)
 
     @property
@@ -463,7 +472,7 @@ class Worker:
                 self.metrics.start()
             self.log.info(
                 "worker started: queue %r, concurrency %d, lease %gs, heartbeat %gs, "
-                "time limit %s, grace %gs%s",
+                "time limit %s, grace %gs%s%s",
                 self.queue.queue,
                 self.concurrency,
                 self.queue.lease_seconds,
@@ -473,6 +482,7 @@ class Worker:
                 f"; tasks {', '.join(sorted(self.handler))}"
                 if isinstance(self.handler, Tasks)
                 else "",
+                "" if self.metrics is None else f"; metrics on {self.metrics.url}",
             )
             try:
                 idle = self._claim_loop()
@@ -670,13 +680,17 @@ class Worker:
         if self.metrics is not None:
             self.metrics.transaction(self.clock.monotonic() - began)
         answers = iter(done), iter(states)
+        answered = [(*outcome, next(answers[outcome[1] is not None])) for outcome in batch]
         with self._cond:
             self._stats.commits += 1
-            for entry, error, late in batch:
-                self._acknowledge(entry, error, late, next(answers[error is not None]))
+            for entry, error, late, answer in answered:
+                self._acknowledge(entry, error, late, answer)
                 del self._running[entry.lease.token]
             self._free += slots - len(leases)
             self._cond.notify_all()
+        for entry, error, late, answer in answered:  # (not holding _cond: spans may export)
+            if not late:  # (a late one was counted when the time limit failed its task)
+                self._done_with(entry.lease, _final(answer), error)
         for lease in leases:
             if not self._take(lease):
                 self._free_slot()
@@ -699,6 +713,8 @@ class Worker:
             self._give_back(lease, "was claimed as the worker stopped")
             return False
         event(self.log, logging.DEBUG, "task claimed", task_fields(lease))
+        if self.tracer is not None:
+            self.tracer.start(lease)
         self._executor.submit(entry)
         return True
 
@@ -891,6 +907,14 @@ class Worker:
         with self._cond:
             setattr(self._stats, what, getattr(self._stats, what) + 1)
 
+    def _done_with(self, lease: Lease, outcome: str, error: BaseException | None = None) -> None:
+        """The worker is done with ``lease``: ``outcome`` (sqlq.worker_metrics's) is
+        stored, or given up; counted, and its span ended."""
+        if self.metrics is not None:
+            self.metrics.counted(lease.name, outcome)
+        if self.tracer is not None:
+            self.tracer.end(lease, outcome, error)
+
     # --- time limits (the monitor finds them) --------------------------------------------
 
     def _time_out(self, entry: Running) -> None:
@@ -903,6 +927,7 @@ class Worker:
         # A thread's handler runs on until it returns (its result will be refused);
         # a coroutine was cancelled.
         fields = {**task_fields(lease), "time_limit": self.time_limit, "error": error}
+        self._done_with(lease, _final(state))
         with self._cond:
             if state is None:
                 self._stats.lost += 1
@@ -983,8 +1008,9 @@ class Worker:
 
     def _abandon(self, why: str) -> None:
         """Give up the outcomes not reported (holding _cond): their leases run out."""
-        for entry, _, _ in self._outcomes:
+        for entry, error, _ in self._outcomes:
             entry.state = Phase.RELEASED
+            self._done_with(entry.lease, "abandoned", error)
             self.log.warning(
                 "task %r: the outcome of its handler %s; its lease runs out in at most %gs "
                 "and the task is retried then",
@@ -1021,6 +1047,7 @@ class Worker:
                 exc_info=not isinstance(exc, TRANSIENT),
             )
             return
+        self._done_with(lease, "released" if done else "lost")
         if done:  # back in line, its attempt not counted
             self._count("released")
             event(self.log, logging.WARNING, "task released", task_fields(lease), reason=why)
@@ -1055,6 +1082,16 @@ def _outcome(error: BaseException | None, late: bool, answer: bool | str | None)
             "completed" if error is None else "cancelled" if answer == State.CANCELLED else "failed"
         )
     return "late" if late else "lost"
+
+
+def _final(answer: bool | str | None) -> str:
+    """The outcome a task's report ends with (sqlq_worker_tasks_total's), from the queue's
+    answer to it: True (completed), the failed task's state now, or None (refused)."""
+    if answer is True:
+        return "completed"
+    if answer is None or answer is False:
+        return "lost"
+    return {"DEAD": "dead", "CANCELLED": "cancelled"}.get(answer, "retried")
 
 
 def _pending_text(pending: tuple[int, int] | None) -> str:
@@ -1139,6 +1176,7 @@ def serve(
     stop_when_drained: bool = False,
     log_level: int | str = logging.INFO,
     summary_every: float | None = 60.0,
+    metrics_port: int | None = None,
     **options: Any,
 ) -> int:
     """Run a worker on queue ``queue`` of the database ``db`` until stopped; exit code 0.
@@ -1148,7 +1186,8 @@ def serve(
     handler that cannot take a task is refused (InvalidConfig) before anything
     is claimed.  sqlq's loggers log at ``log_level`` and up, to stderr unless the
     root logger already has handlers; every ``summary_every`` seconds (None or 0:
-    never) the worker logs a summary.  Stops on SIGTERM or SIGINT when run in the
+    never) the worker logs a summary; ``metrics_port`` serves its metrics (see
+    Worker).  Stops on SIGTERM or SIGINT when run in the
     main thread (see the module docstring).  ``options`` are the backend's, as
     for ``Queue`` (on SQLite: ``synchronous``, ``busy_timeout``).
     """
@@ -1171,6 +1210,7 @@ def serve(
             time_limit=time_limit,
             grace=grace,
             summary_every=summary_every,
+            metrics_port=metrics_port,
         )
         worker.run(stop_when_idle=stop_when_idle, stop_when_drained=stop_when_drained)
     return 0

@@ -14,9 +14,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,8 +32,6 @@ CHROMIUM_OPTIONS = (
     "--no-first-run",
     "--window-size=1280,860",
 )
-#: Seconds a server may take to answer its first request.
-START_SECONDS = 30
 
 
 def missing() -> str | None:
@@ -57,17 +52,12 @@ def free_port() -> int:
 @contextmanager
 def server(db: str, *options: str, host: str = "127.0.0.1", command: str = "web") -> Iterator[str]:
     """`sqlq web DB` (or `sqlq metrics DB`) on a free port, as a process of its own;
-    yields its base URL once it answers.  Stopped with SIGTERM (then SIGKILL) at the end."""
-    port = free_port()
-    argv = [sys.executable, "-m", "sqlq", command, db, "--host", host, "--port", str(port)]
+    yields its base URL once it listens (it prints its address then).  Stopped with
+    SIGTERM (then SIGKILL) at the end."""
+    argv = [sys.executable, "-m", "sqlq", command, db, "--host", host, "--port", "0"]
     process = subprocess.Popen([*argv, *options], stdout=subprocess.PIPE, text=True)
     try:
-        assert process.stdout is not None
-        started = process.stdout.readline()
-        assert started.startswith(f"sqlq {command}: "), f"the server did not start: {started!r}"
-        url = f"http://127.0.0.1:{port}"
-        _wait_until_it_answers(url, process)
-        yield url
+        yield listening(process, command)
     finally:
         process.terminate()
         try:
@@ -77,18 +67,13 @@ def server(db: str, *options: str, host: str = "127.0.0.1", command: str = "web"
             process.wait()
 
 
-def _wait_until_it_answers(url: str, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + START_SECONDS
-    while True:
-        try:
-            urllib.request.urlopen(url + "/metrics", timeout=5).close()
-            return
-        except urllib.error.HTTPError:
-            return  # it answers (refusing: a token is needed)
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)  # polling for the port to open, not ordering the test
+def listening(process: subprocess.Popen[str], command: str = "web") -> str:
+    """The base URL (on 127.0.0.1) of a `sqlq web` process, from its first line."""
+    assert process.stdout is not None
+    started = process.stdout.readline()
+    assert started.startswith(f"sqlq {command}: "), f"the server did not start: {started!r}"
+    port = started.rstrip().rstrip("/").rpartition(":")[2]
+    return f"http://127.0.0.1:{port}"
 
 
 @contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -137,9 +138,11 @@ def test_pages_are_keyset_pages_in_both_orders(queue_url: str, client: TestClien
         lease = q.claim()  # t00 leaves the line, and comes back to its back
         assert lease is not None
         q.release(lease.task_id, lease.token)
+        q.add("urgent", priority=5)  # added last, at the front of the line
+        q.add("later", priority=-5)  # behind every other
     for order, expected in [
-        ("newest", [f"t{i:02d}" for i in reversed(range(7))]),
-        ("line", [*(f"t{i:02d}" for i in range(1, 7)), "t00"]),
+        ("newest", ["later", "urgent", *(f"t{i:02d}" for i in reversed(range(7)))]),
+        ("line", ["urgent", *(f"t{i:02d}" for i in range(1, 7)), "t00", "later"]),
     ]:
         seen: list[str] = []
         after: str | None = ""
@@ -148,6 +151,8 @@ def test_pages_are_keyset_pages_in_both_orders(queue_url: str, client: TestClien
             seen += [t["task_id"] for t in page.json()["tasks"]]
             after = page.json()["next"]
         assert seen == expected, order
+    with _queue(queue_url) as q:  # the line is the order the claims take
+        assert [lease.task_id for lease in q.claim_many(9)] == seen
     html = client.get("/tasks", params={"limit": 3}).text
     assert 'id="next-page"' in html and "after=" in html
 
@@ -497,3 +502,172 @@ def test_the_counts_read_through_the_indexes_match_the_rows(queue_url: str) -> N
         )
     conn.close()
     assert counted() == {**expected, "BLOCKED": 1}
+
+
+def _api(client: TestClient, action: str, body: Any, **headers: str) -> Any:
+    """A script's JSON POST to an action of the API."""
+    return client.post(f"/api/actions/{action}", content=json.dumps(body), headers={
+        "content-type": "application/json", **headers,
+    })  # fmt: skip
+
+
+def _cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    main([*argv, "--json"])
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_api_actions_answer_as_the_cli_does(
+    queue_url: str, client: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each action through the API, after the CLI's command of the same name on a twin
+    # task in the same state: the same document (and the page's message besides).
+    def api(action: str, **body: Any) -> Any:
+        answer = _api(client, action, {"queue": "jobs", **body})
+        assert answer.status_code == 200, answer.text
+        document = answer.json()
+        assert document.pop("message")
+        return document
+
+    def cli(*argv: str) -> Any:
+        return _cli_json(capsys, argv[0], queue_url, *argv[1:], "--queue", "jobs")
+
+    with _queue(queue_url) as q:
+        _dead(q, "p1")
+    purged = cli("purge", "--dead")
+    with _queue(queue_url) as q:
+        _dead(q, "p2")
+    assert api("purge") == purged and purged["total"] == 1
+    with _queue(queue_url) as q:
+        _dead(q, "d1")
+        _dead(q, "d2")
+        q.add_many(["c1", "c2"])
+    assert api("redrive", task_id="d2") == cli("redrive", "d1")
+    cancelled, twin = api("cancel", task_id="c2"), cli("cancel", "c1")
+    assert cancelled.pop("tasks") == {"c2": "CANCELLED"} and twin.pop("tasks") == {
+        "c1": "CANCELLED"
+    }
+    assert cancelled == twin
+    assert api("add", task_id="a2", payload={"n": 1}, name="greet") == cli("add", "a1")
+    with _queue(queue_url) as q:
+        info = q.info("a2")
+        assert info is not None and info.payload == {"n": 1} and info.name == "greet"
+    paused, resumed = cli("pause"), cli("resume")
+    assert api("pause") == paused and api("resume") == resumed
+
+
+def test_the_api_actions_say_409_when_the_state_changed_underneath(
+    queue_url: str, client: TestClient
+) -> None:
+    with _queue(queue_url) as q:
+        q.add("a")
+    for action, body in [
+        ("redrive", {"task_id": "a"}),  # not DEAD
+        ("cancel", {"task_id": "gone"}),
+        ("add", {"task_id": "a"}),
+        ("resume", {}),  # not paused
+    ]:
+        answer = _api(client, action, {"queue": "jobs", **body})
+        assert answer.status_code == 409, (action, answer.text)
+        assert answer.headers["content-type"] == "application/json"
+        assert "not" in answer.json()["message"]
+    assert _api(client, "redrive", {"queue": "jobs", "task_id": "a"}).json()["skipped"] == 1
+
+
+def test_the_api_actions_refuse_what_a_page_of_another_site_can_send(
+    queue_url: str, client: TestClient
+) -> None:
+    with _queue(queue_url) as q:
+        _dead(q, "d1")
+    body = {"queue": "jobs", "task_id": "d1"}
+    # A form of another site: urlencoded, multipart or text/plain, never application/json.
+    for content_type in ("application/x-www-form-urlencoded", "text/plain", "multipart/form-data"):
+        answer = _api(client, "redrive", body, **{"content-type": content_type})
+        assert answer.status_code == 415, content_type
+        assert "application/json" in answer.json()["error"]
+    foreign = _api(client, "redrive", body, origin="https://evil.example")
+    assert foreign.status_code == 403 and "another site" in foreign.json()["error"]
+    with _queue(queue_url) as q:
+        assert q.status("d1") == "DEAD"
+    assert _api(client, "redrive", body, origin=HERE).status_code == 200  # its own page's
+    with TestClient(create_app(queue_url), base_url=HERE, client=REMOTE) as remote:
+        assert _api(remote, "pause", {"queue": "jobs"}).status_code == 403  # no token: local only
+    with TestClient(create_app(queue_url, token=TOKEN), base_url=HERE, client=REMOTE) as remote:
+        assert _api(remote, "pause", {"queue": "jobs"}).status_code == 401
+        bearer = {"authorization": f"Bearer {TOKEN}"}
+        assert _api(remote, "pause", {"queue": "jobs"}, **bearer).status_code == 200
+
+
+def test_the_api_actions_refuse_bad_bodies_and_a_read_only_dashboard(
+    queue_url: str, client: TestClient
+) -> None:
+    with _queue(queue_url) as q:
+        _dead(q, "d1")
+    for body, why in [
+        ([1], "must be a JSON object"),
+        ({"queue": "jobs", "task_id": 7}, "task_id must be a string"),
+        ({"queue": "jobs", "force": True}, "unknown fields ['force']"),
+        ({"queue": ""}, "queue name must not be empty"),
+    ]:
+        answer = _api(client, "redrive", body)
+        assert answer.status_code == 400 and why in answer.json()["error"], answer.text
+    not_json = client.post(
+        "/api/actions/redrive", content="{nope", headers={"content-type": "application/json"}
+    )
+    assert not_json.status_code == 400 and "not JSON" in not_json.json()["error"]
+    assert _api(client, "explode", {"queue": "jobs"}).status_code == 404
+    with TestClient(create_app(queue_url, read_only=True), base_url=HERE, client=LOCAL) as c:
+        answer = _api(c, "redrive", {"queue": "jobs", "task_id": "d1"})
+        assert answer.status_code == 403 and "read-only" in answer.json()["error"]
+    with _queue(queue_url) as q:
+        assert q.status("d1") == "DEAD"
+
+
+def test_errors_are_pages_and_under_the_api_json(client: TestClient) -> None:
+    for path, status, why in [
+        ("/nowhere", 404, "Not Found"),
+        ("/tasks?limit=0", 400, "InvalidArgument: limit must be"),
+        ("/tasks?state=LOST", 400, "InvalidArgument: no state"),
+    ]:
+        page = client.get(path)
+        assert page.status_code == status and page.headers["content-type"].startswith("text/html")
+        assert f"Error {status}" in page.text and why in page.text, page.text
+        api = client.get("/api" + path)
+        assert api.status_code == status
+        assert api.json()["status"] == status and why in api.json()["error"]
+    posted = client.post("/actions/explode", data={})
+    assert posted.status_code == 404 and "no action &#39;explode&#39;" in posted.text
+    assert posted.headers["content-type"].startswith("text/html")
+
+
+def test_the_csrf_cookie_is_secure_over_https(queue_url: str) -> None:
+    _queue(queue_url).close()
+    for base, secure in [("https://localhost", True), ("http://localhost", False)]:
+        with TestClient(create_app(queue_url), base_url=base, client=LOCAL) as c:
+            cookie = c.get("/").headers["set-cookie"]
+        assert cookie.startswith("sqlq_csrf=") and ("; secure" in cookie.lower()) == secure
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_sqlq_web_answers_once_it_says_where_and_exits_0_when_stopped(
+    queue_url: str, stop: signal.Signals
+) -> None:
+    import browser
+
+    _queue(queue_url).close()
+    argv = [sys.executable, "-m", "sqlq", "web", queue_url, "--port", "0"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        url = browser.listening(process)
+        with urllib.request.urlopen(url + "/api/queues", timeout=30) as answer:  # at once
+            assert answer.status == 200
+        # Behind a reverse proxy on this machine, which says the browser came by HTTPS.
+        proxied = urllib.request.Request(url + "/", headers={"X-Forwarded-Proto": "https"})
+        with urllib.request.urlopen(proxied, timeout=30) as answer:
+            assert "secure" in answer.headers["set-cookie"].lower()
+        with urllib.request.urlopen(url + "/", timeout=30) as answer:
+            assert "secure" not in answer.headers["set-cookie"].lower()
+    finally:
+        process.send_signal(stop)
+        process.wait(30)
+    assert process.returncode == 0

@@ -81,3 +81,68 @@ def test_metrics_port_must_be_a_port(tmp_path: Path) -> None:
         for port in (-1, 70000, "8000", True):
             with pytest.raises(InvalidConfig, match="metrics_port must be a port number"):
                 Worker(q, print, metrics_port=port)  # type: ignore[arg-type]
+
+
+def _scrape(url: str) -> dict[tuple[str, str], float]:
+    """(sample, outcome) -> its value: the tasks totals and the histograms' counts."""
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, sample.labels.get("outcome", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.endswith(("_count", "_total"))
+    }
+
+
+@pytest.mark.processes
+def test_sqlq_worker_serves_its_metrics_with_metrics_port(tmp_path: Path) -> None:
+    db = str(tmp_path / "jobs.db")
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as q:
+        q.add_many([("ok-1", "ok"), ("ok-2", "ok")])
+        q.add("bad", payload="fail", max_attempts=2)
+    (tmp_path / "handlers.py").write_text(
+        "def handle(payload):\n"
+        "    if payload == 'fail':\n"
+        "        raise ValueError('failed on purpose')\n"
+    )
+    port = browser.free_port()
+    argv = ["worker", db, "handlers:handle", "--metrics-port", str(port), "--concurrency", "2"]
+    worker = subprocess.Popen([sys.executable, "-m", "sqlq", *argv], cwd=tmp_path)
+    wanted = {
+        ("sqlq_worker_tasks_total", "completed"): 2,
+        ("sqlq_worker_tasks_total", "retried"): 1,
+        ("sqlq_worker_tasks_total", "dead"): 1,
+        ("sqlq_worker_handler_seconds_count", "failed"): 2,
+    }
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # polls the worker's state until it has handled the tasks
+            try:
+                found = _scrape(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                found = {}
+            if all(found.get(key) == n for key, n in wanted.items()):
+                break
+            assert worker.poll() is None and time.monotonic() < deadline, found
+            time.sleep(0.05)
+        assert ("sqlq_worker_tasks_total", "lost") not in found  # (no series before one)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+    assert worker.returncode == 0
+
+
+def test_the_totals_share_the_bound_on_task_names() -> None:
+    from sqlq.worker_metrics import MAX_NAMES, OTHER_NAMES, WorkerMetrics
+
+    metrics = WorkerMetrics("jobs", 0)
+    for i in range(3 * MAX_NAMES):
+        metrics.counted(f"send-to-user-{i}", "completed")
+    metrics.handled("made-up-later", "completed", 0.01)  # one bound for both
+    samples = [s for family in metrics.registry.collect() for s in family.samples]
+    totals = {s.labels["name"]: s.value for s in samples if s.name == "sqlq_worker_tasks_total"}
+    assert len(totals) == MAX_NAMES + 1 and totals[OTHER_NAMES] == 2 * MAX_NAMES
+    assert totals["send-to-user-0"] == 1
+    handled = {s.labels["name"] for s in samples if s.name == "sqlq_worker_handler_seconds_count"}
+    assert handled == {OTHER_NAMES}

@@ -25,6 +25,7 @@ from ..contract import (
 from ..durable import Queue
 from ..errors import InvalidArgument, InvalidPayload
 from ..keys import ON_KEY, Added, Keyed
+from ..shapes import added_json
 from .common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -273,7 +274,7 @@ def _add(args: argparse.Namespace) -> int:
                 add_batch(q, batch, f"{args.from_file}, lines {first}-{number}")
 
     if args.json:
-        print_json({"database": db.name, "queue": args.queue, "created": created, **counts})
+        print_json(added_json(db.name, args.queue, created, counts["added"], counts["existed"]))
         return EXIT_OK
     if created:
         print(f"created {db.name}")

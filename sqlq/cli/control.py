@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..contract import Cancel
+from ..shapes import cancelled_json, paused_json
 from .common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -77,7 +78,7 @@ def _cancel(args: argparse.Namespace) -> int:
             if done[task_id] is None:
                 why[task_id] = queue.status(task_id) or "unknown"
     if args.json:
-        print_json({"database": db.name, "queue": args.queue, "tasks": done})
+        print_json(cancelled_json(db.name, args.queue, done))
     else:
         for task_id, outcome in done.items():
             if outcome is Cancel.STOPPING:
@@ -94,9 +95,7 @@ def _pause(args: argparse.Namespace) -> int:
     with open_queue(db, args.queue) as queue:
         changed = queue.pause() if args.pausing else queue.resume()
     if args.json:
-        print_json(
-            {"database": db.name, "queue": args.queue, "paused": args.pausing, "changed": changed}
-        )
+        print_json(paused_json(db.name, args.queue, args.pausing, changed))
     else:
         if args.pausing:
             state = "paused" if changed else "paused already"

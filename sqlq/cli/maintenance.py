@@ -18,6 +18,7 @@ from typing import Any
 
 from ..contract import State
 from ..durable import Queue
+from ..shapes import purged_json, redriven_json
 from .common import (
     DURATION_SYNTAX,
     EXIT_OK,
@@ -89,9 +90,7 @@ def _redrive(args: argparse.Namespace) -> int:
         redriven = queue.redrive(task_ids=ids)
     skipped = None if ids is None else len(ids) - redriven
     if args.json:
-        print_json(
-            {"database": db.name, "queue": args.queue, "redriven": redriven, "skipped": skipped}
-        )
+        print_json(redriven_json(db.name, args.queue, redriven, skipped))
         return EXIT_OK
     note = f" ({plural(skipped, 'given id')} not DEAD, skipped)" if skipped else ""
     print(f"redrove {plural(redriven, 'dead task')} back to the line of queue {args.queue!r}{note}")
@@ -161,22 +160,13 @@ def _purge(args: argparse.Namespace) -> int:
                 return queue.purge(start, states=(state,), older_than=args.older_than)
 
             removed[state.value] = _with_progress(purge_state, progress, queue, state, removed)
-    total = sum(removed.values())
     sizes = None
     if args.vacuum:
         with opened(db, migrate=False) as backend:
             sizes = backend.compact()
     if args.json:
-        print_json(
-            {
-                "database": db.name,
-                "queue": args.queue,
-                "older_than": args.older_than,
-                "removed": removed,
-                "total": total,
-                "vacuum": None if sizes is None else {"before": sizes.before, "after": sizes.after},
-            }
-        )
+        vacuum = None if sizes is None else {"before": sizes.before, "after": sizes.after}
+        print_json(purged_json(db.name, args.queue, removed, args.older_than, vacuum))
         return EXIT_OK
     age = f" that finished at least {span(args.older_than)} ago" if args.older_than else ""
     parts = " and ".join(f"{n} {state}" for state, n in removed.items())

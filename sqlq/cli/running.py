@@ -215,6 +215,17 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "(behind a connection pooler in transaction mode)"
         ),
     )
+    worker.add_argument(
+        "--metrics-port",
+        metavar="PORT",
+        type=positive_int(0, 65535),
+        default=None,
+        help=(
+            "serve this worker's Prometheus metrics at http://127.0.0.1:PORT/metrics while "
+            "it runs: tasks by outcome, transaction and handler times (0: a free port, "
+            "logged at the start; needs the web extra). Default: none"
+        ),
+    )
     worker.set_defaults(handler=_worker)
 
 
@@ -237,6 +248,7 @@ def _worker(args: argparse.Namespace) -> int:
         log_level=args.log_level.upper(),
         summary_every=args.summary_every,
         fair=args.fair,
+        metrics_port=args.metrics_port,
         **({} if args.listen else {"listen": False}),  # an option PostgreSQL's alone has
     )
 

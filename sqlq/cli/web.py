@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +65,10 @@ def _add_serving(parser: argparse.ArgumentParser, port: int) -> None:
         ),
     )
     parser.add_argument(
-        "--port", type=positive_int(1, 65535), default=port, help="default: %(default)s"
+        "--port",
+        type=positive_int(0, 65535),
+        default=port,
+        help="default: %(default)s; 0: a free port (the address printed says which)",
     )
     parser.add_argument(
         "--token",
@@ -88,20 +93,48 @@ def _metrics(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, make: Callable[[Any, str, str | None], Any]) -> int:
-    """Serve the app ``make(sqlq.web, database, token)`` until SIGTERM or Ctrl-C."""
+    """Serve the app ``make(sqlq.web, database, token)`` until SIGTERM or Ctrl-C (exit
+    0); its address is printed once the socket listens, so a client may connect then."""
     creates = f"{args.command} does not create databases"
     db = sqlq_database(args.db, allow_older=False, creates=creates)
     token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE) or None
-    server, web = _extra()
+    uvicorn, web = _extra()
     try:
         web.security.check_bind(args.host, token)
         app = make(web, db.target, token)  # (it checks the token)
     except InvalidConfig as exc:
         raise UsageError(str(exc)) from None
+    listening = _listen(args.host, args.port)
     where = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"sqlq {args.command}: {db.name} on http://{where}:{args.port}/", flush=True)
-    server.run(app, host=args.host, port=args.port, log_level="warning")
+    port = listening.getsockname()[1]
+    print(f"sqlq {args.command}: {db.name} on http://{where}:{port}/", flush=True)
+    # (uvicorn's proxy headers: X-Forwarded-Proto and -For are believed from the addresses
+    # in FORWARDED_ALLOW_IPS, by default 127.0.0.1: a reverse proxy on this machine.)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    # uvicorn stops on SIGTERM and SIGINT, then raises the signal again for the handler
+    # it found, so that the process ends by the signal (exit -15): the handler found
+    # here asks the server to stop instead (as uvicorn's own does: a signal that comes
+    # before the server has started stops it too), and the command exits 0.
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in _STOP_SIGNALS}
+    try:
+        server.run(sockets=[listening])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        listening.close()
     return EXIT_OK
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port``; CliError if it cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host.strip("[]"), port), family=family)
+    except OSError as exc:
+        raise CliError(f"cannot serve on {host} port {port}: {exc.strerror or exc}") from None
 
 
 def _extra() -> tuple[Any, Any]:

@@ -687,7 +687,7 @@ SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_k
        CASE WHEN %(payloads)s THEN payload_bytes END AS payload_bytes,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
        CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message,
-       dedupe_key, priority, group_key
+       dedupe_key, priority, group_key, line_key
 FROM sqlq_tasks
 WHERE id < %(id)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -698,23 +698,23 @@ ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: browse_line
--- The dashboard's task list by position in the line (seq; then the row id, the
--- order added), front first: a keyset page after (:seq, :id); the columns as
--- browse_newest's.
+-- The dashboard's task list by position in the line, front first: the order
+-- claims take (line_key, seq; see migration 0007), then the row id; a keyset page
+-- after (:line_key, :seq, :id); the columns as browse_newest's.
 SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at,
        CASE WHEN %(payloads)s THEN payload END AS payload,
        CASE WHEN %(payloads)s THEN payload_bytes END AS payload_bytes,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
        CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message,
-       dedupe_key, priority, group_key
+       dedupe_key, priority, group_key, line_key
 FROM sqlq_tasks
-WHERE (seq, id) > (%(seq)s, %(id)s)
+WHERE (line_key, seq, id) > (%(line_key)s, %(seq)s, %(id)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
   AND (%(prefix)s::text IS NULL OR left(task_id, length(%(prefix)s::text)) = %(prefix)s::text)
-ORDER BY seq, id
+ORDER BY line_key, seq, id
 LIMIT %(limit)s
 
 -- name: finished_per_bucket

@@ -493,7 +493,7 @@ SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_k
        retry_base, retry_cap, deadline, run_at, CASE WHEN :payloads THEN payload END AS payload,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
        CASE WHEN :payloads THEN result END AS result, progress, progress_message,
-       dedupe_key, priority, group_key
+       dedupe_key, priority, group_key, line_key
 FROM sqlq_tasks
 WHERE id < :id
   AND (:queue IS NULL OR queue = :queue)
@@ -504,21 +504,21 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: browse_line
--- The dashboard's task list by position in the line (seq; then the row id, the
--- order added), front first: a keyset page after (:seq, :id); the columns as
--- browse_newest's.
+-- The dashboard's task list by position in the line, front first: the order
+-- claims take (line_key, seq; see migration 0010), then the row id; a keyset page
+-- after (:line_key, :seq, :id); the columns as browse_newest's.
 SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, CASE WHEN :payloads THEN payload END AS payload,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
        CASE WHEN :payloads THEN result END AS result, progress, progress_message,
-       dedupe_key, priority, group_key
+       dedupe_key, priority, group_key, line_key
 FROM sqlq_tasks
-WHERE (seq, id) > (:seq, :id)
+WHERE (line_key, seq, id) > (:line_key, :seq, :id)
   AND (:queue IS NULL OR queue = :queue)
   AND (:state IS NULL OR state = :state)
   AND (:name IS NULL OR name = :name)
   AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
-ORDER BY seq, id
+ORDER BY line_key, seq, id
 LIMIT :limit
 
 -- name: finished_per_bucket

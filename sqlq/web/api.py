@@ -9,6 +9,8 @@ its deadline past, until the next call on its queue releases it).
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -41,10 +43,9 @@ def queues_json(backend: Backend) -> dict[str, Any]:
 def tasks_json(backend: Backend, where: Browse) -> dict[str, Any]:
     """A page of tasks: {"tasks": [...], "next": the ``after`` of the next page, or None}."""
     found = backend.browse(where)
-    last = found[-1].task if len(found) == where.limit else None
     return {
         "tasks": [task_json(task_info(f.task), f.queue) for f in found],
-        "next": None if last is None else cursor((last.seq, last.row_id)),
+        "next": cursor(found[-1].key) if len(found) == where.limit else None,
     }
 
 
@@ -104,14 +105,19 @@ def charts_json(backend: Backend, samples: list[Sample], queue: str, window: str
     }
 
 
-#: A page cursor (``cursor``) and a limit, in ASCII digits: str.isdigit() and int() take
-#: others too (superscripts, Arabic-Indic digits), and int() refuses some of those.
-_CURSOR = re.compile(r"-?[0-9]{1,18}\.[0-9]{1,18}")
+#: A page cursor (``cursor``: line key, seq, row id) and a limit, in ASCII digits:
+#: str.isdigit() and int() take others too (superscripts, Arabic-Indic digits), and
+#: int() refuses some of those.
+_CURSOR = re.compile(
+    r"(-?[0-9]{1,20}(?:\.[0-9]{1,20})?(?:e[-+]?[0-9]{1,3})?)_(-?[0-9]{1,18})_([0-9]{1,18})"
+)
 _NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 def cursor(key: Key) -> str:
-    return f"{key[0]}.{key[1]}"
+    """A page's key as text (the float's repr: read back exactly)."""
+    line_key, seq, row_id = key
+    return f"{line_key!r}_{seq}_{row_id}"
 
 
 def browse_of(params: Mapping[str, str]) -> Browse:
@@ -142,10 +148,10 @@ def _order(text: str) -> Order:
 def _key(text: str | None) -> Key | None:
     if text is None:
         return None
-    if _CURSOR.fullmatch(text) is None:
+    found = _CURSOR.fullmatch(text)
+    if found is None or not math.isfinite(float(found[1])):
         raise InvalidArgument(f"not a page cursor: {text!r}")
-    seq, _, row_id = text.partition(".")
-    return int(seq), int(row_id)
+    return float(found[1]), int(found[2]), int(found[3])
 
 
 def _limit(text: str | None) -> int:
@@ -154,3 +160,28 @@ def _limit(text: str | None) -> int:
     if _NUMBER.fullmatch(text) is None or not 1 <= int(text) <= MAX_BATCH:
         raise InvalidArgument(f"limit must be a whole number from 1 to {MAX_BATCH}, not {text!r}")
     return int(text)
+
+
+#: The fields of a JSON API action's body (see action_form).
+ACTION_FIELDS = ("queue", "task_id", "name", "payload")
+
+
+def action_form(body: Any) -> dict[str, str]:
+    """The form of an action the JSON API is asked for: a JSON object of ``queue``,
+    ``task_id`` and ``name`` (strings) and ``payload`` (any JSON value, given to the
+    action as its JSON text, as the page's form gives it); InvalidArgument else."""
+    if not isinstance(body, dict):
+        raise InvalidArgument("an action's body must be a JSON object")
+    unknown = sorted(set(body) - set(ACTION_FIELDS))
+    if unknown:
+        raise InvalidArgument(f"unknown fields {unknown} (fields: {', '.join(ACTION_FIELDS)})")
+    form = {}
+    for field in ACTION_FIELDS[:-1]:
+        value = body.get(field)
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgument(f"{field} must be a string, not {type(value).__name__}")
+        if value is not None:
+            form[field] = value
+    if body.get("payload") is not None:
+        form["payload"] = json.dumps(body["payload"], ensure_ascii=False)
+    return form

@@ -11,8 +11,10 @@ Pages (each also under ``/api`` as JSON, in the shapes of sqlq.shapes):
 * ``/task?queue=Q&id=ID``: one task, with its timeline (``/api/task``);
 * ``/metrics``: the Prometheus metrics of sqlq.web.metrics.
 
-Actions are POSTs to ``/actions/<name>`` (see sqlq.web.actions), refused when
-the dashboard is read-only.
+Actions are POSTs to ``/actions/<name>`` from the pages' forms, and to
+``/api/actions/<name>`` with a JSON body for scripts (see sqlq.web.actions), refused
+when the dashboard is read-only.  Errors are pages, and under ``/api`` JSON
+documents: ``{"error": ..., "status": ...}``.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from urllib.parse import parse_qsl, urlencode
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -40,9 +43,9 @@ from ..backends import open_backend
 from ..cli.common import byte_size, moment, relative, span
 from ..contract import State
 from ..durable import Queue
-from ..errors import InvalidArgument, StorageError
+from ..errors import InvalidArgument, SqlqError, StorageError
 from . import api, metrics, security
-from .actions import ACTIONS, DESTRUCTIVE
+from .actions import ACTIONS, DESTRUCTIVE, Action, Outcome
 from .history import History
 
 #: The form fields an action page repeats when it asks for confirmation.
@@ -74,8 +77,29 @@ class Dashboard:
                 self._backend = open_backend(self.url, migrate=False)
             return self._backend
 
-    def queue(self, name: str) -> Queue:
-        return Queue(self.url, lease_seconds=30, max_attempts=1, queue=name, migrate=False)
+    def database_name(self) -> str:
+        """The database's name, as pages show it (a stand-in if it cannot be opened)."""
+        try:
+            return self.backend().name
+        except SqlqError:
+            return "(the database cannot be opened)"
+
+    async def perform(self, action: Action, form: dict[str, str]) -> Outcome:
+        """``action`` on the queue the form names, on a Queue opened for it."""
+        queue = await run_in_threadpool(
+            Queue, self.url, lease_seconds=30, max_attempts=1, queue=form.get("queue", ""),
+            migrate=False,
+        )  # fmt: skip
+        try:
+            return await run_in_threadpool(action, queue, form, self.database_name())
+        finally:
+            queue.close()
+
+    def error(self, request: Request, status: int, message: str) -> Response:
+        """An error: a page, or a JSON document for the API (and /metrics)."""
+        if _under(request, "/api/") or _under(request, "/metrics"):
+            return JSONResponse({"error": message, "status": status}, status)
+        return self.page(request, "error.html", status, message=message, code=status)
 
     def metrics(self, _request: Request) -> Response:
         return metrics.endpoint(self.backend())
@@ -95,7 +119,7 @@ class Dashboard:
             read_only=self.read_only,
             csrf=csrf,
             csrf_field=security.CSRF_FIELD,
-            database_name=self.backend().name,
+            database_name=self.database_name(),
             states=[s.value for s in State],
             **{"now": time.time(), **values},
         )
@@ -135,17 +159,31 @@ def _app(board: Dashboard, routes: list[BaseRoute], token: str | None) -> Starle
         board.close()
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    app.add_exception_handler(InvalidArgument, _refused(400))
-    app.add_exception_handler(StorageError, _refused(503))
+    app.add_exception_handler(InvalidArgument, _refused(board, 400))
+    app.add_exception_handler(StorageError, _refused(board, 503))
+    app.add_exception_handler(HTTPException, _refused(board, None))
     app.add_middleware(security.Guard, token=token)
     return app
 
 
-def _refused(status: int) -> Callable[[Request, Exception], Response]:
-    def handler(_request: Request, exc: Exception) -> Response:
-        return PlainTextResponse(f"{type(exc).__name__}: {exc}", status)
+def _refused(board: Dashboard, status: int | None) -> Callable[[Request, Exception], Response]:
+    """What answers an exception: ``status`` and the error's type and text, or an
+    HTTPException's own status and detail (an unknown path: 404)."""
+
+    def handler(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, HTTPException):
+            return board.error(request, exc.status_code, exc.detail)
+        assert status is not None
+        return board.error(request, status, f"{type(exc).__name__}: {exc}")
 
     return handler
+
+
+def _under(request: Request, prefix: str) -> bool:
+    """Is the request's path, within the app (a mounted one's too), under ``prefix``?"""
+    path: str = request.scope["path"]
+    root: str = request.scope.get("root_path", "")
+    return (path[len(root) :] if path.startswith(root) else path).startswith(prefix)
 
 
 def _routes(board: Dashboard) -> list[BaseRoute]:
@@ -192,30 +230,44 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
         found = api.task_json_of(board.backend(), params.get("queue", ""), params.get("id", ""))
         return JSONResponse(found, 200 if found is not None else 404)
 
-    async def act(request: Request) -> Response:
-        name = request.path_params["name"]
+    def action_of(request: Request) -> Action:
+        """The action a POST names; HTTPException if it may not be done here."""
         if board.read_only:
-            return PlainTextResponse("this dashboard is read-only: no actions", 403)
-        action = ACTIONS.get(name)
-        if action is None:
-            return PlainTextResponse(f"no action {name!r}", 404)
+            raise HTTPException(403, "this dashboard is read-only: no actions")
+        name = request.path_params["name"]
+        if name not in ACTIONS:
+            raise HTTPException(404, f"no action {name!r} (actions: {', '.join(ACTIONS)})")
+        return ACTIONS[name]
+
+    async def act(request: Request) -> Response:
+        action = action_of(request)
         form = dict(parse_qsl((await request.body()).decode(errors="replace")))
         why = security.csrf_refusal(request, form)
         if why is not None:
-            return PlainTextResponse(why, 403)
+            raise HTTPException(403, why)
+        name = request.path_params["name"]
         if name in DESTRUCTIVE and form.get("confirm") != "yes":
             kept = {k: form[k] for k in _KEPT if k in form}
             return board.page(request, "confirm.html", action=name, form=kept)
-        queue = await run_in_threadpool(board.queue, form.get("queue", ""))
-        try:
-            outcome = await run_in_threadpool(action, queue, form)
-        finally:
-            queue.close()
+        outcome = await board.perform(action, form)
         return board.page(
             request, "message.html", 200 if outcome.done else 409,
-            message=outcome.message, done=outcome.done, queue=queue.queue,
+            message=outcome.message, done=outcome.done, queue=outcome.document["queue"],
             task_id=form.get("task_id") or None,
         )  # fmt: skip
+
+    async def api_act(request: Request) -> Response:
+        action = action_of(request)
+        why = security.api_refusal(request)
+        if why is not None:
+            raise HTTPException(why[0], why[1])
+        try:
+            body = json.loads(await request.body())
+        except ValueError as exc:
+            raise InvalidArgument(f"the body is not JSON: {exc}") from None
+        outcome = await board.perform(action, api.action_form(body))
+        document = {**outcome.document, "message": outcome.message}
+        return JSONResponse(document, 200 if outcome.done else 409)
 
     static = StaticFiles(directory=str(resources.files("sqlq.web") / "static"))
     return [
@@ -230,6 +282,7 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
         Route("/api/charts", api_charts),
         Route("/metrics", board.metrics),
         Route("/actions/{name}", act, methods=["POST"]),
+        Route("/api/actions/{name}", api_act, methods=["POST"]),
         Mount("/static", static, name="static"),
     ]
 

@@ -10,10 +10,16 @@
   The token is asked of every request, local ones included, so that a reverse proxy
   on this machine does not open the dashboard to its clients; ``check_token`` refuses
   one shorter than 16 characters.
-* Cross-site requests: every action is a POST that carries the session's CSRF
-  token in a form field, equal to the ``sqlq_csrf`` cookie (SameSite=Strict, so a
-  request another site makes carries none), from a page whose Origin, when the
-  browser sends one, is the dashboard's own.
+* Cross-site requests: every action of the pages is a POST that carries the
+  session's CSRF token in a form field, equal to the ``sqlq_csrf`` cookie
+  (SameSite=Strict, so a request another site makes carries none; Secure when the
+  request came over HTTPS), from a page whose Origin, when the browser sends one, is
+  the dashboard's own.  The JSON API's actions take no cookie: they need
+  ``Content-Type: application/json``, which no form can send and a script of another
+  site cannot send without asking first (a CORS preflight, which the dashboard does
+  not grant), and an Origin, when there is one, that is the dashboard's own.  A
+  token in a header is one a browser never adds to another site's request; basic
+  auth it may add, hence these two checks.
 * What pages may do: the Content-Security-Policy lets them load their own
   scripts, styles and images only, run no inline script, and be framed by no one;
   templates escape every value (Jinja2's autoescape).
@@ -144,9 +150,14 @@ def csrf_token(request: Request) -> str:
 
 
 def set_csrf_cookie(response: Response, request: Request, value: str) -> None:
+    """Send the session's CSRF token, if the browser does not have it (Secure over HTTPS:
+    behind a proxy, the scheme its X-Forwarded-Proto says, where the server trusts it)."""
     if request.cookies.get(CSRF_COOKIE) != value:
         path = request.scope.get("root_path") or "/"
-        response.set_cookie(CSRF_COOKIE, value, httponly=True, samesite="strict", path=path)
+        secure = request.url.scheme == "https"
+        response.set_cookie(
+            CSRF_COOKIE, value, httponly=True, samesite="strict", path=path, secure=secure
+        )
 
 
 def csrf_refusal(request: Request, form: dict[str, str]) -> str | None:
@@ -155,6 +166,20 @@ def csrf_refusal(request: Request, form: dict[str, str]) -> str | None:
     given = form.get(CSRF_FIELD, "")
     if not cookie or not hmac.compare_digest(cookie.encode(), given.encode()):
         return "the form's CSRF token is missing or stale: reload the page and try again"
+    return _foreign(request)
+
+
+def api_refusal(request: Request) -> tuple[int, str] | None:
+    """(status, why) a JSON API action ``request`` is refused as cross-site, or None."""
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":
+        return 415, "an action of the API takes a JSON body: Content-Type: application/json"
+    why = _foreign(request)
+    return None if why is None else (403, why)
+
+
+def _foreign(request: Request) -> str | None:
+    """Why ``request`` comes from another site's page (its Origin), or None."""
     origin = request.headers.get("origin")
     if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
         return f"an action from another site ({origin}) is refused"
