@@ -427,9 +427,8 @@ MUTANTS = [
     Mutant(
         "sql-claim-ignores-the-pause",
         "sqlq/sqlite/queries.sql",
-        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n"
-        "              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)\n",
-        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n",
+        "iif(paused, EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
+        "0",
         CONTROL,
     ),
     Mutant(
