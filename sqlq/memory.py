@@ -290,11 +290,13 @@ class WorkQueue:
             if self._line_priority == 0:  # _join_line, inline: line_key(now, 0, aging) is now
                 self._counter = seq = self._counter + 1
                 tasks[task_id] = [_AVAILABLE, 0, 0, now, None, None, now, now, None,
-                                  self.max_attempts, self._retry, None, None, 0, None, seq]  # fmt: skip
+                                  self.max_attempts, self._retry, None, None, 0, None,
+                                  seq]  # fmt: skip
                 self._line.append(task_id)  # (at the back of its FIFO: no front moves)
             else:
                 record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                                           self.max_attempts, self._retry, None, None, 0, None, 0]  # fmt: skip
+                                           self.max_attempts, self._retry, None, None, 0,
+                                           None, 0]  # fmt: skip
                 self._join_line(task_id, record)
             return True
         encoded = payloads.encode(payload, self.max_payload_bytes)
