@@ -991,7 +991,12 @@ class WorkQueue:
             self._make_waiting(task_id, record, time_after(when, delay), when)
         else:
             record[_STATE] = _AVAILABLE
-            self._join_line(task_id, record)
+            if record[_PRIORITY] or self._line_priority or record[_GROUP] is not None:
+                self._join_line(task_id, record)
+            else:  # _join_line, written out: priority 0 into a line of priority 0
+                self._counter = record[_SEQ] = self._counter + 1
+                record[_WHEN] = self._now
+                self._line.append(task_id)
         return record[_STATE]  # type: ignore[no-any-return]
 
     def _unqueue(self, task_id: str, state: str) -> None:
