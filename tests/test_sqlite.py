@@ -307,13 +307,11 @@ def test_a_connection_through_another_sqlite_library_is_refused(db_path: Path) -
 
 
 def _triggers(queue: sqlq.Queue) -> tuple[list[str], int]:
-    """The triggers on the tasks of the queue's file and its sqlq_clock.grouped mark,
-    read with the queue's SQLite library (a connection of another library would drop
-    the queue's file locks as it closes)."""
+    """The triggers of the queue's file and its sqlq_clock.grouped mark, read with
+    the queue's SQLite library (a connection of another library would drop the
+    queue's file locks as it closes)."""
     with queue.engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            "SELECT name FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = 'sqlq_tasks'"
-        )
+        rows = conn.exec_driver_sql("SELECT name FROM sqlite_schema WHERE type = 'trigger'")
         names = sorted(name for (name,) in rows)
         (grouped,) = conn.exec_driver_sql("SELECT grouped FROM sqlq_clock").one()
         return names, grouped
