@@ -61,12 +61,10 @@ clock = Table(
     Column("now", REAL, nullable=False),
     Column("counter", Integer, nullable=False),
     Column("grouped", Integer, nullable=False, server_default=text("0")),
-    Column("paused", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("id = 1"),
     CheckConstraint("now >= 0"),
     CheckConstraint("counter >= 0"),
     CheckConstraint("grouped IN (0, 1)"),
-    CheckConstraint("paused >= 0"),
     sqlite_strict=True,
 )
 

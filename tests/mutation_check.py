@@ -427,8 +427,9 @@ MUTANTS = [
     Mutant(
         "sql-claim-ignores-the-pause",
         "sqlq/sqlite/queries.sql",
-        "iif(paused, EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
-        "0",
+        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n"
+        "              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)\n",
+        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n",
         CONTROL,
     ),
     Mutant(

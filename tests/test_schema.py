@@ -558,31 +558,3 @@ def test_a_version_9_database_keeps_its_line_through_migration_10(
         strict.add("urgent", 60, priority=1)
         assert q.info("old-1", 60).priority == 0
         assert [q.reserve(60) for _ in range(5)] == ["urgent", "old-1", "old-2", "new", None]
-
-
-def test_queues_paused_before_migration_12_stay_paused_and_resume(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Migration 12 counts the paused queues into the clock row, which the claims
-    read before they look at sqlq_paused: a queue paused before it hands out
-    nothing after it, and resuming one of two paused queues leaves the other paused."""
-    with monkeypatch.context() as m:
-        before = migrate.migrations()[:11]
-        m.setattr(migrate, "migrations", lambda: before)
-        conn = dbapi.connect(str(db_path), isolation_level=None)
-        migrate.ensure_schema(str(db_path), lambda: conn, mode=0o600, timeout=5)
-        conn.executemany(
-            "INSERT INTO sqlq_paused (queue, paused_at) VALUES (?, 0)", [("mail",), ("sms",)]
-        )
-        conn.close()
-    mail = sqlq.Queue(db_path, lease_seconds=10, max_attempts=3, queue="mail")
-    sms = sqlq.Queue(db_path, lease_seconds=10, max_attempts=3, queue="sms")
-    with mail, sms:
-        mail.add("m", 1)
-        sms.add("s", 1)
-        assert mail.claim(2) is None and sms.claim_many(5, 2) == []
-        assert mail.resume(3)
-        assert sms.claim(4) is None and sms.paused
-        lease = mail.claim(4)
-        assert lease is not None and lease.task_id == "m"
-        assert sms.resume(5) and sms.reserve(5) == "s"

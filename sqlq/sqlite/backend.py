@@ -721,7 +721,6 @@ class SqliteTransaction:
         "groups",
         "mark",
         "now",
-        "paused",
         "queue",
     )
 
@@ -760,11 +759,8 @@ class SqliteTransaction:
                 self._cur.execute(Q.savepoint)
             cur = self._cur
             asked = self.now
-            mark, counter, due, groups, paused = cur.execute(
-                Q.open_call, (self.queue, asked)
-            ).fetchone()
+            mark, counter, due, groups = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
             self.groups: bool = groups  # the queue has grouped tasks not finished
-            self.paused: bool = paused  # the queue is paused: its claims find nothing
             self.mark: Number = mark
             self._counter: int = counter
             self._stored_counter = counter
@@ -955,8 +951,6 @@ class SqliteTransaction:
         return added
 
     def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
-        if self.paused:
-            return []
         if self.groups:  # one at a time: each claim may use up a group's slot or rate
             return claim_each(lambda: self.claim(queue, seconds, fair), n)
         params = {
@@ -977,8 +971,6 @@ class SqliteTransaction:
         return int(self._cur.executemany(Q.complete_task, rows).rowcount)
 
     def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
-        if self.paused:
-            return None
         token, now = self._counter + 1, self.now
         deadline = time_after(now, seconds)
         if self.groups:

@@ -61,18 +61,14 @@ ROLLBACK TO sqlq_batch
 -- sqlq_groups_live, named: the planner, without statistics, would rather walk
 -- the queue's groups by their key), only in a file where a grouped task was
 -- ever added (sqlq_clock.grouped: a file without groups pays no probe): the
--- claims then take the statements that know groups.  And whether queue ?1 is
--- paused (a probe of sqlq_paused's key), only while some queue of the file is
--- (sqlq_clock.paused, see migrations/0012): the claims of a paused queue then
--- run no statement, and the others do not look at sqlq_paused.
+-- claims then take the statements that know groups.
 SELECT now, counter,
        EXISTS (SELECT 1 FROM sqlq_tasks
                WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
        OR EXISTS (SELECT 1 FROM sqlq_tasks
                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)),
        iif(grouped, EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_live
-                            WHERE queue = ?1 AND live > 0), 0),
-       iif(paused, EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)
+                            WHERE queue = ?1 AND live > 0), 0)
 FROM sqlq_clock WHERE id = 1
 
 -- name: due_events
@@ -158,13 +154,14 @@ WHERE queue = :queue AND task_id IN (SELECT value FROM json_each(:ids))
 -- Reserve up to :n tasks from the front of the ungrouped line (in (line_key,
 -- seq) order) in one statement (a queue without groups; see claim_grouped); the
 -- k-th in line gets token :base + k.  Returns them in no particular order.
--- Not run while the queue is paused (open_call says so).
+-- Nothing while the queue is paused (a probe of sqlq_paused's key).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = :base + line.rank,
     deadline = :deadline, updated_at = :now
 FROM (SELECT id, row_number() OVER (ORDER BY line_key, seq) AS rank
       FROM sqlq_tasks
       WHERE queue = :queue AND state = 'AVAILABLE' AND group_key IS NULL
+        AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
       ORDER BY line_key, seq LIMIT :n) AS line
 WHERE sqlq_tasks.id = line.id AND sqlq_tasks.state = 'AVAILABLE'
 RETURNING task_id, lease_id, attempts, payload, name
@@ -173,12 +170,13 @@ RETURNING task_id, lease_id, attempts, payload, name
 -- Reserve the front of queue ?1's ungrouped line (the lowest (line_key, seq))
 -- in one statement (a queue without groups; see claim_grouped): count an
 -- attempt, record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
--- task (what its lease carries), or no row.  Not run while the queue is paused
--- (open_call says so).
+-- task (what its lease carries), or no row; no row while the queue is paused
+-- (a probe of sqlq_paused's key).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
 WHERE id = (SELECT id FROM sqlq_tasks
             WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL
+              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)
             ORDER BY line_key, seq LIMIT 1)
   AND state = 'AVAILABLE'
 RETURNING task_id, attempts, payload, name
