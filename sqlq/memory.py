@@ -4,14 +4,16 @@ Data structures (n = number of tasks):
 
 * ``_tasks``: task id -> record, a list indexed by the ``_STATE``... constants
   below (a list is built in one step; an object would cost a constructor call).
-* ``_line``: priority -> a FIFO (deque) of (line key, counter, task id), one per
-  AVAILABLE task of that priority (contract.line_key); only ``reserve``/``claim``
-  take from them, and every move to AVAILABLE appends to one.  Within a priority
-  the keys grow with the time high-water mark, so each FIFO is in line order.
-* ``_fronts``: a min-heap of (line key, counter, priority), the first entry of
-  each FIFO: its top is the front of the line.  While one priority is in line
-  its entry is not kept up to date (there is nothing to compare it with) until
-  a second priority joins, so a claim then costs a popleft, as a single FIFO.
+* ``_line``: a FIFO (deque) of the ids of the AVAILABLE tasks of priority
+  ``_line_priority``; ``_others``: priority -> such a FIFO, for every other
+  priority in line (empty while one priority is in line, the usual case, and
+  whenever ``_line`` is).  Only ``reserve``/``claim`` take from them, and every
+  move to AVAILABLE appends to one.  A task's place in the line (line key, as
+  contract.line_key, and counter) is kept in its record (``_WHEN``, ``_SEQ``);
+  within a priority the keys grow with the time high-water mark, so each FIFO is
+  in line order, and a line of one priority costs an append and a popleft.
+* ``_fronts``: while ``_others`` holds a FIFO, a min-heap of (line key, counter,
+  priority), one for the front of each FIFO: its top is the front of the line.
 * ``_groups``: group -> _Group, for per-key limits: a heap of the line entries of
   the group's AVAILABLE tasks (a grouped task is never in ``_line``), its leases,
   its rate's next start and its turn; ``_ready``: a heap of the groups that may
@@ -123,7 +125,9 @@ _CANCELLED: Final = State.CANCELLED.value
 _STATE: Final = 0
 _ATTEMPTS: Final = 1
 _TOKEN: Final = 2  # the latest lease's token; 0 before the first
-_WHEN: Final = 3  # the lease's deadline while RESERVED, run_at while WAITING
+_WHEN: Final = (
+    3  # the lease's deadline while RESERVED, run_at while WAITING, line key while AVAILABLE
+)
 _PAYLOAD: Final = 4
 _ERROR: Final = 5
 _CREATED: Final = 6
@@ -135,6 +139,7 @@ _NAME: Final = 11
 _STOP: Final = 12  # when cancel asked the running task to stop; None if it did not
 _PRIORITY: Final = 13
 _GROUP: Final = 14  # the task's group (see set_limit), or None
+_SEQ: Final = 15  # the counter when it last joined the line (its place among equal line keys)
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
@@ -171,7 +176,9 @@ class WorkQueue:
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
         self._rng = check_rng(rng)
         self._tasks: dict[str, Record] = {}
-        self._line: dict[int, deque[Entry]] = {}
+        self._line: deque[str] = deque()
+        self._line_priority = 0
+        self._others: dict[int, deque[str]] = {}
         self._fronts: list[tuple[Number, int, int]] = []
         self._leases: deque[Entry] = deque()
         self._extended: list[Entry] = []
@@ -281,14 +288,17 @@ class WorkQueue:
             tasks = self._tasks
             if task_id in tasks:
                 return False
-            tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                              self.max_attempts, self._retry, None, None, 0, None]  # fmt: skip
-            line = self._line.get(0)
-            if line is None:
-                self._join_line(task_id, tasks[task_id])
-            else:  # _join_line, inline: line_key(now, 0, aging) is now
-                self._counter += 1
-                line.append((now, self._counter, task_id))
+            if self._line_priority == 0:  # _join_line, inline: line_key(now, 0, aging) is now
+                self._counter = seq = self._counter + 1
+                tasks[task_id] = [_AVAILABLE, 0, 0, now, None, None, now, now, None,
+                                  self.max_attempts, self._retry, None, None, 0, None,
+                                  seq]  # fmt: skip
+                self._line.append(task_id)  # (at the back of its FIFO: no front moves)
+            else:
+                record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
+                                           self.max_attempts, self._retry, None, None, 0,
+                                           None, 0]  # fmt: skip
+                self._join_line(task_id, record)
             return True
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
@@ -832,7 +842,7 @@ class WorkQueue:
         now = max(check_time(now), self._now)
         if self._paused:
             return False
-        if self._fronts or (self._waiting and self._waiting[0][0] <= now):
+        if self._line or (self._waiting and self._waiting[0][0] <= now):
             return True
         if self._groups and self._ready_group(now) is not None:
             return True
@@ -908,7 +918,7 @@ class WorkQueue:
             return False
         encoded, name, max_attempts, retry, priority, group = task
         record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None,
-                                   max_attempts, retry, name, None, priority, group]  # fmt: skip
+                                   max_attempts, retry, name, None, priority, group, 0]  # fmt: skip
         if group is not None and group not in self._groups:
             self._groups[group] = _Group(self._limit_of(group))
         if run_at > now:
@@ -920,10 +930,10 @@ class WorkQueue:
     def _take(self, now: Number) -> str | None:
         """Lease the front of the line: the task's id, or None if the line is empty."""
         if not self._groups:
-            fronts = self._fronts
-            if not fronts or self._paused:
+            line = self._line
+            if not line or self._paused:
                 return None
-            task_id = self._pop_line(fronts[0][2])
+            task_id = self._pop_line() if self._others else line.popleft()
         elif self._paused or (task_id := self._take_front(now)) is None:  # type: ignore[assignment]
             return None
         record = self._tasks[task_id]
@@ -950,8 +960,8 @@ class WorkQueue:
                 if front is None:
                     return None
                 task_id = front[0]
-            elif self._fronts:
-                task_id = self._line[self._fronts[0][2]][0][2]
+            elif self._line:
+                task_id = self._line_head()
             else:
                 return None
             record = self._tasks[task_id]
@@ -989,7 +999,12 @@ class WorkQueue:
             self._make_waiting(task_id, record, time_after(when, delay), when)
         else:
             record[_STATE] = _AVAILABLE
-            self._join_line(task_id, record)
+            if record[_PRIORITY] or self._line_priority or record[_GROUP] is not None:
+                self._join_line(task_id, record)
+            else:  # _join_line, written out: priority 0 into a line of priority 0
+                self._counter = record[_SEQ] = self._counter + 1
+                record[_WHEN] = self._now
+                self._line.append(task_id)
         return record[_STATE]  # type: ignore[no-any-return]
 
     def _unqueue(self, task_id: str, state: str) -> None:
@@ -998,7 +1013,7 @@ class WorkQueue:
         if state is _AVAILABLE:
             record = self._tasks[task_id]
             if record[_GROUP] is None:
-                self._leave_line(task_id, record[_PRIORITY])
+                self._leave_line(task_id)
             else:
                 self._leave_group_line(task_id, record[_GROUP])
         else:
@@ -1015,45 +1030,78 @@ class WorkQueue:
         too, as the database does), by its priority and the queue's aging (the one
         every task of this object was added with); its line position comes from the
         counter, as the database numbers it."""
-        self._counter += 1
+        self._counter = seq = self._counter + 1
         priority = record[_PRIORITY]
-        entry = (line_key(self._now, priority, self.aging), self._counter, task_id)
+        key = record[_WHEN] = line_key(self._now, priority, self.aging) if priority else self._now
+        record[_SEQ] = seq
         if record[_GROUP] is not None:
-            self._group_append(record[_GROUP], entry)
+            self._group_append(record[_GROUP], (key, seq, task_id))
             return
-        line = self._line.get(priority)
-        if line is None:
-            self._line[priority] = deque((entry,))
-            fronts = self._fronts
-            if len(fronts) == 1:  # the one priority in line: its front brought up to date
-                alone = fronts[0][2]
-                key, counter, _ = self._line[alone][0]
-                fronts[0] = (key, counter, alone)
-            heapq.heappush(fronts, (entry[0], entry[1], priority))
-        else:
-            line.append(entry)
+        line = self._line
+        if priority == self._line_priority or not line:  # (no _others without a _line)
+            self._line_priority = priority
+            line.append(task_id)
+            return
+        others = self._others
+        fifo = others.get(priority)
+        if fifo is not None:
+            fifo.append(task_id)
+            return
+        if not others:  # a second priority joins: the fronts are kept from now on
+            self._fronts = [(*self._place(line[0]), self._line_priority)]
+        others[priority] = deque((task_id,))
+        heapq.heappush(self._fronts, (key, seq, priority))
 
-    def _pop_line(self, priority: int) -> str:
-        """Take the front of the (ungrouped) line, of ``priority`` (the top of
-        ``_fronts``'s): its id."""
-        fronts, line = self._fronts, self._line[priority]
-        task_id: str = line.popleft()[2]
-        if not line:
-            heapq.heappop(fronts)
-            del self._line[priority]
-        elif len(fronts) > 1:  # (alone in line, its front is not kept: see the docstring)
-            key, counter, _ = line[0]
-            heapq.heapreplace(fronts, (key, counter, priority))
+    def _place(self, task_id: str) -> tuple[Number, int]:
+        """An AVAILABLE task's place in the line: (line key, counter)."""
+        record = self._tasks[task_id]
+        return record[_WHEN], record[_SEQ]
+
+    def _line_head(self) -> str:
+        """The id at the front of the (ungrouped, not empty) line."""
+        if not self._others:
+            return self._line[0]
+        priority = self._fronts[0][2]
+        fifo = self._line if priority == self._line_priority else self._others[priority]
+        return fifo[0]
+
+    def _pop_line(self) -> str:
+        """Take the front of the (ungrouped, not empty) line: its id."""
+        others = self._others
+        if not others:
+            return self._line.popleft()
+        fronts = self._fronts
+        priority = fronts[0][2]
+        fifo = self._line if priority == self._line_priority else others[priority]
+        task_id = fifo.popleft()
+        if fifo:
+            heapq.heapreplace(fronts, (*self._place(fifo[0]), priority))
+            return task_id
+        heapq.heappop(fronts)
+        if fifo is self._line:  # the next priority's FIFO takes its place
+            self._line_priority = fronts[0][2]
+            self._line = others.pop(self._line_priority)
+        else:
+            del others[priority]
+        if not others:
+            self._fronts = []
         return task_id
 
-    def _leave_line(self, task_id: str, priority: int) -> None:
-        """Take an AVAILABLE task out of the line (cancel, debounce): O(n)."""
-        line = self._line[priority]
-        line.remove(next(entry for entry in line if entry[2] == task_id))
-        if not line:
-            del self._line[priority]
-        self._fronts = [(fifo[0][0], fifo[0][1], p) for p, fifo in self._line.items()]
-        heapq.heapify(self._fronts)
+    def _leave_line(self, task_id: str) -> None:
+        """Take an AVAILABLE task out of the (ungrouped) line (cancel, debounce): O(n)."""
+        fifos = {self._line_priority: self._line, **self._others}
+        for fifo in fifos.values():
+            if task_id in fifo:
+                fifo.remove(task_id)
+        left = {priority: fifo for priority, fifo in fifos.items() if fifo}
+        if left:  # the first FIFO left is the _line, the others stay _others
+            self._line_priority = next(iter(left))
+            self._line = left.pop(self._line_priority)
+        self._others = left
+        self._fronts = []
+        if left:
+            self._fronts = [(*self._place(fifo[0]), p) for p, fifo in fifos.items() if fifo]
+            heapq.heapify(self._fronts)
 
     def _make_waiting(self, task_id: str, record: Record, run_at: Number, now: Number) -> None:
         self._counter += 1
@@ -1171,12 +1219,12 @@ class WorkQueue:
         ungrouped line or of the first group that may start one, whichever is first
         in line; None if neither has one."""
         name = self._ready_group(now)
-        head = self._line[self._fronts[0][2]][0] if self._fronts else None
+        head = self._line_head() if self._line else None
         if name is None:
-            return None if head is None else (head[2], None)
+            return None if head is None else (head, None)
         entry = self._groups[name].line[0]
-        if head is not None and head[:2] < entry[:2]:
-            return head[2], None
+        if head is not None and self._place(head) < entry[:2]:
+            return head, None
         return entry[2], name
 
     def _take_front(self, now: Number) -> str | None:
@@ -1187,7 +1235,7 @@ class WorkQueue:
             return None
         task_id, name = front
         if name is None:
-            self._pop_line(self._fronts[0][2])
+            self._pop_line()
             return task_id
         group = self._groups[name]
         heapq.heappop(group.line)
@@ -1225,7 +1273,10 @@ class WorkQueue:
     def _line_fronts(self) -> list[Entry]:
         """The entries at the front of every line, the ungrouped one's and each
         group's (for stats)."""
-        heads = [self._line[self._fronts[0][2]][0]] if self._fronts else []
+        heads: list[Entry] = []
+        if self._line:
+            head = self._line_head()
+            heads.append((*self._place(head), head))
         heads.extend(g.line[0] for g in self._groups.values() if g.line)
         return heads
 

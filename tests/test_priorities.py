@@ -89,6 +89,28 @@ def test_a_priority_joining_a_line_of_one_priority_is_placed_by_the_current_fron
     assert _drain(q, 150) == ["urgent", "second"]
 
 
+def test_the_line_keeps_its_order_as_priorities_run_out_cancel_and_come_back(
+    make_queue: Factory,
+) -> None:
+    """A task cancelled out of a line of three priorities, the first priority's tasks
+    running out while others wait, and tasks joining after: the line stays in order
+    (WorkQueue keeps the line of one priority apart from the others')."""
+    q = make_queue(1000, 3, aging=100)
+    q.add("a0", 0)
+    q.add("b5", 1, priority=5)  # key -499
+    q.add("c-5", 2, priority=-5)  # key 502
+    q.add("d5", 3, priority=5)  # key -497
+    q.add("e0", 4)
+    assert q.reserve(5) == "b5"
+    assert q.cancel("e0", 6) == sqlq.Cancel.CANCELLED
+    q.add("f0", 7)
+    q.add("g5", 8, priority=5)  # key -492: after d5
+    assert _drain(q, 9) == ["d5", "g5", "a0", "f0", "c-5"]
+    q.add("h-5", 10, priority=-5)  # the line of -5 alone now
+    q.add("i0", 11)  # key 11: before h-5's 510
+    assert _drain(q, 12) == ["i0", "h-5"]
+
+
 def test_strict_priorities_with_aging_none(make_queue: Factory) -> None:
     """aging=None: a lower priority waits while any higher one is in line, however
     long it has waited."""
