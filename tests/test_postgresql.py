@@ -99,6 +99,7 @@ RELEASED = [
     (5, "results", "145116e469beb6d5558d67a683d1f3a81e033d88112a4347b23401f5dd7f0eee"),
     (6, "dedupe_keys", "dd2c2a8188b16e733f098709ab97c6c2c5cd83cfbf73f63e5d730a385183ca6f"),
     (7, "priorities", "0ade3fe2067c0d87affc7368078bfbbee31a8bf81520e8be04ce15baf054c569"),
+    (8, "group_limits", "944f086f10f7d0f455c47c7037803b9752434116df94cd6208b378da85de51fd"),
 ]
 
 

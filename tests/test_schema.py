@@ -161,6 +161,7 @@ RELEASED = [
     (8, "results", "a85e7cc36b532418c429b3ad53de684d0dddb9040fe4c9e61949f7709cf44347"),
     (9, "dedupe_keys", "150932bc0a8809150e019c075f8a0d204e426e396156ebd912fee27e07f98644"),
     (10, "priorities", "26ae284ccbd07fc49930cdcb7de62ae0403ac49762d9d2bf6cf9a724ac49b2e5"),
+    (11, "group_limits", "ed91f6abb0c2d9d15e692d6b94d832fc78fb2fcbe99074f3b4d08f1364cf4299"),
 ]
 
 
