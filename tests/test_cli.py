@@ -277,7 +277,8 @@ def test_a_missing_database_is_exit_2_and_is_not_created(
 def test_every_command_takes_a_sqlite_url_as_the_queue_does(
     name: str, db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = {**NEEDS_DB, "add": ["d0"], "migrate": []}[name]
+    # A backup goes beside the database, not into the directory the tests run in.
+    args = {**NEEDS_DB, "add": ["d0"], "migrate": [], "backup": [str(db.parent / "copy.db")]}[name]
     code, _, err = _cli(capsys, name, f"sqlite:///{db}", *args)
     assert code == 0, err
 
