@@ -1029,6 +1029,15 @@ class Worker:
             left = 0.0 if self._hurry else self._stop_at + self.grace - self.clock.monotonic()
         self.queue.interrupt_waits(max(left, RELEASE_WAIT))
 
+    def _cancelled(self, lease: Lease) -> bool:
+        """Did the release of ``lease`` end its task CANCELLED (a stop was asked of it,
+        which this worker may not have learnt yet)?  One read, at shutdown only; a read
+        that fails counts it as released."""
+        try:
+            return self.queue.status(lease.task_id) == State.CANCELLED
+        except Exception:
+            return False
+
     def _give_back(self, lease: Lease, why: str) -> None:
         """Release ``lease`` (its attempt is not counted).  One that cannot be released
         runs out at its deadline, and its task is retried then."""
@@ -1047,13 +1056,15 @@ class Worker:
                 exc_info=not isinstance(exc, TRANSIENT),
             )
             return
-        self._done_with(lease, "released" if done else "lost")
-        if done:  # back in line, its attempt not counted
-            self._count("released")
-            event(self.log, logging.WARNING, "task released", task_fields(lease), reason=why)
+        outcome = "lost" if not done else "cancelled" if self._cancelled(lease) else "released"
+        self._done_with(lease, outcome)
+        self._count(outcome)
+        fields = task_fields(lease)
+        if outcome == "cancelled":  # a stop was asked of it: the release ended it
+            event(self.log, logging.INFO, "task cancelled", fields, outcome=outcome, reason=why)
+        elif outcome == "released":  # back in line, its attempt not counted
+            event(self.log, logging.WARNING, "task released", fields, reason=why)
         else:
-            self._count("lost")
-            fields = task_fields(lease)
             event(self.log, logging.WARNING, "task lost", fields, outcome="lost", refused="release")
 
 

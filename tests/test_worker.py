@@ -26,6 +26,7 @@ import pytest
 from databases import cli_options, queue_options, sqlite_only, sqlite_path
 
 import sqlq
+from sqlq.contract import Cancel
 from sqlq.errors import Busy, InvalidConfig
 from sqlq.sqlite.driver import dbapi
 from sqlq.testing import ManualClock
@@ -503,6 +504,35 @@ def test_stop_lets_short_handlers_finish_and_releases_the_rest(
         "the abandoned handler",
     )
     assert queue.status("stuck") == "AVAILABLE"
+
+
+def test_a_task_asked_to_stop_and_released_at_shutdown_is_counted_cancelled(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """A running task that ``cancel`` asked to stop, whose handler is still running
+    when the grace ends: the release ends it CANCELLED (not back in line), and the
+    worker counts it so, whether or not a heartbeat told it of the request."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=10.0, clock=clock.time)
+    queue.add("stuck")
+    started, go = threading.Event(), threading.Event()
+
+    def handler(payload: Any) -> None:
+        started.set()
+        assert go.wait(30)
+
+    worker = Worker(queue, handler, grace=1.0, clock=clock)
+    thread, out = _in_thread(worker)
+    try:
+        assert started.wait(10)
+        assert queue.cancel("stuck") == Cancel.STOPPING
+        worker.stop()
+        clock.advance(1.0)  # the grace period is over
+        thread.join(10)
+    finally:
+        go.set()
+    assert out == [WorkerStats(claimed=1, cancelled=1)]
+    assert queue.status("stuck") == "CANCELLED"
 
 
 def test_a_report_that_meets_busy_as_the_worker_stops_is_retried(
