@@ -131,6 +131,11 @@ MAX_LEASE_SECONDS: Final = 10**9
 MAX_ATTEMPTS: Final = 10**6
 #: Longest accepted task id or queue name, in characters.
 MAX_ID_LENGTH: Final = 1024
+#: Longest stored id (of a task added), queue name, task name, dedupe key or group, in
+#: bytes of UTF-8 (ASCII: the same as MAX_ID_LENGTH).  PostgreSQL's indexes hold an
+#: entry of at most 2,704 bytes, and the unique ones pair a queue name with an id or a
+#: key: wider text in a wide alphabet would be refused by one backend and not another.
+MAX_ID_BYTES: Final = 1024
 #: The range of priorities (higher first); 0 by default.
 MIN_PRIORITY: Final = -1000
 MAX_PRIORITY: Final = 1000
@@ -191,6 +196,17 @@ def check_task_id(task_id: object) -> str:
     return task_id
 
 
+def check_new_task_id(task_id: object) -> str:
+    """``check_task_id`` for the id of a task being added: also at most MAX_ID_BYTES in
+    UTF-8.  (Other calls take any id check_task_id takes, so that a task added before
+    this limit, by a SQLite file's older sqlq, can still be completed.)"""
+    if type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii():
+        return task_id
+    task_id = check_task_id(task_id)
+    _check_bytes(len(task_id.encode("utf-8")), "task id", InvalidTaskId)
+    return task_id
+
+
 def check_queue_name(name: object) -> str:
     """Return ``name`` if it is a usable queue name."""
     return check_name(name, "queue name", InvalidConfig)
@@ -201,28 +217,37 @@ def check_task_name(name: object, error: type[Exception] = InvalidArgument) -> s
     return None if name is None else check_name(name, "task name", error)
 
 
-def check_name(name: object, what: str, error: type[Exception]) -> str:
+def check_name(name: object, what: str, error: type[Exception], *, indexed: bool = True) -> str:
     """Return ``name`` if it is a usable name (of a queue, of a task): a task id
     without NUL (which SQLite's text functions, and so the schema's checks, take
-    as the end)."""
+    as the end), and if ``indexed`` (what an index holds), at most MAX_ID_BYTES."""
     if not isinstance(name, str):
         raise error(f"{what} must be a str, not {type(name).__name__}")
-    _check_text(name, what, error)
+    size = _check_text(name, what, error)
+    if indexed:
+        _check_bytes(size, what, error)
     if "\x00" in name:
         raise error(f"{what} must not contain NUL ('\\x00')")
     return name
 
 
-def _check_text(value: str, what: str, error: type[Exception]) -> None:
+def _check_text(value: str, what: str, error: type[Exception]) -> int:
+    """Check ``value``'s characters; return its size in UTF-8."""
     if not value:
         raise error(f"{what} must not be empty")
     if len(value) > MAX_ID_LENGTH:
         raise error(f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise error(f"{what} contains a lone surrogate and cannot be stored") from None
+    if value.isascii():
+        return len(value)
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise error(f"{what} contains a lone surrogate and cannot be stored") from None
+
+
+def _check_bytes(size: int, what: str, error: type[Exception]) -> None:
+    if size > MAX_ID_BYTES:
+        raise error(f"{what} is {size} bytes in UTF-8; the limit is {MAX_ID_BYTES}")
 
 
 def check_settings(lease_seconds: object, max_attempts: object) -> tuple[Number, int]:
@@ -460,7 +485,7 @@ def check_batch(
                 task_id, payload = item, None
             append(
                 (
-                    check_task_id(task_id),
+                    check_new_task_id(task_id),
                     payloads.encode(payload, max_payload_bytes),
                     check_task_name(name),
                 )
@@ -540,7 +565,7 @@ def check_progress(value: object, message: object) -> tuple[float | None, str | 
         if not math.isfinite(value):
             raise InvalidArgument(f"progress must be a finite number, got {value!r}")
     if message is not None and message != "":
-        message = check_name(message, "progress message", InvalidArgument)
+        message = check_name(message, "progress message", InvalidArgument, indexed=False)
     return value, message
 
 

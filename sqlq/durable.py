@@ -48,6 +48,7 @@ from .contract import (
     check_limit,
     check_max_attempts,
     check_name,
+    check_new_task_id,
     check_priority,
     check_progress,
     check_queue_name,
@@ -270,7 +271,7 @@ class Queue:
         key, and the answer is an :class:`sqlq.keys.Added` naming the holder (see
         sqlq.keys).
         """
-        task_id = check_task_id(task_id)
+        task_id = check_new_task_id(task_id)
         if type(priority) is not int or priority:  # 0, the usual case, needs no check
             priority = check_priority(priority)
         encoded = payloads.encode(payload, self.max_payload_bytes)

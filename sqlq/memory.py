@@ -85,6 +85,7 @@ from .contract import (
     check_limit,
     check_max_attempts,
     check_name,
+    check_new_task_id,
     check_priority,
     check_progress,
     check_result,
@@ -266,7 +267,7 @@ class WorkQueue:
         (see sqlq.keys).
         """
         if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
-            task_id = check_task_id(task_id)
+            task_id = check_new_task_id(task_id)
         if (
             payload is None  # nothing to encode, wait for or check
             and delay is None

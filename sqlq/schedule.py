@@ -50,7 +50,7 @@ from cronsim import CronSim, CronSimError
 
 from . import payload as payloads
 from .contract import (
-    MAX_ID_LENGTH,
+    MAX_ID_BYTES,
     MAX_LEASE_SECONDS,
     Number,
     check_max_attempts,
@@ -105,10 +105,11 @@ class Schedule:
 
     def __post_init__(self) -> None:
         name = check_name(self.name, "schedule name", InvalidConfig)
-        if len(name) > MAX_ID_LENGTH - _TICK_SUFFIX:
+        if len(name.encode("utf-8")) > MAX_ID_BYTES - _TICK_SUFFIX:
             raise InvalidConfig(
-                f"a schedule name is at most {MAX_ID_LENGTH - _TICK_SUFFIX} characters "
-                "(its task ids add the tick's time)"
+                f"a schedule name is at most {MAX_ID_BYTES - _TICK_SUFFIX} characters "
+                f"(bytes in UTF-8: its task ids add the tick's time, and an id is at most "
+                f"{MAX_ID_BYTES})"
             )
         object.__setattr__(self, "zone", _zone(self.tz))
         self._check_timing(name)

@@ -4,8 +4,8 @@ an expected failure (which then says why it is not fixed here).
 
 Fixed: a PostgreSQL redrive racing a keyed add (sqlq/postgresql/backend.py), strict
 priorities at the longest wait (sqlq/contract.py STRICT_AGING), ``sqlq add --aging
-None`` (sqlq/cli/adding.py).  Expected failure: ids and keys beyond 2.6 kB of UTF-8
-on PostgreSQL (needs a migration).
+None`` (sqlq/cli/adding.py), ids and keys that PostgreSQL's indexes could not hold (a
+limit of 1024 bytes of UTF-8 in the contract, sqlq/contract.py MAX_ID_BYTES).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import sqlalchemy as sa
 import sqlq
 from sqlq import cli
 from sqlq.contract import MAX_TIME, STRICT_AGING
+from sqlq.errors import InvalidArgument, InvalidConfig, InvalidTaskId
 from sqlq.keys import Added, Keyed
 
 Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
@@ -93,27 +94,51 @@ def test_a_redrive_racing_a_keyed_add_leaves_the_task_dead_on_postgresql(pg: str
         assert q.add("again", key="k", on_key="merge") == Added(Keyed.MERGED, "new")
 
 
-#: 1024 characters (the limit of ids and keys) of 4 bytes each in UTF-8, that no
-#: compression shrinks: 4096 bytes.
-_WIDE = "".join(chr(0x10000 + (n * 7919) % 0xEFFFF) for n in range(1024))
+#: Text that no compression shrinks, of 4-byte characters in UTF-8: 1024 bytes (the
+#: most an id, key, group, name or queue name may take), and one character more.
+_FITS = "".join(chr(0x10000 + (n * 7919) % 0xEFFFF) for n in range(256))
+_TOO_WIDE = _FITS + "a"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PostgreSQL's btree indexes take entries of at most 2704 bytes: the unique "
-    "indexes on (queue, task_id) and (queue, dedupe_key) refuse an id or key of 1024 "
-    "characters that is more than about 2.6 kB in UTF-8 (a StorageError; SQLite and "
-    "WorkQueue take it).  A fix is an index on a digest of the text (a migration) or a "
-    "limit in bytes in the contract of every face",
-)
-def test_an_id_and_a_key_of_1024_wide_characters_on_postgresql(pg: str) -> None:
-    with sqlq.Queue(pg, lease_seconds=30, max_attempts=1) as q:
-        try:
-            assert q.add("a", key=_WIDE) == Added(Keyed.ADDED, "a")
-            assert q.add(_WIDE) is True
-        finally:  # whatever the answers, nothing was half done
-            assert {t.task_id for t in q.tasks()} <= {"a", _WIDE}
-            assert q.add("b", key="k") == Added(Keyed.ADDED, "b")
+def test_ids_keys_groups_and_names_are_at_most_1024_bytes_on_every_face(
+    make_queue: Factory,
+) -> None:
+    """PostgreSQL's indexes take entries of at most 2,704 bytes, and 1024 characters of
+    a wide alphabet are 4 kB: an id or key that SQLite and the WorkQueue took was a
+    StorageError there.  Every face now takes at most 1024 bytes of UTF-8 (ASCII: 1024
+    characters, as before), and refuses more with a typed error, before any change."""
+    q = make_queue(30, 1)
+    added = q.add(_FITS, 0, key=_FITS, group=_FITS, name=_FITS)
+    assert added == Added(Keyed.ADDED, _FITS)
+    lease = q.claim(1)
+    assert lease is not None and (lease.task_id, lease.name) == (_FITS, _FITS)
+    assert q.complete(_FITS, 1, token=lease.token)
+    for kwargs, error in [
+        ({"task_id": _TOO_WIDE}, InvalidTaskId),
+        ({"key": _TOO_WIDE}, InvalidArgument),
+        ({"group": _TOO_WIDE}, InvalidArgument),
+        ({"name": _TOO_WIDE}, InvalidArgument),
+    ]:
+        with pytest.raises(error, match="1025 bytes in UTF-8; the limit is 1024"):
+            q.add(kwargs.pop("task_id", "x"), 2, **kwargs)
+    with pytest.raises(InvalidTaskId, match="1025 bytes"):
+        q.add_many(["y", _TOO_WIDE], 2)
+    assert q.status("x", 2) is None and q.status("y", 2) is None
+    assert q.status(_TOO_WIDE, 2) is None  # asking about such an id is no error
+
+
+def test_a_queue_name_of_1024_wide_bytes_with_an_id_and_key_as_wide_fits_postgresql(
+    queue_url: str,
+) -> None:
+    """The unique indexes pair the queue name with the id and with the key: both at
+    the limit still fit one index entry on PostgreSQL; a wider queue name is refused."""
+    options = databases.queue_options(queue_url)
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=1, queue=_FITS, **options) as q:
+        assert q.add(_FITS, key=_FITS, group=_FITS) == Added(Keyed.ADDED, _FITS)
+        assert q.add("other", key=_FITS) == Added(Keyed.REFUSED, _FITS)
+        assert q.status(_FITS) == "AVAILABLE"
+    with pytest.raises(InvalidConfig, match="queue name is 1025 bytes"):
+        sqlq.Queue(queue_url, lease_seconds=30, max_attempts=1, queue=_TOO_WIDE, **options)
 
 
 def test_strict_priorities_hold_across_the_longest_wait_there_can_be(make_queue: Factory) -> None:
