@@ -587,6 +587,13 @@ MUTANTS = [
         PRIORITIES,
     ),
     Mutant(
+        "contract-ids-as-wide-as-4-kb",
+        "sqlq/contract.py",
+        "MAX_ID_BYTES: Final = 1024",
+        "MAX_ID_BYTES: Final = 4096",
+        ("tests/test_probe13.py",),
+    ),
+    Mutant(
         "memory-aging-sign-flipped",
         "sqlq/contract.py",
         "    return joined - priority * aging",
