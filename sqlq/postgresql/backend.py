@@ -788,23 +788,9 @@ class PostgresTransaction:
         aging: float = DEFAULT_AGING,
         group: str | None = None,
     ) -> bool:
-        params = {
-            "queue": queue,
-            "task_id": stored(task_id),
-            "state": "AVAILABLE" if run_at is None else "WAITING",
-            "max_attempts": max_attempts,
-            "run_at": run_at,
-            "payload": payload if isinstance(payload, str) else None,
-            "payload_bytes": payload if isinstance(payload, bytes) else None,
-            "kind": retry.kind,
-            "base": retry.base,
-            "cap": retry.cap,
-            "name": name,
-            "group_key": group,
-            "channel": self._backend.channel(queue),
-            "priority": priority,
-            "aging": aging,
-        }
+        params = _new_task(queue, task_id, max_attempts, retry, payload, run_at, name)
+        params.update(group_key=group, priority=priority, aging=aging)
+        params["channel"] = self._backend.channel(queue)
         ((added, _announced),) = self._write(Q.insert_task, params)
         return bool(added)
 
@@ -1084,24 +1070,8 @@ class PostgresTransaction:
         group: str | None = None,
     ) -> bool:
         cur = self._opened_cursor  # (first: the call's time is known once it opened)
-        params = {
-            "queue": queue,
-            "task_id": stored(task_id),
-            "state": "AVAILABLE" if run_at is None else "WAITING",
-            "max_attempts": max_attempts,
-            "run_at": run_at,
-            "payload": payload if isinstance(payload, str) else None,
-            "payload_bytes": payload if isinstance(payload, bytes) else None,
-            "kind": retry.kind,
-            "base": retry.base,
-            "cap": retry.cap,
-            "name": name,
-            "key": key,
-            "group_key": group,
-            "priority": priority,
-            "aging": aging,
-            "now": self._now,
-        }
+        params = _new_task(queue, task_id, max_attempts, retry, payload, run_at, name)
+        params.update(key=key, group_key=group, priority=priority, aging=aging, now=self._now)
         added = cur.execute(Q.insert_keyed_task, params).fetchone() is not None
         self._announce |= added and run_at is None
         return added
@@ -1178,3 +1148,28 @@ def _event_row(row: tuple[Any, ...]) -> TaskRow:
         row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
         stored_policy(kind, base, cap), stop_requested_at=stop,
     )  # fmt: skip
+
+
+def _new_task(
+    queue: str,
+    task_id: str,
+    max_attempts: int,
+    retry: Retry,
+    payload: Encoded,
+    run_at: Number | None,
+    name: str | None,
+) -> dict[str, Any]:
+    """The parameters of a new task that insert_task and insert_keyed_task share."""
+    return {
+        "queue": queue,
+        "task_id": stored(task_id),
+        "state": "AVAILABLE" if run_at is None else "WAITING",
+        "max_attempts": max_attempts,
+        "run_at": run_at,
+        "payload": payload if isinstance(payload, str) else None,
+        "payload_bytes": payload if isinstance(payload, bytes) else None,
+        "kind": retry.kind,
+        "base": retry.base,
+        "cap": retry.cap,
+        "name": name,
+    }
