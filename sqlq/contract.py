@@ -665,6 +665,9 @@ def check_limit(concurrency: object, rate: object, per: object) -> Limit:
             raise InvalidArgument("per (seconds) goes with a rate: give rate=starts too")
         return Limit(concurrency, None, None)  # type: ignore[arg-type]
     seconds = 1.0 if per is None else check_seconds(per, "per")
-    if seconds <= 0:
-        raise InvalidArgument("per must be a positive number of seconds")
+    if not seconds / rate > 0:  # type: ignore[operator]  # (per, or a spacing that rounds to 0)
+        raise InvalidArgument(
+            "per must be more than 0 seconds, and so must per / rate (the seconds between "
+            f"starts): got per={per!r}, rate={rate!r}"
+        )
     return Limit(concurrency, rate, float(seconds))  # type: ignore[arg-type]

@@ -337,6 +337,7 @@ def test_a_bad_group_is_refused(make_queue: Factory, group: object) -> None:
         {"rate": 1, "per": 0},
         {"rate": 1, "per": -1},
         {"rate": 1, "per": float("nan")},
+        {"rate": 2, "per": 5e-324},  # per / rate rounds to 0: a group no task could join
     ],
 )
 def test_a_bad_limit_is_refused_and_changes_nothing(
