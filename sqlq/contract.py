@@ -57,11 +57,14 @@ call's time (starts ``per / rate`` apart).  Among the tasks it may take, a claim
 takes the first in line (the lowest line key, see Priorities above), or
 with ``fair`` the front of the group whose latest claim is the oldest, unless the
 front of the ungrouped line comes before it.  Limits change no state: a task a
-limit holds back stays AVAILABLE.  How a database keeps the groups is its own
-and answers nothing differently: SQLite makes its group triggers by a recorded
-on-demand migration at the first grouped add; PostgreSQL has every call that
-moves tasks of a queue with grouped tasks, other than a claim, take the queue's
-turn first, so that such calls never deadlock (a claim never waits for a lock).
+limit holds back stays AVAILABLE.  A change of limits never delays a group's next
+start: a shorter spacing (or none, its rate removed) moves it back to the last
+start plus the new spacing; a longer one applies from the next start on.  How a
+database keeps the groups is its own and answers nothing differently: SQLite makes
+its group triggers by a recorded on-demand migration at the first grouped add;
+PostgreSQL has every call that moves tasks of a queue with grouped tasks, other
+than a claim, take the queue's turn first, so that such calls never deadlock (a
+claim never waits for a lock).
 """
 
 from __future__ import annotations

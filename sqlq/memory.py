@@ -719,10 +719,13 @@ class WorkQueue:
 
     def _apply_limits(self, key: str) -> None:
         """The limits as they apply to the groups ``key`` concerns (every group for the
-        default '')."""
+        default ''); a shorter spacing (or none) moves a group's next start back by the
+        difference (see contract.py)."""
         for name, group in self._groups.items():
             if key in ("", name):
-                group.cap, group.spacing = _applied(self._limit_of(name))
+                cap, spacing = _applied(self._limit_of(name))
+                group.tat -= max(0, (group.spacing or 0) - (spacing or 0))
+                group.cap, group.spacing = cap, spacing
                 self._push(name, group)
 
     # --- dead letters, retention, inspection ---------------------------------------

@@ -239,6 +239,27 @@ def test_a_rate_spaces_the_starts_of_a_group(make_queue: Factory) -> None:
     assert _claims(q, 17, 1) == ["r3"]
 
 
+@pytest.mark.parametrize("limited", ["A", None])  # the group's own limits, or the default
+def test_a_looser_or_removed_rate_never_delays_the_next_start(
+    make_queue: Factory, limited: str | None
+) -> None:
+    # A start a day set by mistake (meant: a minute) held the group's next start a day
+    # after its last, whatever limits came after, its removal included.
+    q = make_queue(100, 3)
+    q.set_limit(limited, 0, rate=1, per=86400)
+    q.add_many([f"a{i}" for i in range(5)], 0, group="A")
+    assert _claims(q, 1, 2) == ["a0", None]
+    q.set_limit(limited, 2, rate=1, per=60)  # the next start: a minute after a0's
+    assert _claims(q, 60.9, 1) == [None]
+    assert _claims(q, 61, 2) == ["a1", None]
+    assert q.remove_limit(limited, 62) is True
+    assert _claims(q, 62, 1) == ["a2"]
+    q.set_limit(limited, 63, rate=1, per=3600)  # a longer spacing: from the next start on
+    assert _claims(q, 63, 2) == ["a3", None]
+    assert _claims(q, 3662.9, 1) == [None]
+    assert _claims(q, 3663, 1) == ["a4"]
+
+
 def test_no_span_of_per_seconds_holds_more_than_rate_starts(make_queue: Factory) -> None:
     q = make_queue(1000, 3)
     q.set_limit("g", 0, rate=3, per=1)

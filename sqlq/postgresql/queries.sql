@@ -855,9 +855,12 @@ DELETE FROM sqlq_limits WHERE queue = %(queue)s AND group_key = %(group_key)s
 -- After set_limit or remove_limit: the limits as they apply to the groups they
 -- concern (the group :group_key, or every group of the queue for the default
 -- ''), from the group's own row, else the default's; the cap of a group without
--- a concurrency limit is the largest bigint.
+-- a concurrency limit is the largest bigint.  A shorter spacing (or none) moves
+-- the group's next start (tat) back by the difference: the last start plus the
+-- new spacing (see sqlq/contract.py).
 UPDATE sqlq_groups AS g
-SET cap = coalesce(l.concurrency, 9223372036854775807), spacing = l.per / l.rate
+SET cap = coalesce(l.concurrency, 9223372036854775807), spacing = l.per / l.rate,
+    tat = g.tat - greatest(0, coalesce(g.spacing, 0) - coalesce(l.per / l.rate, 0))
 FROM sqlq_groups AS x
 LEFT JOIN LATERAL (SELECT concurrency, rate, per FROM sqlq_limits
                    WHERE queue = x.queue AND group_key IN (x.group_key, '')

@@ -655,16 +655,17 @@ DELETE FROM sqlq_limits WHERE queue = :queue AND group_key = :group_key
 -- After set_limit or remove_limit: the limits as they apply to the groups they
 -- concern (the group :group_key, or every group of the queue for the default
 -- ''), from the group's own row, else the default's; the cap of a group without
--- a concurrency limit is the largest integer.
+-- a concurrency limit is the largest integer.  A shorter spacing (or none) moves
+-- the group's next start (tat) back by the difference: the last start plus the
+-- new spacing (see sqlq/contract.py).
 UPDATE sqlq_groups
-SET cap = coalesce((SELECT concurrency FROM sqlq_limits AS l
-                    WHERE l.queue = sqlq_groups.queue
-                      AND (l.group_key = sqlq_groups.group_key OR l.group_key = '')
-                    ORDER BY l.group_key = '' LIMIT 1), 9223372036854775807),
-    spacing = (SELECT per / rate FROM sqlq_limits AS l
-               WHERE l.queue = sqlq_groups.queue
-                 AND (l.group_key = sqlq_groups.group_key OR l.group_key = '')
-               ORDER BY l.group_key = '' LIMIT 1)
+SET (cap, spacing, tat) = (
+    SELECT coalesce(l.concurrency, 9223372036854775807), l.per / l.rate,
+           sqlq_groups.tat - max(0, coalesce(sqlq_groups.spacing, 0) - coalesce(l.per / l.rate, 0))
+    FROM (SELECT 1) LEFT JOIN sqlq_limits AS l
+      ON l.queue = sqlq_groups.queue
+     AND (l.group_key = sqlq_groups.group_key OR l.group_key = '')
+    ORDER BY l.group_key = '' LIMIT 1)
 WHERE queue = :queue AND (:group_key = '' OR group_key = :group_key)
 
 -- name: list_limits
