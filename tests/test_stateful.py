@@ -730,26 +730,75 @@ class LimitsDurableVsMemory(OnDurable):
         max_attempts=attempt_limits,
         retry=st.sampled_from([sqlq.Retry.immediate(), sqlq.Retry.fixed(2)]),
         fair=st.booleans(),
+        aging=agings,
     )
     def open_queues(
-        self, lease_seconds: int, max_attempts: int, retry: sqlq.Retry, fair: bool
+        self,
+        lease_seconds: int,
+        max_attempts: int,
+        retry: sqlq.Retry,
+        fair: bool,
+        aging: float | None,
     ) -> None:
         self.log.append(f"lease_seconds={lease_seconds}, max_attempts={max_attempts}, {retry}")
-        self.log.append(f"fair={fair}")
+        self.log.append(f"{fair=}, {aging=}")
         self.leases: list[tuple[str, int]] = [("t0", 1)]  # (task id, token) handed out
-        self.left = self.open_durable(lease_seconds, max_attempts, retry=retry, fair=fair)
-        self.right = sqlq.WorkQueue(lease_seconds, max_attempts, retry=retry, fair=fair)
+        options = {"retry": retry, "fair": fair, "aging": aging}
+        self.left = self.open_durable(lease_seconds, max_attempts, **options)
+        self.right = sqlq.WorkQueue(lease_seconds, max_attempts, **options)
 
     def _lease(self, data: st.DataObject) -> tuple[str, int]:
         return data.draw(st.sampled_from(self.leases[-4:]))
 
-    @rule(task_id=limit_ids, move=time_moves, group=groups, delay=st.sampled_from([None, 2]))
-    def add(self, task_id: str, move: Any, group: Any, delay: Any) -> None:  # type: ignore[override]
-        self._same("add", task_id, self._time(move), group=group, delay=delay)
+    @rule(
+        task_id=limit_ids,
+        move=time_moves,
+        group=groups,
+        delay=st.sampled_from([None, 2]),
+        priority=priorities,
+    )
+    def add(  # type: ignore[override]
+        self, task_id: str, move: Any, group: Any, delay: Any, priority: int
+    ) -> None:
+        self._same("add", task_id, self._time(move), group=group, delay=delay, priority=priority)
 
-    @rule(items=st.lists(limit_ids, max_size=4), move=time_moves, group=groups)
-    def add_many(self, items: list[str], move: Any, group: Any) -> None:
-        self._same("add_many", items, self._time(move), group=group)
+    @rule(
+        task_id=limit_ids,
+        move=time_moves,
+        group=groups,
+        key=st.sampled_from(["k", "k2"]),
+        on_key=st.sampled_from([None, "merge", "debounce"]),
+        delay=st.sampled_from([None, 0, 3]),
+        priority=priorities,
+    )
+    def add_with_key(
+        self, task_id: str, move: Any, group: Any, key: str, on_key: Any, delay: Any, priority: int
+    ) -> None:
+        """A keyed add in a group: a debounce moves the group's front, or its task
+        out of the line for a while."""
+        options = {"key": key, "on_key": on_key, "delay": delay, "priority": priority}
+        self._same("add", task_id, self._time(move), group=group, **options)
+
+    @rule(items=st.lists(limit_ids, max_size=4), move=time_moves, group=groups, priority=priorities)
+    def add_many(self, items: list[str], move: Any, group: Any, priority: int) -> None:
+        self._same("add_many", items, self._time(move), group=group, priority=priority)
+
+    @rule(data=st.data(), move=time_moves, seconds=st.sampled_from([1, 5]))
+    def extend_a_lease(self, data: st.DataObject, move: Any, seconds: int) -> None:
+        task_id, token = self._lease(data)
+        self._same("extend", task_id, token, self._time(move), seconds=seconds)
+
+    @rule(data=st.data(), move=time_moves, n=st.integers(0, 2))
+    def settle_and_claim(self, data: st.DataObject, move: Any, n: int) -> None:
+        task_id, token = self._lease(data)
+        _, _, leases = self._same(
+            "settle_and_claim", n, self._time(move), completed=[(task_id, token)]
+        )
+        self.leases.extend((lease.task_id, lease.token) for lease in leases)
+
+    @rule(move=time_moves)
+    def purge(self, move: Any) -> None:
+        self._same("purge", self._time(move))
 
     @rule(n=st.integers(1, 3), move=time_moves)
     def claim_many(self, n: int, move: Any) -> None:
