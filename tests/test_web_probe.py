@@ -271,3 +271,16 @@ def test_adding_a_payload_nested_too_deep_is_a_400_with_the_reason(client: TestC
         )
         assert answer.status_code == 400, (depth, answer.text)
         assert "InvalidPayload: JSON nested more than 200 deep" in answer.text
+
+
+# --- probe 14: the JSON API's actions ----------------------------------------------
+
+
+def test_an_empty_task_id_redrives_no_task_rather_than_all(db: str, client: TestClient) -> None:
+    # "task_id": "" (a script's empty variable) sent every dead task of the queue back to
+    # the line, as a body without task_id does; cancel refused the same body.
+    _dead_task(db)
+    answer = client.post("/api/actions/redrive", json={"queue": "jobs", "task_id": ""})
+    assert answer.status_code == 400 and "task id must not be empty" in answer.json()["error"]
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="jobs") as q:
+        assert q.status("d1") == "DEAD"

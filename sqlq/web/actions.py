@@ -43,8 +43,9 @@ def _task_id(form: dict[str, str]) -> str:
 
 
 def redrive(queue: Queue, form: dict[str, str], database: str) -> Outcome:
-    """One DEAD task (task_id) or all of the queue's (no task_id) back to the line."""
-    task_id = form.get("task_id") or None
+    """One DEAD task (task_id) or all of the queue's (no task_id) back to the line; an
+    empty task_id is no task's id (InvalidTaskId), not all of them."""
+    task_id = form.get("task_id")
     count = queue.redrive(task_ids=None if task_id is None else [task_id])
     document = redriven_json(database, queue.queue, count, None if task_id is None else 1 - count)
     if task_id is None:
