@@ -19,6 +19,7 @@ from sqlq.browse import Browse, Found
 from sqlq.errors import InvalidConfig
 from sqlq.sqlite.backend import SqliteBackend
 from sqlq.web import create_app, metrics_app
+from sqlq.web.app import MAX_BODY
 
 LOCAL = ("127.0.0.1", 50000)
 REMOTE = ("192.0.2.7", 50000)
@@ -275,6 +276,21 @@ def test_adding_a_payload_nested_too_deep_is_a_400_with_the_reason(client: TestC
 
 # --- probe 14: the JSON API's actions ----------------------------------------------
 
+JSON = {"content-type": "application/json"}
+
+
+def test_an_api_action_whose_body_nests_too_deep_is_a_400(client: TestClient) -> None:
+    # json.loads raised RecursionError (a 500) on the body itself: 100,000 brackets, or a
+    # payload 1,000 deep inside an otherwise good body.
+    deep = "[" * 1000 + "]" * 1000
+    for body in ("[" * 100_000, f'{{"queue": "jobs", "task_id": "t", "payload": {deep}}}'):
+        answer = client.post("/api/actions/add", content=body, headers=JSON)
+        assert answer.status_code == 400, answer.text
+        assert "JSON nested more than 200 deep" in answer.json()["error"]
+    payload = "[" * 199 + "]" * 199  # as deep as a payload may be: added
+    good = f'{{"queue": "jobs", "task_id": "t", "payload": {payload}}}'
+    assert client.post("/api/actions/add", content=good, headers=JSON).status_code == 200
+
 
 def test_an_empty_task_id_redrives_no_task_rather_than_all(db: str, client: TestClient) -> None:
     # "task_id": "" (a script's empty variable) sent every dead task of the queue back to
@@ -284,3 +300,13 @@ def test_an_empty_task_id_redrives_no_task_rather_than_all(db: str, client: Test
     assert answer.status_code == 400 and "task id must not be empty" in answer.json()["error"]
     with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="jobs") as q:
         assert q.status("d1") == "DEAD"
+
+
+def test_an_action_body_past_the_limit_is_refused_as_it_arrives(client: TestClient) -> None:
+    # Both routes read the whole body first (a page's form before its CSRF token is
+    # checked): any site's page could make a dashboard on this machine hold gigabytes.
+    text = '"' + "x" * MAX_BODY + '"'
+    for path, headers in (("/actions/add", {}), ("/api/actions/add", JSON)):
+        answer = client.post(path, content=f'{{"payload": {text}}}', headers=headers)
+        assert answer.status_code == 413, (path, answer.status_code)
+        assert f"at most {MAX_BODY} bytes" in answer.text

@@ -13,7 +13,7 @@ Pages (each also under ``/api`` as JSON, in the shapes of sqlq.shapes):
 
 Actions are POSTs to ``/actions/<name>`` from the pages' forms, and to
 ``/api/actions/<name>`` with a JSON body for scripts (see sqlq.web.actions), refused
-when the dashboard is read-only.  Errors are pages, and under ``/api`` JSON
+when the dashboard is read-only, and as they arrive when longer than MAX_BODY (413).  Errors are pages, and under ``/api`` JSON
 documents: ``{"error": ..., "status": ...}``.
 """
 
@@ -38,6 +38,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .. import payload as payloads
 from ..backend import Backend
 from ..backends import open_backend
 from ..cli.common import byte_size, moment, relative, span
@@ -50,6 +51,12 @@ from .history import History
 
 #: The form fields an action page repeats when it asks for confirmation.
 _KEPT = ("queue", "task_id", "payload", "name")
+
+#: The largest body of an action, in bytes: room for the largest payload a queue takes
+#: by default, percent-encoded in a form or escaped in JSON.  A longer one is refused
+#: (413) as it arrives, before the CSRF check that needs the whole form: a page of any
+#: site may send one to a dashboard on this machine.
+MAX_BODY = 8 * payloads.DEFAULT_MAX_PAYLOAD_BYTES
 
 
 class Dashboard:
@@ -241,7 +248,7 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
 
     async def act(request: Request) -> Response:
         action = action_of(request)
-        form = dict(parse_qsl((await request.body()).decode(errors="replace")))
+        form = dict(parse_qsl((await _body(request)).decode(errors="replace")))
         why = security.csrf_refusal(request, form)
         if why is not None:
             raise HTTPException(403, why)
@@ -262,7 +269,9 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
         if why is not None:
             raise HTTPException(why[0], why[1])
         try:
-            body = json.loads(await request.body())
+            text = (await _body(request)).decode()
+            payloads.check_depth(text, 1)  # (deeper, json.loads raises RecursionError)
+            body = json.loads(text)
         except ValueError as exc:
             raise InvalidArgument(f"the body is not JSON: {exc}") from None
         outcome = await board.perform(action, api.action_form(body))
@@ -285,6 +294,17 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
         Route("/api/actions/{name}", api_act, methods=["POST"]),
         Mount("/static", static, name="static"),
     ]
+
+
+async def _body(request: Request) -> bytes:
+    """An action's body, refused (413) once it is longer than MAX_BODY."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise HTTPException(413, f"an action's body is at most {MAX_BODY} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _pretty(value: Any) -> str:
