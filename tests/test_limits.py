@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -470,6 +471,41 @@ def test_a_killed_workers_expired_lease_frees_the_only_slot(tmp_path: Path, queu
     mark, task_id, token = lines[0].split()
     assert (mark, task_id) == ("start", "s-0")  # the killed lease: never ended
     assert _most_at_once(lines, lambda task_id: "solo", frozenset({token})) == {"solo": 1}
+
+
+RATE_LEASE = 600.0
+
+
+def _claim_starts(url: str, out: Any) -> None:
+    """Claim until nothing is AVAILABLE; put the time of each start (the database's:
+    the lease's deadline less its length) in ``out``."""
+    starts = []
+    with sqlq.Queue(url, lease_seconds=RATE_LEASE, max_attempts=1) as q:
+        while q.counts()["AVAILABLE"]:
+            lease = q.claim()
+            if lease is not None:
+                starts.append(lease.deadline - RATE_LEASE)
+    out.put(starts)
+
+
+@pytest.mark.processes
+def test_worker_processes_never_start_a_group_faster_than_its_rate(queue_url: str) -> None:
+    # (Held up.) Four processes claim as fast as they can from a group of 10 starts a
+    # second: in the database's time, no two starts are closer than 0.1 s.
+    with sqlq.Queue(queue_url, lease_seconds=RATE_LEASE, max_attempts=1) as q:
+        q.set_limit("g", rate=10, per=1)
+        q.add_many([f"t{i}" for i in range(25)], group="g")
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    processes = [context.Process(target=_claim_starts, args=(queue_url, out)) for _ in range(4)]
+    for process in processes:
+        process.start()
+    starts = sorted(start for _ in processes for start in out.get(timeout=DRAIN_TIMEOUT))
+    for process in processes:
+        process.join(DRAIN_TIMEOUT)
+        assert process.exitcode == 0
+    assert len(starts) == 25
+    assert min(b - a for a, b in itertools.pairwise(starts)) >= 0.1 - 1e-9
 
 
 GROUP_MIX_WORKERS = Path(__file__).with_name("group_mix_workers.py")
