@@ -13,8 +13,8 @@ Pages (each also under ``/api`` as JSON, in the shapes of sqlq.shapes):
 
 Actions are POSTs to ``/actions/<name>`` from the pages' forms, and to
 ``/api/actions/<name>`` with a JSON body for scripts (see sqlq.web.actions), refused
-when the dashboard is read-only, and as they arrive when longer than MAX_BODY (413).  Errors are pages, and under ``/api`` JSON
-documents: ``{"error": ..., "status": ...}``.
+when the dashboard is read-only, and as they arrive when longer than MAX_BODY (413).
+Errors are pages, and under ``/api`` JSON documents: ``{"error": ..., "status": ...}``.
 """
 
 from __future__ import annotations
