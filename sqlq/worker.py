@@ -114,7 +114,8 @@
   (no write lock).
 * **Running dry.**  ``run(stop_when_idle=True)`` returns once there is nothing
   to claim and says in its last line what it leaves behind (leases of other
-  workers, WAITING tasks); ``stop_when_drained=True`` waits for those too.
+  workers, WAITING tasks, AVAILABLE ones a pause or limits hold back);
+  ``stop_when_drained=True`` waits for those too.
 
 Delivery is at least once: a worker can finish a handler and die before it
 reports, and the task then runs again.  Handlers must be idempotent.
@@ -450,8 +451,9 @@ class Worker:
         With ``stop_when_idle``, also return once a claim finds nothing, no
         handler is running and ``ready()`` says nothing is waiting; the last log
         line then says what is left behind (leases other workers hold, WAITING
-        tasks).  ``stop_when_drained`` waits for those too: it returns once the
-        queue has nothing AVAILABLE, RESERVED or WAITING.  SIGTERM and SIGINT
+        tasks, AVAILABLE ones a pause or their groups' limits hold back).
+        ``stop_when_drained`` waits for those too: it returns once the queue has
+        nothing AVAILABLE, RESERVED or WAITING.  SIGTERM and SIGINT
         handlers are installed only in the main thread and only for the
         duration of the call.
         """
@@ -625,15 +627,21 @@ class Worker:
         self.log.debug("queue %r is idle; stopping", self.queue.queue)
         return True
 
-    def _pending(self) -> tuple[int, int] | None:
-        """(RESERVED, WAITING) tasks of the queue, read without the write lock; None
-        if the read met a transient error (logged)."""
+    def _pending(self) -> tuple[int, int, int] | None:
+        """(AVAILABLE, RESERVED, WAITING) tasks of the queue, read without the write
+        lock; None if the read met a transient error (logged).  Tasks AVAILABLE when a
+        claim found nothing are held back: the queue is paused, or their groups are at
+        their limits (a rate lets one start later)."""
         try:
             counts = self.queue.snapshot().counts
         except TRANSIENT as exc:
             self._log_busy(exc)
             return None
-        return counts[State.RESERVED.value], counts[State.WAITING.value]
+        return (
+            counts[State.AVAILABLE.value],
+            counts[State.RESERVED.value],
+            counts[State.WAITING.value],
+        )
 
     def _left_behind(self) -> str:
         """For the last log line of a worker that stopped idle: what it left."""
@@ -1105,12 +1113,14 @@ def _final(answer: bool | str | None) -> str:
     return {"DEAD": "dead", "CANCELLED": "cancelled"}.get(answer, "retried")
 
 
-def _pending_text(pending: tuple[int, int] | None) -> str:
+def _pending_text(pending: tuple[int, int, int] | None) -> str:
     if pending is None:
         return "tasks the queue could not be read for"
-    reserved, waiting = pending
+    available, reserved, waiting = pending
+    held = f"{available} AVAILABLE (held back by a pause or their groups' limits), "
     return (
-        f"{reserved} RESERVED (leases of other workers), {waiting} WAITING (for a delay or a retry)"
+        f"{held if available else ''}{reserved} RESERVED (leases of other workers), "
+        f"{waiting} WAITING (for a delay or a retry)"
     )
 
 

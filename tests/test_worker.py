@@ -469,6 +469,37 @@ def test_stop_when_idle_says_what_it_leaves_and_stop_when_drained_waits_for_it(
     assert stopped[-1].endswith("; nothing left RESERVED or WAITING")
 
 
+def test_tasks_a_groups_rate_holds_back_are_left_behind_when_idle_and_awaited_when_drained(
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
+) -> None:
+    # stop_when_drained returned with tasks still AVAILABLE, held back by their group's
+    # rate, saying "nothing left RESERVED or WAITING" (and so did sqlq worker --drain, on
+    # the README's example of limits, and on a paused queue).
+    caplog.set_level(logging.DEBUG, logger="sqlq.worker")
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=60.0, clock=clock.time)
+    queue.set_limit("g", rate=1, per=10)
+    queue.add_many(["a", "b"], group="g")
+    done = WorkerStats(claimed=1, completed=1)
+    assert Worker(queue, lambda p: None, clock=clock).run(stop_when_idle=True) == done
+    stopped = [m for m in _messages(caplog, logging.INFO) if m.startswith("worker stopped")]
+    assert stopped[-1].endswith(
+        "; left behind: 1 AVAILABLE (held back by a pause or their groups' limits), "
+        "0 RESERVED (leases of other workers), 0 WAITING (for a delay or a retry); "
+        "stop_when_drained (sqlq worker --drain) waits for them"
+    )
+
+    caplog.clear()
+    worker = Worker(queue, lambda p: None, clock=clock)
+    thread, out = _in_thread(worker, stop_when_drained=True)
+    _wait_for(
+        lambda: any("waiting for 1 AVAILABLE" in m for m in _messages(caplog, 10)), 10, "idle"
+    )
+    clock.advance(10)  # the rate lets "b" start
+    _wait_for(lambda: not thread.is_alive(), 10, "the drained worker to return")
+    assert out == [done] and queue.counts()["COMPLETED"] == 2
+
+
 def test_stop_lets_short_handlers_finish_and_releases_the_rest(
     open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
 ) -> None:
