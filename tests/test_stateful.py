@@ -924,17 +924,30 @@ class _History:
         # calls are those of before, and only the order of the line differs.
         self.ranks = random.Random(-1 - seed)
         aging = self.ranks.choice([None, 1, 4, 60])
+        # So do the groups, their limits and the round robin (half the histories).
+        self.grouping = random.Random(-1_000_000 - seed)
+        fair = self.grouping.random() < 0.5
         self.durable = sqlq.Queue(
             url,
             lease_seconds=lease_seconds,
             max_attempts=max_attempts,
             retry=retry,
             aging=aging,
+            fair=fair,
             **queue_options(url),
         )
-        self.memory = sqlq.WorkQueue(lease_seconds, max_attempts, retry=retry, aging=aging)
+        self.memory = sqlq.WorkQueue(
+            lease_seconds, max_attempts, retry=retry, aging=aging, fair=fair
+        )
         self.reader = self.durable.engine.connect()
-        self.log = [f"seed={seed} lease_seconds={lease_seconds} {max_attempts=} {retry} {aging=}"]
+        self.log = [
+            f"seed={seed} lease_seconds={lease_seconds} {max_attempts=} {retry} {aging=} {fair=}"
+        ]
+        if self.grouping.random() < 0.75:
+            self._same("set_limit", "g1", 0, concurrency=1, rate=self.grouping.choice([None, 1]))
+            self._same(
+                "set_limit", None, 0, concurrency=2, rate=1, per=self.grouping.choice([1, 3])
+            )
         self.now = 0
         self.tokens: list[int] = [1]
         self.mixed = self.ties = 0  # calls that found both kinds of event due (at one time)
@@ -986,6 +999,7 @@ class _History:
         if rng.random() < 0.2:
             own["retry"] = rng.choice([sqlq.Retry.immediate(), sqlq.Retry.fixed(1)])
         own["priority"] = self.ranks.choice([0, 0, 1, -1, 3])
+        own["group"] = self.grouping.choice([None, None, "g1", "g2", "g3"])
         return own
 
     def _keep(self, leases: Any) -> None:
