@@ -36,6 +36,12 @@
   that finds the lease gone (``extend`` returned None: the lease ran out, for
   instance after the process was stopped for longer than a lease) is logged as
   a warning; that task's result will be refused.
+* **The worker registry.**  The same thread writes the worker's row of the
+  registry (``queue.beat_worker``: its host, pid, concurrency and the leases it
+  holds) when it starts and then every ``heartbeat`` seconds, idle or busy: one
+  transaction per interval, none per task.  ``run`` deletes the row when it
+  returns (``queue.forget_worker``); a worker killed leaves it to go stale (see
+  sqlq.registry).  ``worker_id`` is its id there.
 * **Stop requests.**  A heartbeat also learns whether ``queue.cancel`` asked
   the task to stop; from then on :func:`sqlq.stop_requested` says True in its
   handler, which should stop by raising: the failure it reports ends the task
@@ -130,6 +136,7 @@ import importlib
 import logging
 import math
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -396,7 +403,9 @@ class Worker:
             name=f"sqlq-worker-{queue.queue}",
             log=self.log,
         )
-        self._monitor = Monitor(self)  # heartbeats, time limits, the summary
+        self._monitor = Monitor(self)  # heartbeats, time limits, the summary, the registry
+        #: This worker's id in the worker registry (sqlq.registry).
+        self.worker_id = secrets.token_hex(8)
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
         self.schedules = _schedules(handler, schedules, queue.max_payload_bytes)
@@ -501,6 +510,7 @@ class Worker:
             self._stop_threads()
             if self.metrics is not None:
                 self.metrics.stop()
+            self._forget()  # (its wait for the lock is bounded by the grace, if stopped)
             self.queue.interrupt_waits(None)
             stats = self.stats
             self.log.info(
@@ -521,6 +531,19 @@ class Worker:
             for signum, handler in previous.items():
                 signal.signal(signum, signal.SIG_DFL if handler is None else handler)
         return stats
+
+    def _forget(self) -> None:
+        """Delete the worker's row of the registry (it stops cleanly); if that fails
+        (logged), the row goes stale and is deleted later (see sqlq.registry)."""
+        try:
+            self.queue.forget_worker(self.worker_id)
+        except Exception as exc:
+            self.log.warning(
+                "the worker's row of the registry could not be deleted (%s: %s); it shows "
+                "as stale until it is pruned",
+                type(exc).__name__,
+                exc,
+            )
 
     # --- the claim loop -------------------------------------------------------------
 
