@@ -3,6 +3,8 @@ when; on every durable backend, and with real `sqlq worker` processes."""
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import signal
 import subprocess
@@ -11,15 +13,24 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from databases import cli_options, queue_options
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
 
 import sqlq
 from sqlq.backends import open_backend
+from sqlq.cli import main
 from sqlq.errors import InvalidArgument, InvalidTaskId, InvalidTime
 from sqlq.records import Held, WorkerInfo
 from sqlq.registry import KEEP_STALE, STALE_BEATS
+from sqlq.web import create_app
+
+#: A browser's address on this machine, and the dashboard as it asks for it.
+LOCAL = ("127.0.0.1", 50000)
+HERE = "http://127.0.0.1:8470"
 
 
 def _queue(url: str, queue: str = "default") -> sqlq.Queue:
@@ -107,6 +118,58 @@ def test_a_bad_beat_is_refused_and_writes_nothing(
             q.beat_worker(beat.pop("worker_id"), 2, **beat)
         [worker] = q.workers(3)
         assert (worker.beat_at, worker.holds) == (1, ())
+
+
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def test_sqlq_workers_the_api_the_page_and_metrics_show_them(
+    queue_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    with _queue(queue_url, "mail") as q:
+        q.beat_worker("gone", now - 1000, every=10, host="old-box", pid=1)  # stale long since
+        q.add(XSS, payload=1)
+        lease = q.claim()
+        assert lease is not None
+        q.beat_worker("busy", every=10, host="box", pid=2, holds=[(XSS, lease.token, now - 5)])
+    with _queue(queue_url, "idle") as idle:
+        idle.add("waiting")
+
+    assert main(["workers", queue_url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["queue", "host", "pid", "slots", "started", "heartbeat", "holds"]
+    assert [line.split()[:3] for line in lines[1:]] == [
+        ["mail", "box", "2"],
+        ["mail", "old-box", "1"],
+    ]
+    assert f"{XSS} (token {lease.token}," in lines[1] and "STALE" in lines[2]
+    assert main(["workers", queue_url, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [(w["worker_id"], w["stale"]) for w in printed["workers"]] == [
+        ("busy", False), ("gone", True)
+    ]  # fmt: skip
+    assert printed["workers"][0]["holds"] == [
+        {"task_id": XSS, "token": lease.token, "since": now - 5}
+    ]
+
+    with TestClient(create_app(queue_url), base_url=HERE, client=LOCAL) as client:
+        api = client.get("/api/workers").json()
+        page = client.get("/workers").text
+        front = client.get("/").text
+        samples = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(client.get("/metrics").text)
+            for sample in family.samples
+        }
+    assert {**api, "now": 0} == {**printed, "now": 0}  # the same document, read anew
+    assert 'href="/workers"' in front  # in the nav of every page
+    assert XSS not in page and html.escape(XSS) in page  # shown as text
+    link = "/task?" + urlencode({"queue": "mail", "id": XSS})
+    assert f'href="{html.escape(link)}"' in page  # to the held task's page
+    assert page.count('class="stale"') == 1 and "old-box" in page
+    assert samples[("sqlq_workers", (("queue", "mail"),))] == 1  # the stale one is not alive
+    assert samples[("sqlq_workers", (("queue", "idle"),))] == 0
 
 
 def _rows(url: str) -> list[Any]:
