@@ -304,9 +304,11 @@ class Worker:
     line (``sqlq worker`` does every 60 s).  ``schedules`` are periodic tasks the
     worker adds (see the module docstring), besides a registry's own.
     ``metrics_port``: serve the worker's totals (tasks by outcome) and histograms
-    (transaction and handler times) at ``http://127.0.0.1:PORT/metrics`` while it
-    runs (see sqlq.worker_metrics).  ``tracing``: an OpenTelemetry span of each task
-    run, from the global tracer provider (see sqlq.worker_tracing).
+    (transaction and handler times) at ``http://METRICS_HOST:PORT/metrics`` while it
+    runs (``metrics_host`` 127.0.0.1 by default; any address but a loopback one needs
+    ``metrics_token``, which every request must then carry: see sqlq.worker_metrics).
+    ``tracing``: an OpenTelemetry span of each task run, from the global tracer
+    provider (see sqlq.worker_tracing).
     """
 
     def __init__(
@@ -326,6 +328,8 @@ class Worker:
         summary_every: float | None = None,
         schedules: Iterable[Schedule] = (),
         metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+        metrics_token: str | None = None,
         tracing: bool = False,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -409,7 +413,13 @@ class Worker:
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
         self.schedules = _schedules(handler, schedules, queue.max_payload_bytes)
-        self.metrics = None if metrics_port is None else WorkerMetrics(queue.queue, metrics_port)
+        if metrics_port is None and (metrics_host != "127.0.0.1" or metrics_token is not None):
+            raise InvalidConfig("metrics_host and metrics_token serve metrics: give metrics_port")
+        self.metrics = (
+            None
+            if metrics_port is None
+            else WorkerMetrics(queue.queue, metrics_port, metrics_host, metrics_token)
+        )
         if not isinstance(tracing, bool):
             raise InvalidConfig(f"tracing must be a bool, not {type(tracing).__name__}")
         self.tracer = TaskTracer(queue.queue) if tracing else None
@@ -1211,6 +1221,9 @@ def serve(
     log_level: int | str = logging.INFO,
     summary_every: float | None = 60.0,
     metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    metrics_token: str | None = None,
+    tracing: bool = False,
     **options: Any,
 ) -> int:
     """Run a worker on queue ``queue`` of the database ``db`` until stopped; exit code 0.
@@ -1220,8 +1233,9 @@ def serve(
     handler that cannot take a task is refused (InvalidConfig) before anything
     is claimed.  sqlq's loggers log at ``log_level`` and up, to stderr unless the
     root logger already has handlers; every ``summary_every`` seconds (None or 0:
-    never) the worker logs a summary; ``metrics_port`` serves its metrics (see
-    Worker).  Stops on SIGTERM or SIGINT when run in the
+    never) the worker logs a summary; ``metrics_port`` (``metrics_host``,
+    ``metrics_token``) serves its metrics and ``tracing`` makes a span of each task
+    run (see Worker).  Stops on SIGTERM or SIGINT when run in the
     main thread (see the module docstring).  ``options`` are the backend's, as
     for ``Queue`` (on SQLite: ``synchronous``, ``busy_timeout``).
     """
@@ -1245,6 +1259,9 @@ def serve(
             grace=grace,
             summary_every=summary_every,
             metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            metrics_token=metrics_token,
+            tracing=tracing,
         )
         worker.run(stop_when_idle=stop_when_idle, stop_when_drained=stop_when_drained)
     return 0

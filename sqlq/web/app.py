@@ -40,6 +40,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..access import check_token
 from ..backend import Backend
 from ..backends import open_backend
 from ..cli.common import byte_size, moment, relative, span
@@ -153,7 +154,7 @@ def metrics_app(database: str, *, token: str | None = None) -> Starlette:
 
 
 def _app(board: Dashboard, routes: list[BaseRoute], token: str | None) -> Starlette:
-    security.check_token(token)
+    check_token(token)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> Any:
