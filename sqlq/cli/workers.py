@@ -55,7 +55,7 @@ def _workers(args: argparse.Namespace) -> int:
             printable(w.queue),
             printable(w.host),
             str(w.pid),
-            str(w.concurrency),
+            f"{len(w.holds)}/{w.concurrency}",
             relative(w.started_at, now),
             relative(w.beat_at, now) + (" STALE" if w.stale else ""),
             _holds(w, now),
