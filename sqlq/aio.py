@@ -127,6 +127,9 @@ class AsyncQueue:
     remove_limit = _twin(Queue.remove_limit)
     limits = _twin(Queue.limits)
     groups = _twin(Queue.groups)
+    beat_worker = _twin(Queue.beat_worker)
+    forget_worker = _twin(Queue.forget_worker)
+    workers = _twin(Queue.workers)
 
     async def wait_for_result(
         self,

@@ -84,6 +84,21 @@ class TaskRow(NamedTuple):
     priority: int = 0
 
 
+class WorkerRow(NamedTuple):
+    """A worker's row of the worker registry, as stored (see sqlq.registry)."""
+
+    worker_id: str
+    queue: str
+    host: str
+    pid: int
+    concurrency: int
+    started_at: Number
+    beat_at: Number
+    stale_at: Number
+    #: The leases it holds: JSON text, [[task id, token, since], ...].
+    holds: str
+
+
 #: What a claim hands back: (task id, token, attempt, payload, task name).
 Claimed = tuple[str, int, int, Encoded, str | None]
 
@@ -356,6 +371,22 @@ class Transaction(Protocol):
         """(leases, unfinished tasks) of each group with unfinished tasks."""
         ...
 
+    # --- the worker registry (see sqlq.registry) ------------------------------------------
+
+    def beat_worker(self, row: WorkerRow) -> None:
+        """Store the worker's row, replacing the one of the same worker id but for its
+        ``started_at``, which stays that of its first write."""
+        ...
+
+    def prune_workers(self, before: Number) -> int:
+        """Delete the rows (of every queue) whose ``stale_at`` is before ``before``;
+        returns how many."""
+        ...
+
+    def forget_worker(self, worker_id: str) -> bool:
+        """Delete the worker's row; False if there was none."""
+        ...
+
 
 #: Called by a transaction once it has read the clock, with the time the call asked
 #: for, if something fell due or that time was behind the mark (see Backend.transaction).
@@ -517,4 +548,9 @@ class Backend(Protocol):
         """(start of a ``bucket``-second span, state, how many tasks of ``queue`` finished
         in that state then) since ``since``, in time order: read only, without the
         write lock."""
+        ...
+
+    def workers(self) -> list[WorkerRow]:
+        """Every row of the worker registry (of every queue), as last written: read
+        only, without the write lock."""
         ...

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import random
+import socket
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -22,13 +23,14 @@ from typing import Any, overload
 import sqlalchemy as sa
 
 from . import payload as payloads
-from .backend import Backend, Claimed, Event, Figures, TaskRow, Transaction
+from .backend import Backend, Claimed, Event, Figures, TaskRow, Transaction, WorkerRow
 from .backends import open_backend
 from .contract import (
     DEFAULT_AGING,
     FINISHED,
     LEASE_EXPIRED,
     MAX_LEASE_SECONDS,
+    MAX_LIMIT,
     NO_START,
     Cancel,
     Completion,
@@ -80,7 +82,9 @@ from .records import (
     QueueStats,
     ScheduleState,
     TaskInfo,
+    WorkerInfo,
 )
+from .registry import KEEP_STALE, STALE_BEATS, held_json, listed
 from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
@@ -809,6 +813,55 @@ class Queue:
             return tx.forget_schedule(
                 self.queue, check_name(name, "schedule name", InvalidArgument)
             )
+
+    # --- the worker registry (see sqlq.registry) --------------------------------------
+
+    def beat_worker(
+        self,
+        worker_id: str,
+        now: Number | None = None,
+        *,
+        every: Number,
+        concurrency: int = 1,
+        holds: Iterable[tuple[str, int, Number]] = (),
+        host: str | None = None,
+        pid: int | None = None,
+    ) -> None:
+        """Record in the worker registry that the worker ``worker_id`` of this queue is
+        alive and holds ``holds`` (task id, token, and the queue's time of its claim,
+        for each lease), and that it writes again every ``every`` seconds (it is stale
+        if it does not); ``host`` and ``pid`` default to this process's.  What a Worker
+        calls when it starts and once per heartbeat interval.  Also deletes the rows
+        of workers stale for longer than sqlq.registry.KEEP_STALE."""
+        worker_id = check_name(worker_id, "worker id", InvalidArgument)
+        every = check_seconds(every, "every")
+        if not every:
+            raise InvalidArgument("every must be more than 0 seconds")
+        concurrency = check_count(concurrency, "concurrency", MAX_LIMIT)
+        host = socket.gethostname() if host is None else check_name(host, "host", InvalidArgument)
+        pid = os.getpid() if pid is None else check_count(pid, "pid", MAX_LIMIT, least=0)
+        held = held_json(holds)
+        with self._call(now) as tx:
+            at = tx.now
+            stale_at = time_after(at, STALE_BEATS * every)
+            tx.prune_workers(at - KEEP_STALE)
+            tx.beat_worker(
+                WorkerRow(worker_id, self.queue, host, pid, concurrency, at, at, stale_at, held)
+            )
+
+    def forget_worker(self, worker_id: str, now: Number | None = None) -> bool:
+        """Delete the worker's row from the worker registry (a Worker that stops cleanly
+        does); False if there was none."""
+        worker_id = check_name(worker_id, "worker id", InvalidArgument)
+        with self._call(now) as tx:
+            return tx.forget_worker(worker_id)
+
+    def workers(self, now: Number | None = None) -> list[WorkerInfo]:
+        """The workers of this queue in the worker registry, as last written (reads only,
+        takes no write lock), each marked stale if it missed its writes by ``now``;
+        those stale for longer than sqlq.registry.KEEP_STALE are left out."""
+        at = check_time(self._clock() if now is None else now)
+        return [w for w in listed(self._backend.workers(), at) if w.queue == self.queue]
 
     def stats(self, now: Number | None = None) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""

@@ -1,4 +1,5 @@
-"""The worker's monitor: heartbeats, time limits and the summary line, in one thread.
+"""The worker's monitor: heartbeats, time limits, the summary line and the worker's row
+of the worker registry (sqlq.registry), in one thread.
 
 A :class:`Monitor` belongs to one :class:`sqlq.Worker` and shares its lock, but
 waits on a condition of its own: it is woken only when a task arrives whose
@@ -59,8 +60,10 @@ class Running(Job):
 
 class Monitor:
     """Extends the lease of every running task every ``worker.heartbeat`` seconds,
-    fails those past ``worker.time_limit``, and logs the summary every
-    ``worker.summary_every`` seconds (all of the worker's clock)."""
+    fails those past ``worker.time_limit``, logs the summary every
+    ``worker.summary_every`` seconds, and writes the worker's row of the registry
+    (what it holds) when it starts and every ``worker.heartbeat`` seconds (all of the
+    worker's clock)."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -69,12 +72,14 @@ class Monitor:
         self._wake_at = math.inf  # when the monitor means to wake next (inf: when told)
         self._summary_at: float | None = None  # when the next summary is due
         self._summarized: tuple[float, WorkerStats] | None = None  # the last one: time, counts
+        self._register_at = math.inf  # when the worker's row is written next
         self._thread: threading.Thread | None = None
 
     def start(self, now: float, stats: WorkerStats) -> None:
         w = self.worker
         with self._cond:
             self._summarized = (now, stats)
+            self._register_at = now  # at once
             if w.summary_every:
                 self._summary_at = now + w.summary_every
         self._thread = threading.Thread(
@@ -124,6 +129,8 @@ class Monitor:
             beats, limits, stuck = [], [], []
             soonest = math.inf if self._summary_at is None else self._summary_at
             summary = now >= soonest
+            register = now >= self._register_at
+            soonest = min(soonest, self._register_at)
             for entry in w._running.values():
                 if entry.state is Phase.TIMED_OUT and not entry.stuck:
                     # Failed at its time limit, its handler still holds the slot (a thread
@@ -149,7 +156,7 @@ class Monitor:
                     beats.append(entry)
                 else:
                     soonest = min(soonest, entry.next_beat)
-            if not beats and not limits and not stuck and not summary:
+            if not beats and not limits and not stuck and not summary and not register:
                 self._wake_at = soonest
                 w.clock.wait(self._cond, None if soonest == math.inf else soonest)
                 self._wake_at = -math.inf  # awake: it looks at every task anyway
@@ -169,9 +176,39 @@ class Monitor:
             )
         for entry in beats:
             self._beat(entry)
+        if register:
+            self._register()
         if summary:
             self._summarize()
         return True
+
+    def _register(self) -> None:
+        """Write the worker's row of the registry: the leases it holds, each since the
+        queue's time of its claim (its first deadline less the lease's length).  An
+        error is logged, and the write tried again RETRY_BEAT later."""
+        w = self.worker
+        started = w.clock.monotonic()
+        length = w.queue.lease_seconds
+        with self._cond:
+            holds = [
+                (e.lease.task_id, e.lease.token, max(0, e.lease.deadline - length))
+                for e in w._running.values()
+                if e.state in ACTIVE and not e.lost
+            ]
+        try:
+            w.queue.beat_worker(
+                w.worker_id, every=w.heartbeat, concurrency=w.concurrency, holds=holds
+            )
+        except Exception as exc:
+            if isinstance(exc, TRANSIENT):
+                w._log_busy(exc)
+            else:
+                w.log.error("the worker registry could not be written", exc_info=True)
+            due = w.clock.monotonic() + min(RETRY_BEAT, w.heartbeat)
+        else:
+            due = started + w.heartbeat
+        with self._cond:
+            self._register_at = due
 
     def _summarize(self) -> None:
         """The periodic summary: one INFO line with the outcomes since the last one,

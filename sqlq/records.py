@@ -236,3 +236,34 @@ class ScheduleState(NamedTuple):
     handled_until: Number
     last_enqueued: Number | None
     updated_at: Number
+
+
+class Held(NamedTuple):
+    """A lease a worker holds (see WorkerInfo): since ``since``, the queue's time of
+    its claim."""
+
+    task_id: str
+    token: int
+    since: Number
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker process as the worker registry shows it (see sqlq.registry)."""
+
+    worker_id: str
+    queue: str
+    host: str
+    pid: int
+    #: The tasks it runs at once, at most.
+    concurrency: int
+    #: The queue's time of its first write, and of its latest (its heartbeat).
+    started_at: Number
+    beat_at: Number
+    #: When it is stale unless it writes again.
+    stale_at: Number
+    #: True: it missed its writes (killed, its machine lost, or stuck); shown until
+    #: sqlq.registry.KEEP_STALE seconds after ``stale_at``.
+    stale: bool
+    #: The leases it held at its latest write.
+    holds: tuple[Held, ...]

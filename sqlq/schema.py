@@ -272,5 +272,25 @@ Index(
 )
 Index("sqlq_groups_live", groups.c.queue, sqlite_where=text("live > 0"))
 
+workers = Table(
+    "sqlq_workers",
+    metadata,
+    Column("worker_id", Text, primary_key=True, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("started_at", REAL, nullable=False),
+    Column("beat_at", REAL, nullable=False),
+    Column("stale_at", REAL, nullable=False),
+    Column("holds", Text, nullable=False),
+    CheckConstraint("length(worker_id) > 0"),
+    CheckConstraint("length(queue) > 0"),
+    CheckConstraint("pid >= 0"),
+    CheckConstraint("concurrency >= 1"),
+    sqlite_strict=True,
+    sqlite_with_rowid=False,
+)
+
 #: Read-only views for people at the sqlite3 shell (their SQL is in the migrations).
 VIEWS = ("sqlq_dead_letters", "sqlq_leases", "sqlq_queue_stats")

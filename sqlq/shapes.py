@@ -6,6 +6,8 @@ read the same documents.
   and of the dashboard's task pages).
 * ``overview_json``: every queue of a database with its figures (the ``queues``,
   ``stats`` and ``names`` of ``sqlq stats --json``; the dashboard's queue page).
+* ``workers_json``: the worker registry (``sqlq workers --json``; the dashboard's
+  workers page).
 * ``added_json``, ``redriven_json``, ``purged_json``, ``cancelled_json``,
   ``paused_json``: what ``sqlq add/redrive/purge/cancel/pause/resume --json`` print,
   and the dashboard's JSON actions answer (sqlq.web.actions).
@@ -19,7 +21,7 @@ from typing import Any
 
 from .contract import Cancel, State
 from .payload import Undecodable
-from .records import QueueOverview, TaskInfo
+from .records import QueueOverview, TaskInfo, WorkerInfo
 
 
 def payload_json(payload: Any) -> tuple[str, Any]:
@@ -72,6 +74,19 @@ def overview_json(found: dict[str, QueueOverview], now: float) -> dict[str, Any]
         }
     names = {queue: found[queue].names for queue in sorted(found) if found[queue].names}
     return {"queues": queues, "stats": details, "names": names}
+
+
+def workers_json(database: str, workers: list[WorkerInfo], now: float) -> dict[str, Any]:
+    """The workers of the registry (sqlq.registry) shown at ``now``, each with every
+    field of WorkerInfo (``holds``: objects of task_id, token and since)."""
+    return {
+        "database": database,
+        "now": now,
+        "workers": [
+            {**dataclasses.asdict(worker), "holds": [held._asdict() for held in worker.holds]}
+            for worker in workers
+        ],
+    }
 
 
 def added_json(

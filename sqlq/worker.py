@@ -36,6 +36,12 @@
   that finds the lease gone (``extend`` returned None: the lease ran out, for
   instance after the process was stopped for longer than a lease) is logged as
   a warning; that task's result will be refused.
+* **The worker registry.**  The same thread writes the worker's row of the
+  registry (``queue.beat_worker``: its host, pid, concurrency and the leases it
+  holds) when it starts and then every ``heartbeat`` seconds, idle or busy: one
+  transaction per interval, none per task.  ``run`` deletes the row when it
+  returns (``queue.forget_worker``); a worker killed leaves it to go stale (see
+  sqlq.registry).  ``worker_id`` is its id there.
 * **Stop requests.**  A heartbeat also learns whether ``queue.cancel`` asked
   the task to stop; from then on :func:`sqlq.stop_requested` says True in its
   handler, which should stop by raising: the failure it reports ends the task
@@ -131,6 +137,7 @@ import importlib
 import logging
 import math
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -298,9 +305,11 @@ class Worker:
     line (``sqlq worker`` does every 60 s).  ``schedules`` are periodic tasks the
     worker adds (see the module docstring), besides a registry's own.
     ``metrics_port``: serve the worker's totals (tasks by outcome) and histograms
-    (transaction and handler times) at ``http://127.0.0.1:PORT/metrics`` while it
-    runs (see sqlq.worker_metrics).  ``tracing``: an OpenTelemetry span of each task
-    run, from the global tracer provider (see sqlq.worker_tracing).
+    (transaction and handler times) at ``http://METRICS_HOST:PORT/metrics`` while it
+    runs (``metrics_host`` 127.0.0.1 by default; any address but a loopback one needs
+    ``metrics_token``, which every request must then carry: see sqlq.worker_metrics).
+    ``tracing``: an OpenTelemetry span of each task run, from the global tracer
+    provider (see sqlq.worker_tracing).
     """
 
     def __init__(
@@ -320,6 +329,8 @@ class Worker:
         summary_every: float | None = None,
         schedules: Iterable[Schedule] = (),
         metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+        metrics_token: str | None = None,
         tracing: bool = False,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -397,11 +408,19 @@ class Worker:
             name=f"sqlq-worker-{queue.queue}",
             log=self.log,
         )
-        self._monitor = Monitor(self)  # heartbeats, time limits, the summary
+        self._monitor = Monitor(self)  # heartbeats, time limits, the summary, the registry
+        #: This worker's id in the worker registry (sqlq.registry).
+        self.worker_id = secrets.token_hex(8)
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
         self.schedules = _schedules(handler, schedules, queue.max_payload_bytes)
-        self.metrics = None if metrics_port is None else WorkerMetrics(queue.queue, metrics_port)
+        if metrics_port is None and (metrics_host != "127.0.0.1" or metrics_token is not None):
+            raise InvalidConfig("metrics_host and metrics_token serve metrics: give metrics_port")
+        self.metrics = (
+            None
+            if metrics_port is None
+            else WorkerMetrics(queue.queue, metrics_port, metrics_host, metrics_token)
+        )
         if not isinstance(tracing, bool):
             raise InvalidConfig(f"tracing must be a bool, not {type(tracing).__name__}")
         self.tracer = TaskTracer(queue.queue) if tracing else None
@@ -503,6 +522,7 @@ class Worker:
             self._stop_threads()
             if self.metrics is not None:
                 self.metrics.stop()
+            self._forget()  # (its wait for the lock is bounded by the grace, if stopped)
             self.queue.interrupt_waits(None)
             stats = self.stats
             self.log.info(
@@ -523,6 +543,19 @@ class Worker:
             for signum, handler in previous.items():
                 signal.signal(signum, signal.SIG_DFL if handler is None else handler)
         return stats
+
+    def _forget(self) -> None:
+        """Delete the worker's row of the registry (it stops cleanly); if that fails
+        (logged), the row goes stale and is deleted later (see sqlq.registry)."""
+        try:
+            self.queue.forget_worker(self.worker_id)
+        except Exception as exc:
+            self.log.warning(
+                "the worker's row of the registry could not be deleted (%s: %s); it shows "
+                "as stale until it is pruned",
+                type(exc).__name__,
+                exc,
+            )
 
     # --- the claim loop -------------------------------------------------------------
 
@@ -1198,6 +1231,9 @@ def serve(
     log_level: int | str = logging.INFO,
     summary_every: float | None = 60.0,
     metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+    metrics_token: str | None = None,
+    tracing: bool = False,
     **options: Any,
 ) -> int:
     """Run a worker on queue ``queue`` of the database ``db`` until stopped; exit code 0.
@@ -1207,8 +1243,9 @@ def serve(
     handler that cannot take a task is refused (InvalidConfig) before anything
     is claimed.  sqlq's loggers log at ``log_level`` and up, to stderr unless the
     root logger already has handlers; every ``summary_every`` seconds (None or 0:
-    never) the worker logs a summary; ``metrics_port`` serves its metrics (see
-    Worker).  Stops on SIGTERM or SIGINT when run in the
+    never) the worker logs a summary; ``metrics_port`` (``metrics_host``,
+    ``metrics_token``) serves its metrics and ``tracing`` makes a span of each task
+    run (see Worker).  Stops on SIGTERM or SIGINT when run in the
     main thread (see the module docstring).  ``options`` are the backend's, as
     for ``Queue`` (on SQLite: ``synchronous``, ``busy_timeout``).
     """
@@ -1232,6 +1269,9 @@ def serve(
             grace=grace,
             summary_every=summary_every,
             metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            metrics_token=metrics_token,
+            tracing=tracing,
         )
         worker.run(stop_when_idle=stop_when_idle, stop_when_drained=stop_when_drained)
     return 0

@@ -1,6 +1,9 @@
 """A worker's own Prometheus metrics: ``Worker(queue, handler, metrics_port=N)`` serves
 them at ``http://127.0.0.1:N/metrics`` while it runs (prometheus-client: the ``web``
-extra).
+extra).  ``metrics_host`` serves another address, under the dashboard's rule
+(sqlq.access): any address but a loopback one needs ``metrics_token``, which every
+request must then carry (``Authorization: Bearer``, or basic auth with it as the
+password: Prometheus's ``authorization`` or ``basic_auth`` of a scrape config).
 
 Each worker process serves its own, from its own memory: Prometheus scrapes every
 worker (a port each, or the same port in each container) and sums them with
@@ -38,8 +41,14 @@ dashboard, periodic ticks); their rate is the database's (`sqlq metrics`).
 
 from __future__ import annotations
 
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from .access import check_bind, check_token, token_matches
 from .errors import InvalidConfig
 
 #: Task names with a series of their own, per worker (the first seen); see the docstring.
@@ -51,7 +60,15 @@ OTHER_NAMES = "other"
 class WorkerMetrics:
     """The histograms of one worker, and the HTTP server that serves them."""
 
-    def __init__(self, queue: str, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, queue: str, port: int, host: str = "127.0.0.1", token: str | None = None
+    ) -> None:
+        if not isinstance(host, str) or not host:
+            raise InvalidConfig(f"metrics_host must be an address, not {host!r}")
+        check_token(token)
+        check_bind(
+            host, token, "metrics_token; sqlq worker: --metrics-token, or SQLQ_METRICS_TOKEN"
+        )
         try:
             from prometheus_client import CollectorRegistry, Counter, Histogram
         except ImportError:
@@ -60,7 +77,7 @@ class WorkerMetrics:
             ) from None
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise InvalidConfig(f"metrics_port must be a port number (0-65535), not {port!r}")
-        self.queue, self.port, self.host = queue, port, host
+        self.queue, self.port, self.host, self.token = queue, port, host, token
         self.registry = CollectorRegistry(auto_describe=True)
         self._tasks = Counter(
             "sqlq_worker_tasks",
@@ -85,18 +102,31 @@ class WorkerMetrics:
         self._server: Any = None
 
     def start(self) -> None:
-        """Serve /metrics (``port`` 0: a free port, then ``self.port`` says which)."""
-        from prometheus_client import start_http_server
+        """Serve /metrics in a thread (``port`` 0: a free port, then ``self.port`` says
+        which), asking every request for the token if there is one."""
+        from prometheus_client import make_wsgi_app
 
+        app = make_wsgi_app(self.registry)
+        if self.token is not None:
+            app = _guarded(app, self.token)
+        server = _Server6 if ":" in self.host else _Server
         try:
-            self._server, _thread = start_http_server(self.port, self.host, self.registry)
+            self._server = make_server(
+                self.host.strip("[]"), self.port, app, server, handler_class=_Quiet
+            )
         except OSError as exc:
-            raise InvalidConfig(f"metrics_port {self.port}: cannot serve on it ({exc})") from exc
+            raise InvalidConfig(
+                f"metrics on {self.host} port {self.port}: cannot serve there ({exc})"
+            ) from exc
         self.port = self._server.server_port
+        threading.Thread(
+            target=self._server.serve_forever, name="sqlq-worker-metrics", daemon=True
+        ).start()
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/metrics"
+        host = f"[{self.host.strip('[]')}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
 
     def stop(self) -> None:
         if self._server is not None:
@@ -123,3 +153,35 @@ class WorkerMetrics:
                 return OTHER_NAMES
             self._names.add(label)
         return label
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a slow scraper never holds the worker's exit
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No line on stderr per scrape."""
+
+
+Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def _guarded(app: Wsgi, token: str) -> Wsgi:
+    """``app`` for the requests that carry ``token`` (see sqlq.access); 401 for others."""
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1")  # (as sent: WSGI)
+        if token_matches(given, token):
+            return app(environ, start_response)
+        start_response(
+            "401 Unauthorized",
+            [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Basic realm="sqlq"')],
+        )
+        return [b"an access token is needed"]
+
+    return guarded

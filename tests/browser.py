@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,6 +96,34 @@ def chromium() -> Iterator[Any]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
+@contextmanager
+def holding(db: str, queue: str, tasks: int) -> Iterator[None]:
+    """A real `sqlq worker` on ``queue`` whose handler holds each task it takes until the
+    end, running until the registry shows it holding ``tasks`` tasks."""
+    import sqlq
+
+    release = Path("release").resolve()
+    Path("holding.py").write_text(
+        "import os, time\n"
+        "def hold(payload):\n"
+        f"    while not os.path.exists({str(release)!r}):\n"
+        "        time.sleep(0.05)\n"
+    )
+    argv = ["worker", db, "holding:hold", "--queue", queue, "--concurrency", "4", "--lease", "3"]
+    worker = subprocess.Popen([sys.executable, "-m", "sqlq", *argv], stderr=subprocess.DEVNULL)
+    try:
+        with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue=queue) as q:
+            deadline = time.monotonic() + 60
+            while sum(len(w.holds) for w in q.workers()) < tasks:
+                assert worker.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+        yield
+    finally:
+        release.touch()
+        worker.terminate()
+        worker.wait(60)
+
+
 def _screenshots(folder: Path) -> None:
     """docs/web-*.png: the main pages on a small demo database."""
     import sqlq
@@ -103,6 +132,10 @@ def _screenshots(folder: Path) -> None:
         os.chdir(tmp)  # the pages name the database as given: jobs.db
         db = "jobs.db"
         with sqlq.Queue(db, lease_seconds=300, max_attempts=2, queue="emails") as q:
+            # The row a worker killed 5 minutes ago left (its last write; stale now), written
+            # first, at that time (later calls move the database's time on).
+            q.beat_worker("9c41d2e07f3a8b15", time.time() - 300, every=10, concurrency=4,
+                          host="batch-2", pid=31877)  # fmt: skip
             q.add_many([(f"welcome-{n}", {"user": n}) for n in range(1, 9)])
             for _ in range(3):
                 lease = q.claim()
@@ -119,12 +152,14 @@ def _screenshots(folder: Path) -> None:
             lease = q.claim()
             assert lease is not None
             q.fail(lease.task_id, token=lease.token, error="KeyError: 'totals'")
-        with server(db) as url, chromium() as driver:
+            q.add_many([(f"report-2026-0{n}", {"month": f"2026-0{n}"}, "monthly") for n in (8, 9)])
+        with server(db) as url, chromium() as driver, holding(db, "reports", 3):
             for name, path in [
                 ("queues", "/"),
                 ("tasks", "/tasks"),
                 ("task", "/task?queue=reports&id=report-2026-12"),
                 ("dead", "/dead"),
+                ("workers", "/workers"),
             ]:
                 driver.get(url + path)
                 if name == "queues":  # its charts, once drawn

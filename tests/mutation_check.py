@@ -49,6 +49,7 @@ RESULTS = ("tests/test_results.py", "tests/test_stateful.py")
 LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
+REGISTRY = ("tests/test_registry.py",)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,49 @@ class Mutant:
 
 
 MUTANTS = [
+    Mutant(
+        "registry-never-pruned",
+        "sqlq/sqlite/queries.sql",
+        "DELETE FROM sqlq_workers WHERE stale_at < :before",
+        "DELETE FROM sqlq_workers WHERE stale_at < :before AND 0",
+        REGISTRY,
+    ),
+    Mutant(
+        "pg-registry-never-pruned",
+        "sqlq/postgresql/queries.sql",
+        "DELETE FROM sqlq_workers WHERE stale_at < %(before)s",
+        "DELETE FROM sqlq_workers WHERE stale_at < %(before)s AND false",
+        REGISTRY,
+    ),
+    Mutant(
+        "registry-start-moves-with-each-beat",
+        "sqlq/sqlite/queries.sql",
+        "    concurrency = excluded.concurrency, beat_at = excluded.beat_at,",
+        "    concurrency = excluded.concurrency, beat_at = excluded.beat_at, "
+        "started_at = excluded.started_at,",
+        REGISTRY,
+    ),
+    Mutant(
+        "registry-never-stale",
+        "sqlq/registry.py",
+        "stale = now >= row.stale_at",
+        "stale = False",
+        REGISTRY,
+    ),
+    Mutant(
+        "worker-row-holds-nothing",
+        "sqlq/monitor.py",
+        "if e.state in ACTIVE and not e.lost",
+        "if False",
+        REGISTRY,
+    ),
+    Mutant(
+        "worker-row-left-at-a-clean-stop",
+        "sqlq/worker.py",
+        "self._forget()  # (its wait",
+        "None  # (its wait",
+        REGISTRY,
+    ),
     # --- what happens to a task, and whose policy decides it
     Mutant(
         "durable-retry-of-the-queue-object",

@@ -165,7 +165,7 @@ def _foreign(path: Path, kind: str) -> None:
 def test_subcommands_are_the_documented_set() -> None:
     expected = ["add", "backup", "dead", "demo", "list", "migrate", "purge", "redrive", "show"]
     expected += ["schedules", "unschedule", "stats", "cancel", "pause", "resume", "limits"]
-    expected += ["web", "metrics"]
+    expected += ["web", "metrics", "workers"]
     assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 
@@ -203,7 +203,7 @@ def test_subcommand_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
 def test_every_command_that_prints_data_has_json(name: str) -> None:
     options = {o for a in cli.subcommands()[name]._actions for o in a.option_strings}
     assert "--json" in options
-    if name not in ("stats", "schedules", "migrate", "backup"):  # those cover the whole file
+    if name not in ("stats", "schedules", "workers", "migrate", "backup"):  # the whole file
         assert "--queue" in options
 
 
@@ -257,6 +257,7 @@ NEEDS_DB = {
     "resume": [],
     "limits": [],
     "backup": ["copy.db"],
+    "workers": [],
     "worker": ["somewhere.handlers:handle"],
 }
 

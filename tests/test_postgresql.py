@@ -100,6 +100,7 @@ RELEASED = [
     (6, "dedupe_keys", "dd2c2a8188b16e733f098709ab97c6c2c5cd83cfbf73f63e5d730a385183ca6f"),
     (7, "priorities", "0ade3fe2067c0d87affc7368078bfbbee31a8bf81520e8be04ce15baf054c569"),
     (8, "group_limits", "944f086f10f7d0f455c47c7037803b9752434116df94cd6208b378da85de51fd"),
+    (9, "workers", "4fec59a597c32bc63eafa386f1f33d354b2af4e1e051c66817fe21f58f1b1bfc"),
 ]
 
 
@@ -127,6 +128,48 @@ def test_the_table_refuses_rows_the_indexes_and_due_probes_would_misread(
 def test_released_migrations_keep_their_checksums() -> None:
     shipped = [(m.version, m.name, m.checksum) for m in migrate.migrations()]
     assert shipped[: len(RELEASED)] == RELEASED
+
+
+def _catalog(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """The schema's tables, columns, constraints, indexes, views and triggers, as the
+    server describes them (names of the schema itself left out)."""
+    queries = {
+        "columns": "SELECT table_name, column_name, data_type, is_nullable, column_default "
+        "FROM information_schema.columns WHERE table_schema = current_schema()",
+        "constraints": "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) "
+        "FROM pg_constraint WHERE connamespace = current_schema()::regnamespace",
+        "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes "
+        "WHERE schemaname = current_schema()",
+        "views": "SELECT viewname, definition FROM pg_views WHERE schemaname = current_schema()",
+        "triggers": "SELECT event_object_table, trigger_name, action_statement "
+        "FROM information_schema.triggers WHERE trigger_schema = current_schema()",
+    }
+    with _admin(url) as conn:
+        (schema,) = conn.execute("SELECT current_schema()").fetchone()
+        return {
+            kind: sorted(
+                tuple(str(v).replace(f"{schema}.", "") for v in row)
+                for row in conn.execute(sql).fetchall()
+            )
+            for kind, sql in queries.items()
+        }
+
+
+def test_a_migrated_schema_equals_a_fresh_one(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema made at version 8 (before the worker registry) and migrated equals one
+    made at the latest version, object for object."""
+    with databases.fresh_schema(postgres_url) as old, databases.fresh_schema(postgres_url) as new:
+        with monkeypatch.context() as m:
+            before_workers = migrate.migrations()[:8]
+            m.setattr(migrate, "migrations", lambda: before_workers)
+            _queue(old).close()
+        assert "sqlq_workers" not in {row[0] for row in _catalog(old)["columns"]}
+        _queue(old).close()  # migrated to the latest
+        _queue(new).close()
+        assert _catalog(old) == _catalog(new)
+        assert "sqlq_workers" in {row[0] for row in _catalog(new)["columns"]}
 
 
 def _open_and_add(url: str, task_id: str) -> bool:

@@ -162,6 +162,7 @@ RELEASED = [
     (9, "dedupe_keys", "150932bc0a8809150e019c075f8a0d204e426e396156ebd912fee27e07f98644"),
     (10, "priorities", "26ae284ccbd07fc49930cdcb7de62ae0403ac49762d9d2bf6cf9a724ac49b2e5"),
     (11, "group_limits", "ed91f6abb0c2d9d15e692d6b94d832fc78fb2fcbe99074f3b4d08f1364cf4299"),
+    (12, "workers", "0455c002dbe1f783b7ba175c34d3efbde54aaf64318591eeebdef61793ac1dbc"),
 ]
 
 

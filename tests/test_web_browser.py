@@ -5,6 +5,7 @@ these tests, never skips them (tests/needs.py).
 
 from __future__ import annotations
 
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -199,3 +200,53 @@ def test_the_charts_draw_the_throughput_and_the_oldest_wait(driver: Any, db: str
         ).select_by_visible_text("html")
         WebDriverWait(driver, 30).until(drawn("html/day"))
         _no_alert(driver)
+
+
+def test_the_workers_page_shows_a_worker_and_what_it_holds(
+    driver: Any, db: str, tmp_path: Path
+) -> None:
+    """A real `sqlq worker` that holds a task (its handler waits for a file): the Workers
+    page, reached from the nav, lists it with its pid and the task, linked to its page."""
+    import signal
+    import subprocess
+    import sys
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    release = tmp_path / "release"
+    (tmp_path / "handlers.py").write_text(
+        "import os, time\n"
+        "def hold(path):\n"
+        "    while not os.path.exists(path):\n"
+        "        time.sleep(0.01)\n"
+    )
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1, queue="reports") as q:
+        q.add("report-1", payload=str(release))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "sqlq", "worker", db, "handlers:hold", "--queue", "reports",
+         "--lease", "3"],
+        cwd=tmp_path, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        with browser.server(db) as url:
+            driver.get(url + "/")
+            _follow(driver, driver.find_element(By.LINK_TEXT, "Workers"))
+
+            def holding(d: Any) -> bool:  # its next heartbeat writes the task it holds
+                if d.find_elements(By.LINK_TEXT, "report-1"):
+                    return True
+                d.refresh()
+                return False
+
+            WebDriverWait(driver, 60).until(holding)
+            [row] = driver.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
+            cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            assert cells[:4] == ["reports", os.uname().nodename, str(worker.pid), "1/1"]
+            assert "stale" not in row.text.lower()
+            _follow(driver, driver.find_element(By.LINK_TEXT, "report-1"))
+            assert _by_id(driver, "task-state").text == "RESERVED"
+    finally:
+        release.touch()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(60) == 0

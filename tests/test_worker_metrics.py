@@ -3,10 +3,13 @@ on its own port while it runs, parsed here by prometheus-client's parser."""
 
 from __future__ import annotations
 
+import base64
+import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -146,3 +149,73 @@ def test_the_totals_share_the_bound_on_task_names() -> None:
     assert totals["send-to-user-0"] == 1
     handled = {s.labels["name"] for s in samples if s.name == "sqlq_worker_handler_seconds_count"}
     assert handled == {OTHER_NAMES}
+
+
+#: A scrape's Authorization header: the token as a bearer token, or basic auth.
+TOKEN = "a-token-for-the-worker-metrics"
+
+
+def _status(url: str, authorization: str | None = None) -> int:
+    """The HTTP status of a scrape (0: nothing listens)."""
+    request = urllib.request.Request(url)
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as refused:
+        return refused.code
+    except urllib.error.URLError:  # not listening (yet)
+        return 0
+
+
+@pytest.mark.processes
+def test_sqlq_worker_serves_its_metrics_on_another_address_only_with_a_token(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "jobs.db")
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as q:
+        q.add("t")
+    (tmp_path / "handlers.py").write_text("def handle(payload):\n    pass\n")
+    argv = [sys.executable, "-m", "sqlq", "worker", db, "handlers:handle", "--metrics-host",
+            "0.0.0.0"]  # fmt: skip
+    port = browser.free_port()
+    refused = subprocess.run(
+        [*argv, "--metrics-port", str(port)], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert refused.returncode != 0
+    assert "serving on 0.0.0.0 lets other machines in" in refused.stderr
+    assert "--metrics-token" in refused.stderr
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as q:
+        assert q.status("t") == "AVAILABLE"  # refused before anything was claimed
+
+    env = {**os.environ, "SQLQ_METRICS_TOKEN": TOKEN}
+    worker = subprocess.Popen([*argv, "--metrics-port", str(port)], cwd=tmp_path, env=env)
+    url = f"http://127.0.0.1:{port}/metrics"
+    basic = base64.b64encode(f"prometheus:{TOKEN}".encode()).decode()
+    try:
+        deadline = time.monotonic() + 60
+        while (status := _status(url, f"Bearer {TOKEN}")) != 200:  # until it listens
+            assert worker.poll() is None and time.monotonic() < deadline, status
+            time.sleep(0.05)
+        assert _status(url) == 401
+        assert _status(url, "Bearer not-the-token-of-the-worker") == 401
+        assert _status(url, f"Basic {basic}") == 200
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+    assert worker.returncode == 0
+
+
+def test_a_worker_checks_its_metrics_address_and_token(tmp_path: Path) -> None:
+    with sqlq.Queue(str(tmp_path / "jobs.db"), lease_seconds=30, max_attempts=1) as q:
+        with pytest.raises(InvalidConfig, match="lets other machines in"):
+            Worker(q, print, metrics_port=0, metrics_host="0.0.0.0")
+        with pytest.raises(InvalidConfig, match="at least 16 characters"):
+            Worker(q, print, metrics_port=0, metrics_host="0.0.0.0", metrics_token="short")
+        with pytest.raises(InvalidConfig, match="give metrics_port"):
+            Worker(q, print, metrics_host="0.0.0.0", metrics_token=TOKEN)
+        with pytest.raises(InvalidConfig, match="must be an address"):
+            Worker(q, print, metrics_port=0, metrics_host="")
+        worker = Worker(q, print, metrics_port=0, metrics_host="localhost")
+        assert worker.metrics is not None and worker.metrics.host == "localhost"

@@ -191,3 +191,52 @@ def test_an_async_handlers_spans_are_children_of_its_tasks(db: str) -> None:
     assert len(runs) == len(inside) == 2
     parents = {child.parent.span_id for child in inside if child.parent is not None}
     assert parents == set(runs)
+
+
+#: A handler module that sets up the global tracer provider as an application does,
+#: exporting each span's name and attributes to the file named by SPANS as a JSON line.
+TRACED = """
+import json, os
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+class ToFile(SpanExporter):
+    def export(self, spans):
+        with open(os.environ["SPANS"], "a") as out:
+            for span in spans:
+                out.write(json.dumps([span.name, dict(span.attributes)]) + "\\n")
+        return SpanExportResult.SUCCESS
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(ToFile()))
+trace.set_tracer_provider(provider)
+
+def handle(payload):
+    pass
+"""
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("traced", [True, False])
+def test_sqlq_worker_tracing_makes_a_span_of_each_task_run(tmp_path: Path, traced: bool) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    db, spans = str(tmp_path / "jobs.db"), tmp_path / "spans.jsonl"
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as q:
+        q.add_many(["a", "b"])
+    (tmp_path / "traced.py").write_text(TRACED)
+    argv = [sys.executable, "-m", "sqlq", "worker", db, "traced:handle", "--burst"]
+    done = subprocess.run(
+        argv + (["--tracing"] if traced else []),
+        cwd=tmp_path, env={**os.environ, "SPANS": str(spans)}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = [json.loads(line) for line in spans.read_text().splitlines()] if traced else []
+    assert not spans.exists() or traced
+    assert sorted((name, a["sqlq.task.id"], a["sqlq.outcome"]) for name, a in found) == (
+        [("sqlq.task", "a", "completed"), ("sqlq.task", "b", "completed")] if traced else []
+    )

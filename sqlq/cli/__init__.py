@@ -4,6 +4,7 @@ Subcommands, one module per kind:
 
 * reading.py: `stats`, `list`, `show`, `dead` (never create or migrate a file)
 * schedules.py: `schedules` (reads only) and `unschedule`
+* workers.py: `workers` (the worker registry; reads only)
 * adding.py: `add` (creates a missing file)
 * maintenance.py: `redrive`, `purge`, `migrate`
 * control.py: `cancel`, `pause`, `resume`
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import SqlqError
-from . import adding, control, limits, maintenance, reading, running, schedules, web
+from . import adding, control, limits, maintenance, reading, running, schedules, web, workers
 from .common import (
     DURATION_SYNTAX,
     EXIT_ERROR,
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     running.register(commands)
     reading.register(commands)
     schedules.register(commands)
+    workers.register(commands)
     maintenance.register(commands)
     control.register(commands)
     limits.register(commands)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..contract import MAX_LEASE_SECONDS, State
 from .common import (
@@ -27,6 +28,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 #: Most worker threads one `sqlq worker` runs.
 MAX_CONCURRENCY = 1024
+
+#: Where --metrics-token may come from instead of the command line (which others may read).
+METRICS_TOKEN_VARIABLE = "SQLQ_METRICS_TOKEN"
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -226,6 +230,34 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "logged at the start; needs the web extra). Default: none"
         ),
     )
+    worker.add_argument(
+        "--metrics-host",
+        metavar="ADDRESS",
+        default="127.0.0.1",
+        help=(
+            "the address --metrics-port serves on (default: %(default)s, this machine only); "
+            "any other needs --metrics-token, as `sqlq web` needs --token"
+        ),
+    )
+    worker.add_argument(
+        "--metrics-token",
+        metavar="TOKEN",
+        default=None,
+        help=(
+            "an access token (16 characters or more) that every scrape must carry: "
+            "'Authorization: Bearer TOKEN', or basic auth with TOKEN as the password. "
+            f"Default: the {METRICS_TOKEN_VARIABLE} environment variable"
+        ),
+    )
+    worker.add_argument(
+        "--tracing",
+        action="store_true",
+        help=(
+            "an OpenTelemetry span (sqlq.task) of each task run, from the global tracer "
+            "provider: set it up with opentelemetry-instrument or in the handler's module "
+            "(needs the otel extra)"
+        ),
+    )
     worker.set_defaults(handler=_worker)
 
 
@@ -249,6 +281,13 @@ def _worker(args: argparse.Namespace) -> int:
         summary_every=args.summary_every,
         fair=args.fair,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        metrics_token=(
+            args.metrics_token
+            if args.metrics_token is not None
+            else os.environ.get(METRICS_TOKEN_VARIABLE) or None
+        ),
+        tracing=args.tracing,
         **({} if args.listen else {"listen": False}),  # an option PostgreSQL's alone has
     )
 

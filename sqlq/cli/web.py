@@ -10,6 +10,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from ..access import check_bind
 from ..errors import InvalidConfig
 from .common import EXIT_OK, CliError, UsageError, add_database, positive_int, sqlq_database
 
@@ -100,7 +101,7 @@ def _serve(args: argparse.Namespace, make: Callable[[Any, str, str | None], Any]
     token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE) or None
     uvicorn, web = _extra()
     try:
-        web.security.check_bind(args.host, token)
+        check_bind(args.host, token)
         app = make(web, db.target, token)  # (it checks the token)
     except InvalidConfig as exc:
         raise UsageError(str(exc)) from None

@@ -46,7 +46,7 @@ from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 
-from ..backend import Claimed, Figures, Holder, Opened, TaskRow, claim_each
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow, WorkerRow, claim_each
 from ..browse import Browse, Found, task_row
 from ..contract import (
     DEFAULT_AGING,
@@ -537,6 +537,10 @@ class PostgresBackend:
         params = {"queue": queue, "since": since, "bucket": bucket}
         rows = self._read(lambda cur: cur.execute(Q.finished_per_bucket, params).fetchall())
         return [(at, state, count) for at, state, count in rows]
+
+    def workers(self) -> list[WorkerRow]:
+        rows = self._read(lambda cur: cur.execute(Q.list_workers).fetchall())
+        return [WorkerRow(*row) for row in rows]
 
 
 class PostgresTransaction:
@@ -1048,6 +1052,16 @@ class PostgresTransaction:
     def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
         rows = self._opened_cursor.execute(Q.list_groups, {"queue": queue}).fetchall()
         return {group: (running, live) for group, running, live in rows}
+
+    def beat_worker(self, row: WorkerRow) -> None:
+        self._opened_cursor.execute(Q.beat_worker, row._asdict())
+
+    def prune_workers(self, before: Number) -> int:
+        return int(self._opened_cursor.execute(Q.prune_workers, {"before": before}).rowcount)
+
+    def forget_worker(self, worker_id: str) -> bool:
+        params = {"worker_id": worker_id}
+        return bool(self._opened_cursor.execute(Q.forget_worker, params).rowcount == 1)
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         params = {"queue": queue, "key": key, "cutoff": cutoff}

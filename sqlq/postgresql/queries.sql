@@ -561,7 +561,7 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = 'sqlq_migrations'
                WHERE relname IN ('sqlq_tasks', 'sqlq_clock', 'sqlq_counter',
                                  'sqlq_queue_stats', 'sqlq_dead_letters', 'sqlq_leases',
                                  'sqlq_schedules', 'sqlq_paused', 'sqlq_limits',
-                                 'sqlq_groups')
+                                 'sqlq_groups', 'sqlq_workers')
                  AND relnamespace = current_schema()::regnamespace)
 
 -- name: create_migrations_table
@@ -621,6 +621,34 @@ DELETE FROM sqlq_schedules WHERE queue = %(queue)s AND name = %(name)s
 SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at
 FROM sqlq_schedules
 ORDER BY queue, name
+
+-- name: beat_worker
+-- A worker's row of the worker registry (migration 0009, sqlq/registry.py),
+-- written when it starts and once per heartbeat interval: the first write makes
+-- it, the next ones replace all but started_at.
+INSERT INTO sqlq_workers
+    (worker_id, queue, host, pid, concurrency, started_at, beat_at, stale_at, holds)
+VALUES (%(worker_id)s, %(queue)s, %(host)s, %(pid)s, %(concurrency)s, %(started_at)s,
+        %(beat_at)s, %(stale_at)s, %(holds)s)
+ON CONFLICT (worker_id) DO UPDATE
+SET queue = excluded.queue, host = excluded.host, pid = excluded.pid,
+    concurrency = excluded.concurrency, beat_at = excluded.beat_at,
+    stale_at = excluded.stale_at, holds = excluded.holds
+
+-- name: prune_workers
+-- The rows of workers gone long enough (stale since before %(before)s), of every
+-- queue, deleted by each worker's write: the table holds the live workers and the
+-- recently gone, however many were killed before.
+DELETE FROM sqlq_workers WHERE stale_at < %(before)s
+
+-- name: forget_worker
+-- A worker that stops cleanly deletes its row.
+DELETE FROM sqlq_workers WHERE worker_id = %(worker_id)s
+
+-- name: list_workers
+-- Every row of the worker registry (sqlq workers, the dashboard): read only.
+SELECT worker_id, queue, host, pid, concurrency, started_at, beat_at, stale_at, holds
+FROM sqlq_workers
 
 -- name: cancel_unstarted
 -- cancel: AVAILABLE or WAITING -> CANCELLED at :now (finished, out of the line).

@@ -43,7 +43,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from ..backend import Claimed, Figures, Holder, Opened, TaskRow, claim_each
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow, WorkerRow, claim_each
 from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
 from ..contract import (
@@ -695,6 +695,12 @@ class SqliteBackend:
             )
         return [(at, state, count) for at, state, count in rows]
 
+    def workers(self) -> list[WorkerRow]:
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            rows = self._waiting(lambda: conn.execute(Q.list_workers).fetchall(), deadline)
+        return [WorkerRow(*row) for row in rows]
+
 
 class SqliteTransaction:
     """One call's transaction and statements; see sqlq.backend.Transaction.
@@ -1134,6 +1140,16 @@ class SqliteTransaction:
     def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
         rows = self._cur.execute(Q.list_groups, {"queue": queue}).fetchall()
         return {group: (running, live) for group, running, live in rows}
+
+    def beat_worker(self, row: WorkerRow) -> None:
+        self._cur.execute(Q.beat_worker, row._asdict())
+
+    def prune_workers(self, before: Number) -> int:
+        return int(self._cur.execute(Q.prune_workers, {"before": before}).rowcount)
+
+    def forget_worker(self, worker_id: str) -> bool:
+        params = {"worker_id": worker_id}
+        return bool(self._cur.execute(Q.forget_worker, params).rowcount == 1)
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         row = self._cur.execute(Q.key_holder, (queue, key, cutoff)).fetchone()

@@ -439,6 +439,34 @@ SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, upda
 FROM sqlq_schedules
 ORDER BY queue, name
 
+-- name: beat_worker
+-- A worker's row of the worker registry (migration 0012, sqlq/registry.py),
+-- written when it starts and once per heartbeat interval: the first write makes
+-- it, the next ones replace all but started_at.
+INSERT INTO sqlq_workers
+    (worker_id, queue, host, pid, concurrency, started_at, beat_at, stale_at, holds)
+VALUES (:worker_id, :queue, :host, :pid, :concurrency, :started_at,
+        :beat_at, :stale_at, :holds)
+ON CONFLICT (worker_id) DO UPDATE
+SET queue = excluded.queue, host = excluded.host, pid = excluded.pid,
+    concurrency = excluded.concurrency, beat_at = excluded.beat_at,
+    stale_at = excluded.stale_at, holds = excluded.holds
+
+-- name: prune_workers
+-- The rows of workers gone long enough (stale since before :before), of every
+-- queue, deleted by each worker's write: the table holds the live workers and the
+-- recently gone, however many were killed before.
+DELETE FROM sqlq_workers WHERE stale_at < :before
+
+-- name: forget_worker
+-- A worker that stops cleanly deletes its row.
+DELETE FROM sqlq_workers WHERE worker_id = :worker_id
+
+-- name: list_workers
+-- Every row of the worker registry (sqlq workers, the dashboard): read only.
+SELECT worker_id, queue, host, pid, concurrency, started_at, beat_at, stale_at, holds
+FROM sqlq_workers
+
 -- name: cancel_unstarted
 -- cancel: AVAILABLE or WAITING -> CANCELLED at :now (finished, out of the line).
 UPDATE sqlq_tasks

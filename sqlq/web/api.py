@@ -1,7 +1,7 @@
 """What the dashboard reads, as JSON documents: the API's answers, and what the pages
 show.  Each is built by sqlq.shapes, as the CLI's ``--json`` output is.
 
-Every read goes through the backend's read-only calls (overview, browse, find):
+Every read goes through the backend's read-only calls (overview, browse, find, workers):
 none takes the write lock or applies what fell due, so the dashboard never holds up
 a worker; it shows tasks as last written (a lease that ran out is still RESERVED,
 its deadline past, until the next call on its queue releases it).
@@ -21,7 +21,8 @@ from ..browse import ORDERS, Browse, Key, Order
 from ..contract import MAX_BATCH, State, check_queue_name, check_task_id, check_task_name
 from ..durable import _info as task_info
 from ..errors import InvalidArgument
-from ..shapes import overview_json, task_json
+from ..registry import listed
+from ..shapes import overview_json, task_json, workers_json
 from .history import Sample
 
 #: Tasks per page, unless asked otherwise (at most MAX_BATCH).
@@ -38,6 +39,12 @@ def queues_json(backend: Backend) -> dict[str, Any]:
         "now": now,
         **overview_json(found, now),
     }
+
+
+def workers_of(backend: Backend) -> dict[str, Any]:
+    """The workers alive now and those gone stale lately (``sqlq workers --json``'s shape)."""
+    now = time.time()
+    return workers_json(backend.name, listed(backend.workers(), now), now)
 
 
 def tasks_json(backend: Backend, where: Browse) -> dict[str, Any]:

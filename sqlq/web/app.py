@@ -9,6 +9,8 @@ Pages (each also under ``/api`` as JSON, in the shapes of sqlq.shapes):
   ``order=newest`` (default) or ``order=line``, a keyset page after ``after``
   (``/api/tasks``); ``/dead`` and ``/leases`` are its DEAD and RESERVED tasks;
 * ``/task?queue=Q&id=ID``: one task, with its timeline (``/api/task``);
+* ``/workers``: the workers alive (the worker registry): host and pid, queue, since
+  when, last heartbeat (stale ones marked), the tasks each holds (``/api/workers``);
 * ``/metrics``: the Prometheus metrics of sqlq.web.metrics.
 
 Actions are POSTs to ``/actions/<name>`` from the pages' forms, and to
@@ -39,6 +41,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import payload as payloads
+from ..access import check_token
 from ..backend import Backend
 from ..backends import open_backend
 from ..cli.common import byte_size, moment, relative, span
@@ -158,7 +161,7 @@ def metrics_app(database: str, *, token: str | None = None) -> Starlette:
 
 
 def _app(board: Dashboard, routes: list[BaseRoute], token: str | None) -> Starlette:
-    security.check_token(token)
+    check_token(token)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> Any:
@@ -219,6 +222,12 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
                 request, "message.html", 404, message=missing, done=False, queue=None, task_id=None
             )
         return board.page(request, "task.html", task=found)
+
+    def workers(request: Request) -> Response:
+        return board.page(request, "workers.html", **api.workers_of(board.backend()))
+
+    def api_workers(_request: Request) -> Response:
+        return JSONResponse(api.workers_of(board.backend()))
 
     def api_queues(_request: Request) -> Response:
         return JSONResponse(api.queues_json(board.backend()))
@@ -285,9 +294,11 @@ def _routes(board: Dashboard) -> list[BaseRoute]:
         Route("/dead", lambda r: tasks(r, state="DEAD")),
         Route("/leases", lambda r: tasks(r, state="RESERVED")),
         Route("/task", task),
+        Route("/workers", workers),
         Route("/api/queues", api_queues),
         Route("/api/tasks", api_tasks),
         Route("/api/task", api_task),
+        Route("/api/workers", api_workers),
         Route("/api/charts", api_charts),
         Route("/metrics", board.metrics),
         Route("/actions/{name}", act, methods=["POST"]),

@@ -11,6 +11,8 @@ Read at each scrape, in one read snapshot without the write lock (Backend.overvi
   its deadline (0 when none has): a lease that ran out and that no call has released
   yet, its worker gone or stuck;
 * ``sqlq_queue_paused{queue}``: 1 while the queue is paused;
+* ``sqlq_workers{queue}``: the workers alive (the worker registry's rows not stale,
+  see sqlq.registry), 0 for a queue with tasks and none;
 * ``sqlq_wal_bytes``: the size of a SQLite database's ``-wal`` file.
 
 The database keeps no running totals (completed, failed, expired per second): a
@@ -22,7 +24,7 @@ purges do not take tasks away in between.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -31,6 +33,7 @@ from starlette.responses import Response
 
 from ..backend import Backend
 from ..contract import State
+from ..registry import listed
 
 
 class DatabaseCollector(Collector):
@@ -65,10 +68,22 @@ class DatabaseCollector(Collector):
             oldest.add_metric([queue], 0.0 if front is None else max(0.0, now - front))
             overdue.add_metric([queue], 0.0 if deadline is None else max(0.0, now - deadline))
             paused.add_metric([queue], float(figures.paused))
-        yield from (tasks, oldest, overdue, paused)
+        yield from (tasks, oldest, overdue, paused, self._workers(found, now))
         wal = self.backend.storage_facts().wal_bytes
         if wal is not None:
             yield GaugeMetricFamily("sqlq_wal_bytes", "Size of the SQLite -wal file", value=wal)
+
+    def _workers(self, queues: Iterable[str], now: float) -> Metric:
+        """sqlq_workers: the workers alive per queue (0 for a queue of ``queues`` without)."""
+        alive = dict.fromkeys(queues, 0)
+        for worker in listed(self.backend.workers(), now):
+            alive[worker.queue] = alive.get(worker.queue, 0) + (not worker.stale)
+        workers = GaugeMetricFamily(
+            "sqlq_workers", "Workers alive (not stale in the worker registry)", labels=["queue"]
+        )
+        for queue, count in sorted(alive.items()):
+            workers.add_metric([queue], count)
+        return workers
 
 
 def endpoint(backend: Backend) -> Response:

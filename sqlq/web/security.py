@@ -9,7 +9,7 @@
   read the answers; ``check_bind`` refuses to serve another address without a token.
   The token is asked of every request, local ones included, so that a reverse proxy
   on this machine does not open the dashboard to its clients; ``check_token`` refuses
-  one shorter than 16 characters.
+  one shorter than 16 characters (both in sqlq.access, which a worker's metrics use too).
 * Cross-site requests: every action of the pages is a POST that carries the
   session's CSRF token in a form field, equal to the ``sqlq_csrf`` cookie
   (SameSite=Strict, so a request another site makes carries none; Secure when the
@@ -27,17 +27,14 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
-import ipaddress
 import secrets
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import InvalidConfig
+from ..access import is_loopback, token_matches
 
 CSRF_COOKIE = "sqlq_csrf"
 CSRF_FIELD = "csrf"
@@ -54,49 +51,13 @@ HEADERS = {
 }
 
 
-def is_loopback(host: str | None) -> bool:
-    """Is ``host`` (an address or ``localhost``) this machine's loopback?"""
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to serve an address other machines reach without a token."""
-    if token is None and not is_loopback(host):
-        raise InvalidConfig(
-            f"serving on {host} lets other machines in: give an access token "
-            "(--token, or the SQLQ_WEB_TOKEN environment variable)"
-        )
-
-
-def check_token(token: str | None) -> None:
-    """Refuse a token that guards little or nothing (an empty one matches an empty
-    ``Authorization: Bearer``)."""
-    if token is not None and len(token) < 16:
-        raise InvalidConfig("the access token must be at least 16 characters long")
-
-
 def authorized(request: Request, token: str | None) -> bool:
     """May ``request`` use the dashboard (see the module docstring)?"""
     if token is None:  # (the Host too: a page of a name rebound to 127.0.0.1 is another site)
         client = request.client
         return client is not None and is_loopback(client.host) and is_loopback(request.url.hostname)
-    kind, _, text = request.headers.get("authorization", "").partition(" ")
-    given = text.encode("latin-1")  # the bytes sent (Starlette reads headers as latin-1)
-    if kind.lower() == "basic":
-        try:
-            given = base64.b64decode(given, validate=True).partition(b":")[2]
-        except binascii.Error:
-            return False
-    elif kind.lower() != "bearer":
-        return False
-    return hmac.compare_digest(given, token.encode())
+    # The bytes sent (Starlette reads headers as latin-1).
+    return token_matches(request.headers.get("authorization", "").encode("latin-1"), token)
 
 
 class Guard:

@@ -1,0 +1,77 @@
+"""`sqlq workers`: the workers alive now (the worker registry, sqlq.registry): their
+host and pid, queue, since when they run, their last heartbeat, and the tasks each
+holds.  Reads only, and never takes the write lock."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from ..records import WorkerInfo
+from ..registry import KEEP_STALE, STALE_BEATS, listed
+from ..shapes import workers_json
+from .common import (
+    EXIT_OK,
+    add_database,
+    add_json,
+    inspected,
+    print_json,
+    printable,
+    relative,
+    table,
+)
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    workers = commands.add_parser(
+        "workers",
+        help="the workers alive now: what each holds, since when, its last heartbeat",
+        description=(
+            "List the worker processes of every queue of the database, as they last wrote "
+            "themselves in (when they start, then once per heartbeat): host, pid, queue, "
+            "concurrency, since when they run, their last heartbeat, and the tasks each "
+            f"holds with since when. A worker that missed {STALE_BEATS} heartbeats is "
+            "marked stale (killed, its machine lost, or stuck); it is listed for "
+            f"{KEEP_STALE / 3600:g} hour more, then no longer. Only reads."
+        ),
+    )
+    add_database(workers, "it must exist and be a sqlq database at the current schema; not created")
+    add_json(workers, "the workers (times as Unix seconds)")
+    workers.set_defaults(handler=_workers)
+
+
+def _workers(args: argparse.Namespace) -> int:
+    now = time.time()
+    with inspected(args.db, allow_older=False) as (db, backend):
+        found = listed(backend.workers(), now)
+    if args.json:
+        print_json(workers_json(db.name, found, now))
+        return EXIT_OK
+    if not found:
+        print("no workers (each writes itself in when it starts)")
+        return EXIT_OK
+    rows = [
+        [
+            printable(w.queue),
+            printable(w.host),
+            str(w.pid),
+            f"{len(w.holds)}/{w.concurrency}",
+            relative(w.started_at, now),
+            relative(w.beat_at, now) + (" STALE" if w.stale else ""),
+            _holds(w, now),
+        ]
+        for w in found
+    ]
+    table(["queue", "host", "pid", "slots", "started", "heartbeat", "holds"], rows, right=(2, 3))
+    return EXIT_OK
+
+
+def _holds(worker: WorkerInfo, now: float) -> str:
+    """The tasks a worker holds: 'id (token 7, 12s)', ...; '-' for none."""
+    return (
+        ", ".join(
+            f"{printable(h.task_id)} (token {h.token}, {relative(h.since, now)})"
+            for h in worker.holds
+        )
+        or "-"
+    )
