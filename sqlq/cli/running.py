@@ -150,8 +150,9 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         action="store_true",
         help=(
             "stop once the queue has nothing left to take (for batch jobs and tests); the "
-            "last log line says what is left behind: leases other workers hold and tasks "
-            "WAITING for a delay or a retry"
+            "last log line says what is left behind: leases other workers hold, tasks "
+            "WAITING for a delay or a retry, and AVAILABLE tasks a pause or their groups' "
+            "limits hold back"
         ),
     )
     until.add_argument(
