@@ -406,6 +406,8 @@ def test_a_worker_runs_its_schedules_by_its_clock(tmp_path: Path) -> None:
         for minute in range(1, 5):
             clock.advance(60)
             _wait_for(lambda m=minute: len(ran) >= m + m // 2, f"the ticks of minute {minute}")
+            # completed before the clock moves on: a lease still held then would run out
+            _wait_for(lambda: queue.stats().leases == 0, f"the completions of minute {minute}")
             clock.wait_for_sleepers(2)
     finally:
         worker.stop()
