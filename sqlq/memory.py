@@ -522,9 +522,9 @@ class WorkQueue:
             return None
         state = record[_STATE]
         if state is _RESERVED:
+            self._plain = False
             if record[_STOP] is None:
                 record[_STOP] = now
-                self._plain = False
             return Cancel.STOPPING
         if state is not _AVAILABLE and state is not _WAITING:
             return None
