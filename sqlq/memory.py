@@ -74,6 +74,7 @@ from .contract import (
     LEASE_EXPIRED,
     MAX_ID_LENGTH,
     MAX_TIME,
+    NO_PRIORITY,
     Cancel,
     Completion,
     Limit,
@@ -152,10 +153,6 @@ Record = list[Any]
 Entry = tuple[Number, int, str]
 #: The finished states (a task in one holds no place in a group).
 _ENDED: Final = frozenset(state.value for state in FINISHED)
-
-#: add's default priority: the fast path compares with ``is``, which only the int 0
-#: passes (CPython and PyPy have one 0), not False or 0.0, which check_priority judges.
-_NO_PRIORITY: Final = 0
 
 #: Stands for an empty heap or FIFO: later than any event.
 _NEVER: Final[Entry] = (float("inf"), 0, "")
@@ -292,7 +289,7 @@ class WorkQueue:
             and key is None
             and on_key is None
             and key_window is None
-            and priority is _NO_PRIORITY  # the int 0 itself: not False, not 0.0
+            and priority is NO_PRIORITY  # the int 0 itself: not False, not 0.0
             and group is None
         ):
             if (type(now) is int or type(now) is float) and self._now <= now < self._due:

@@ -171,7 +171,9 @@ def test_stats_age_is_that_of_the_front_of_the_line(make_queue: Factory) -> None
     assert q.stats(60).oldest_available_age == 10  # urgent is next, waiting since 50
 
 
-@pytest.mark.parametrize("priority", ["1", 1.0, True, None, MAX_PRIORITY + 1, MIN_PRIORITY - 1])
+@pytest.mark.parametrize(
+    "priority", ["1", 1.0, 0.0, True, False, None, MAX_PRIORITY + 1, MIN_PRIORITY - 1]
+)
 def test_a_bad_priority_is_refused_and_changes_nothing(make_queue: Factory, priority: Any) -> None:
     q = make_queue(100, 3)
     with pytest.raises(InvalidArgument, match="priority"):
