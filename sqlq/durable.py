@@ -31,6 +31,7 @@ from .contract import (
     LEASE_EXPIRED,
     MAX_LEASE_SECONDS,
     MAX_LIMIT,
+    NO_PRIORITY,
     NO_START,
     Cancel,
     Completion,
@@ -276,22 +277,32 @@ class Queue:
         sqlq.keys).
         """
         task_id = check_new_task_id(task_id)
-        if type(priority) is not int or priority:  # 0, the usual case, needs no check
-            priority = check_priority(priority)
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
-        if name is None and max_attempts is None and retry is None and group is None:
-            limit, policy = self.max_attempts, self.retry  # the usual case, at once
+        if (  # the usual case: no rare option to check, at once
+            name is None
+            and max_attempts is None
+            and retry is None
+            and group is None
+            and priority is NO_PRIORITY  # the int 0 itself: not False, not 0.0
+            and key is None
+            and on_key is None
+            and key_window is None
+        ):
+            limit, policy = self.max_attempts, self.retry
         else:
             name = check_task_name(name)
             group = check_group(group)
+            priority = check_priority(priority)
             limit, policy = self._policy(max_attempts, retry)
-        if key is not None or on_key is not None or key_window is not None:
-            rule = check_key(key, on_key, key_window)
-            with self._call(now, conn) as tx:
-                waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
-                task = (task_id, limit, policy, encoded, waiting, name)
-                return self._add_keyed(tx, rule, task, priority, group)
+            if key is not None or on_key is not None or key_window is not None:
+                rule = check_key(key, on_key, key_window)
+                with self._call(now, conn) as tx:
+                    waiting = (
+                        None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
+                    )
+                    task = (task_id, limit, policy, encoded, waiting, name)
+                    return self._add_keyed(tx, rule, task, priority, group)
         with self._call(now, conn, one_write=True) as tx:
             waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
             return tx.insert(

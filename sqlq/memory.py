@@ -33,6 +33,12 @@ resolve in the order things happened.  Lease entries are deleted lazily: one
 that no longer matches its task (completed, failed, extended, reserved again,
 purged) is dropped when it reaches the front.
 
+``_plain``: True until a task with a group or a priority other than 0 is added, a
+running task is asked to stop or the queue is paused (and False from then on).
+While it holds, the line is one FIFO, no lease frees a group's slot and none ends
+in CANCELLED, and claims, completions and lease ends test that one flag instead
+of the group, stop, pause and priority of each task and line.
+
 ``_due`` is a lower bound on the time of the next event (a lease expiry or a
 wake-up; a stale entry's time counts too) and never above MAX_TIME.  A call
 whose ``now`` is an int or float from the high-water mark up to below ``_due``
@@ -68,6 +74,7 @@ from .contract import (
     LEASE_EXPIRED,
     MAX_ID_LENGTH,
     MAX_TIME,
+    NO_PRIORITY,
     Cancel,
     Completion,
     Limit,
@@ -189,6 +196,10 @@ class WorkQueue:
         self._due: Number = MAX_TIME
         self._schedules: dict[str, Number] = {}  # schedule name -> ticks handled up to
         self._paused = False
+        # No group, no priority but 0, no stop request and no pause so far: the lease
+        # calls take the seed's paths (one FIFO, no slots, no stops).  Once False, it
+        # stays False.
+        self._plain = True
         # Kept apart from the records, so that tasks without them cost nothing more:
         self._results: dict[str, str] = {}  # task id -> stored result, if not None
         self._progress: dict[str, tuple[float | None, str | None]] = {}  # latest report
@@ -278,8 +289,7 @@ class WorkQueue:
             and key is None
             and on_key is None
             and key_window is None
-            and type(priority) is int
-            and priority == 0
+            and priority is NO_PRIORITY  # the int 0 itself: not False, not 0.0
             and group is None
         ):
             if (type(now) is int or type(now) is float) and self._now <= now < self._due:
@@ -383,7 +393,7 @@ class WorkQueue:
             return token is not None and state is _COMPLETED and record[_TOKEN] == token
         if token is not None and record[_TOKEN] != token:
             return False
-        if record[_GROUP] is not None:
+        if not self._plain:
             self._free_slot(record)
         record[_STATE] = _COMPLETED
         record[_UPDATED] = record[_FINISHED] = now
@@ -509,6 +519,7 @@ class WorkQueue:
             return None
         state = record[_STATE]
         if state is _RESERVED:
+            self._plain = False
             if record[_STOP] is None:
                 record[_STOP] = now
             return Cancel.STOPPING
@@ -523,6 +534,7 @@ class WorkQueue:
         was paused already."""
         self._advance(now)
         was, self._paused = self._paused, True
+        self._plain = False
         return not was
 
     def resume(self, now: Number) -> bool:
@@ -923,8 +935,10 @@ class WorkQueue:
         encoded, name, max_attempts, retry, priority, group = task
         record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, encoded, None, now, now, None,
                                    max_attempts, retry, name, None, priority, group, 0]  # fmt: skip
-        if group is not None and group not in self._groups:
-            self._groups[group] = _Group(self._limit_of(group))
+        if priority or group is not None:
+            self._plain = False
+            if group is not None and group not in self._groups:
+                self._groups[group] = _Group(self._limit_of(group))
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
@@ -933,7 +947,11 @@ class WorkQueue:
 
     def _take(self, now: Number) -> str | None:
         """Lease the front of the line: the task's id, or None if the line is empty."""
-        if not self._groups:
+        if self._plain:  # the seed's line: one FIFO
+            if not self._line:
+                return None
+            task_id = self._line.popleft()
+        elif not self._groups:
             line = self._line
             if not line or self._paused:
                 return None
@@ -986,11 +1004,11 @@ class WorkQueue:
         """A failed or expired attempt at time ``when``: retry now, retry later, or DEAD
         (contract.after_failure's rule and _make_available, written out: this runs
         for every expiry, and each call would cost ~4% of a mixed call)."""
-        if record[_GROUP] is not None:
+        if not self._plain:
             self._free_slot(record)
-        if record[_STOP] is not None:  # asked to stop: it runs no more
-            _finish(record, _CANCELLED, when, error)
-            return _CANCELLED
+            if record[_STOP] is not None:  # asked to stop: it runs no more
+                _finish(record, _CANCELLED, when, error)
+                return _CANCELLED
         attempts = record[_ATTEMPTS]
         retry = record[_RETRY]
         delay = 0 if retry is None else retry.delay(attempts, self._rng)
@@ -1003,7 +1021,7 @@ class WorkQueue:
             self._make_waiting(task_id, record, time_after(when, delay), when)
         else:
             record[_STATE] = _AVAILABLE
-            if record[_PRIORITY] or self._line_priority or record[_GROUP] is not None:
+            if not self._plain:
                 self._join_line(task_id, record)
             else:  # _join_line, written out: priority 0 into a line of priority 0
                 self._counter = record[_SEQ] = self._counter + 1

@@ -171,7 +171,9 @@ def test_stats_age_is_that_of_the_front_of_the_line(make_queue: Factory) -> None
     assert q.stats(60).oldest_available_age == 10  # urgent is next, waiting since 50
 
 
-@pytest.mark.parametrize("priority", ["1", 1.0, True, None, MAX_PRIORITY + 1, MIN_PRIORITY - 1])
+@pytest.mark.parametrize(
+    "priority", ["1", 1.0, 0.0, True, False, None, MAX_PRIORITY + 1, MIN_PRIORITY - 1]
+)
 def test_a_bad_priority_is_refused_and_changes_nothing(make_queue: Factory, priority: Any) -> None:
     q = make_queue(100, 3)
     with pytest.raises(InvalidArgument, match="priority"):
@@ -349,3 +351,45 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 60) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+# --- a queue that takes up issue 13's features midway -------------------------------
+# The WorkQueue's lease calls take the seed's paths until a queue uses a priority, a
+# group, a stop request or a pause (memory.py: _plain); each of these tests starts a
+# queue without any, with tasks in line and a lease running, then uses one.
+
+
+def test_a_second_priority_added_midway_goes_first_and_a_failure_rejoins_behind(
+    make_queue: Factory,
+) -> None:
+    q = make_queue(10, 3)
+    q.add_many(["a", "b"], 0)
+    assert q.reserve(1) == "a"
+    assert q.add("urgent", 2, priority=5) is True
+    assert q.fail("a", 3) == "AVAILABLE"
+    assert [q.reserve(4), q.reserve(4), q.reserve(4)] == ["urgent", "b", "a"]
+    assert q.fail("urgent", 5) == "AVAILABLE"  # back in line by its priority
+    assert q.reserve(6) == "urgent"
+
+
+def test_a_group_added_midway_is_claimed_and_its_completions_free_its_slots(
+    make_queue: Factory,
+) -> None:
+    q = make_queue(10, 3)
+    q.add("a", 0)
+    assert q.reserve(1) == "a"
+    q.set_limit("t", 2, concurrency=1)
+    q.add_many(["t1", "t2"], 2, group="t")
+    assert q.reserve(3) == "t1"
+    assert q.reserve(3) is None  # the group's one slot is taken
+    assert q.complete("t1", 4) is True and q.complete("a", 4) is True
+    assert q.reserve(5) == "t2"
+
+
+def test_a_stop_request_midway_ends_the_running_task_cancelled(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    q.add_many(["a", "b"], 0)
+    assert q.reserve(1) == "a"
+    assert q.cancel("a", 2) == "STOPPING"
+    assert q.fail("a", 3) == "CANCELLED"
+    assert [q.reserve(4), q.reserve(4)] == ["b", None]
