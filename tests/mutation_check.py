@@ -709,6 +709,23 @@ def run(m: Mutant) -> str:
     return {0: "survived", 1: "killed"}.get(code, f"error (pytest exit {code})")
 
 
+def installed_from_the_tree() -> None:
+    """Refuse to run unless this Python imports sqlq from this tree in any directory:
+    tests start worker processes (``python -m sqlq`` in a temporary directory), and
+    with a copy installed by ``pip install .`` (as .ci/run does) they would run the
+    copy, not the mutant, and a mutant they should kill would survive."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import sqlq; print(sqlq.__file__)"],
+        cwd=tempfile.gettempdir(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    where = Path(found.stdout.strip() or "?").resolve()
+    if where != ROOT / "sqlq" / "__init__.py":
+        sys.exit(
+            f"{sys.executable} imports sqlq from {where}, not from {ROOT}: install it "
+            f"editable (pip install -e '.[dev]') so worker processes run the mutants"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="a mutant name or glob (repeatable)")
@@ -720,6 +737,7 @@ def main() -> int:
     if not chosen:
         sys.exit(f"no mutant matches {args.only}")
     check(chosen)
+    installed_from_the_tree()
     if args.list:
         for m in chosen:
             print(f"{m.name:50} {m.path}")
