@@ -609,6 +609,15 @@ MUTANTS = [
         ("tests/test_probe13.py", "tests/test_keys.py"),
     ),
     Mutant(
+        "postgresql-group-front-read-before-its-lock",
+        "sqlq/postgresql/migrations/0010_group_front_under_lock.sql",
+        "        PERFORM 1 FROM sqlq_groups\n"
+        "        WHERE queue = NEW.queue AND group_key = NEW.group_key\n"
+        "        FOR UPDATE;\n",
+        "",
+        ("tests/test_postgresql_faults.py",),
+    ),
+    Mutant(
         "sqlite-key-window-finds-the-oldest-holder",
         "sqlq/sqlite/queries.sql",
         "     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3\n"

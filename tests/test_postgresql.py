@@ -101,6 +101,11 @@ RELEASED = [
     (7, "priorities", "0ade3fe2067c0d87affc7368078bfbbee31a8bf81520e8be04ce15baf054c569"),
     (8, "group_limits", "944f086f10f7d0f455c47c7037803b9752434116df94cd6208b378da85de51fd"),
     (9, "workers", "4fec59a597c32bc63eafa386f1f33d354b2af4e1e051c66817fe21f58f1b1bfc"),
+    (
+        10,
+        "group_front_under_lock",
+        "bf763b0dcda3ed9235e0827bc77c433d287a195f88b01dc2b2b6c640a94732f0",
+    ),
 ]
 
 

@@ -508,6 +508,46 @@ def test_two_settles_over_two_groups_in_opposite_orders_do_not_deadlock(
         second.close()
 
 
+def test_a_cancel_beside_a_claim_of_its_groups_next_task_leaves_the_front_right(
+    postgres_url: str, queue_name: str, calls: Callable[..., Calls]
+) -> None:
+    """A claim of group G holds G's row and reserves b; meanwhile a cancel of a, G's
+    front, waits for G's row.  Had the cancel read G's front before the claim committed
+    (b), it would write b as the front once it got the row, and every later claim would
+    find G's front RESERVED and nothing to take, h1 of group H included.  The trigger
+    locks the row before it reads the front (PostgreSQL migration 0010)."""
+    canceller = calls(postgres_url, queue_name, lease=30.0)
+    with (
+        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
+        connect(postgres_url) as admin,
+        connect(postgres_url) as holder,
+    ):
+        queue.add_many(["a", "b"], group="G")
+        queue.add("h1", group="H")
+        holder.execute("BEGIN")  # a claim of b in flight, as claim_grouped makes it
+        holder.execute(
+            "SELECT 1 FROM sqlq_groups WHERE queue = %s AND group_key = 'G' FOR UPDATE",
+            (queue_name,),
+        )
+        holder.execute(
+            "UPDATE sqlq_tasks SET state = 'RESERVED', attempts = attempts + 1, "
+            "lease_id = nextval('sqlq_counter'), "
+            "deadline = extract(epoch FROM clock_timestamp()) + 30 "
+            "WHERE queue = %s AND task_id = 'b'",
+            (queue_name,),
+        )
+        canceller.send("cancel", "a")
+        canceller.blocked(admin)  # on G's row
+        holder.execute("COMMIT")
+        assert canceller.answer() == {"value": "CANCELLED"}
+        lease = queue.claim()
+        assert lease is not None and lease.task_id == "h1"
+        assert queue.groups() == {"G": sqlq.GroupUse(1, 1), "H": sqlq.GroupUse(1, 1)}
+        queue.add("c", group="G")
+        assert [lease.task_id for lease in queue.claim_many(2)] == ["c"]
+        canceller.close()
+
+
 # --- settings of the user's ----------------------------------------------------------------
 
 
