@@ -550,7 +550,9 @@ class Backend(Protocol):
         write lock."""
         ...
 
-    def workers(self) -> list[WorkerRow]:
-        """Every row of the worker registry (of every queue), as last written: read
-        only, without the write lock."""
+    def workers(self) -> tuple[Number, list[WorkerRow]]:
+        """The database's time (the queue's mark, or its clock if later: the time by
+        which a reader judges the rows stale, never the reader's own clock) and every
+        row of the worker registry (of every queue), as last written: read only,
+        without the write lock."""
         ...

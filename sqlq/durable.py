@@ -869,10 +869,18 @@ class Queue:
 
     def workers(self, now: Number | None = None) -> list[WorkerInfo]:
         """The workers of this queue in the worker registry, as last written (reads only,
-        takes no write lock), each marked stale if it missed its writes by ``now``;
-        those stale for longer than sqlq.registry.KEEP_STALE are left out."""
-        at = check_time(self._clock() if now is None else now)
-        return [w for w in listed(self._backend.workers(), at) if w.queue == self.queue]
+        takes no write lock), each marked stale if it missed its writes by ``now`` (by
+        default the queue's time, read from the database: its mark, or the database's
+        clock if later, never this host's clock alone); those stale for longer than
+        sqlq.registry.KEEP_STALE are left out."""
+        database_time, rows = self._backend.workers()
+        if now is not None:
+            at = check_time(now)
+        elif self._clock is time.time:  # the queue's time, as its calls wrote the rows
+            at = database_time
+        else:  # a clock of the caller's
+            at = check_time(self._clock())
+        return [w for w in listed(rows, at) if w.queue == self.queue]
 
     def stats(self, now: Number | None = None) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""

@@ -11,8 +11,9 @@ killed (SIGKILL, a lost machine) or is stuck.  Readers (``Queue.workers``, ``sql
 workers``, the dashboard) show it as such for ``KEEP_STALE`` seconds more and then
 no longer; every write of a worker deletes the rows past that (of every queue), so
 the table holds the workers alive and those gone within the last KEEP_STALE seconds.
-Times are the queue's, as every call's (see Queue); readers judge staleness by
-their own ``now``.
+Times are the queue's, as every call's (see Queue), and readers judge staleness
+by the queue's time read from the database (its mark, or the database's clock if
+later: on PostgreSQL the server's), not by their own clock, which may run ahead.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ holds.  Reads only, and never takes the write lock."""
 from __future__ import annotations
 
 import argparse
-import time
 
 from ..records import WorkerInfo
 from ..registry import KEEP_STALE, STALE_BEATS, listed
@@ -41,9 +40,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _workers(args: argparse.Namespace) -> int:
-    now = time.time()
     with inspected(args.db, allow_older=False) as (db, backend):
-        found = listed(backend.workers(), now)
+        now, registry = backend.workers()
+        found = listed(registry, now)
     if args.json:
         print_json(workers_json(db.name, found, now))
         return EXIT_OK

@@ -538,9 +538,13 @@ class PostgresBackend:
         rows = self._read(lambda cur: cur.execute(Q.finished_per_bucket, params).fetchall())
         return [(at, state, count) for at, state, count in rows]
 
-    def workers(self) -> list[WorkerRow]:
-        rows = self._read(lambda cur: cur.execute(Q.list_workers).fetchall())
-        return [WorkerRow(*row) for row in rows]
+    def workers(self) -> tuple[Number, list[WorkerRow]]:
+        def read(cur: Any) -> tuple[Number, list[Any]]:
+            ((at,),) = cur.execute(Q.registry_time).fetchall()
+            return at, cur.execute(Q.list_workers).fetchall()
+
+        at, rows = self._read(read)
+        return at, [WorkerRow(*row) for row in rows]
 
 
 class PostgresTransaction:

@@ -650,6 +650,12 @@ DELETE FROM sqlq_workers WHERE worker_id = %(worker_id)s
 SELECT worker_id, queue, host, pid, concurrency, started_at, beat_at, stale_at, holds
 FROM sqlq_workers
 
+-- name: registry_time
+-- The time by which a reader judges the registry's rows stale: the queue's time
+-- (the mark, at which calls wrote them), or the server's clock if it is later:
+-- never the reader's own clock, which may run ahead of the server's.
+SELECT greatest(now, extract(epoch FROM clock_timestamp())::float8) FROM sqlq_clock
+
 -- name: cancel_unstarted
 -- cancel: AVAILABLE or WAITING -> CANCELLED at :now (finished, out of the line).
 UPDATE sqlq_tasks

@@ -695,11 +695,15 @@ class SqliteBackend:
             )
         return [(at, state, count) for at, state, count in rows]
 
-    def workers(self) -> list[WorkerRow]:
+    def workers(self) -> tuple[Number, list[WorkerRow]]:
+        def read() -> tuple[Number, list[Any]]:
+            ((at,),) = conn.execute(Q.registry_time).fetchall()
+            return at, conn.execute(Q.list_workers).fetchall()
+
         with self._holding_lock() as deadline, self._guard():
             conn = self._connection()
-            rows = self._waiting(lambda: conn.execute(Q.list_workers).fetchall(), deadline)
-        return [WorkerRow(*row) for row in rows]
+            at, rows = self._waiting(read, deadline)
+        return at, [WorkerRow(*row) for row in rows]
 
 
 class SqliteTransaction:

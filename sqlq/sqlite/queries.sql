@@ -467,6 +467,11 @@ DELETE FROM sqlq_workers WHERE worker_id = :worker_id
 SELECT worker_id, queue, host, pid, concurrency, started_at, beat_at, stale_at, holds
 FROM sqlq_workers
 
+-- name: registry_time
+-- The time by which a reader judges the registry's rows stale: the queue's time
+-- (the mark, at which calls wrote them), or the system clock if it is later.
+SELECT max(now, (julianday('now') - 2440587.5) * 86400.0) FROM sqlq_clock
+
 -- name: cancel_unstarted
 -- cancel: AVAILABLE or WAITING -> CANCELLED at :now (finished, out of the line).
 UPDATE sqlq_tasks

@@ -43,8 +43,8 @@ def queues_json(backend: Backend) -> dict[str, Any]:
 
 def workers_of(backend: Backend) -> dict[str, Any]:
     """The workers alive now and those gone stale lately (``sqlq workers --json``'s shape)."""
-    now = time.time()
-    return workers_json(backend.name, listed(backend.workers(), now), now)
+    now, rows = backend.workers()
+    return workers_json(backend.name, listed(rows, now), now)
 
 
 def tasks_json(backend: Backend, where: Browse) -> dict[str, Any]:

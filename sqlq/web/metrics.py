@@ -76,7 +76,8 @@ class DatabaseCollector(Collector):
     def _workers(self, queues: Iterable[str], now: float) -> Metric:
         """sqlq_workers: the workers alive per queue (0 for a queue of ``queues`` without)."""
         alive = dict.fromkeys(queues, 0)
-        for worker in listed(self.backend.workers(), now):
+        at, rows = self.backend.workers()  # stale by the database's time, not this host's
+        for worker in listed(rows, at):
             alive[worker.queue] = alive.get(worker.queue, 0) + (not worker.stale)
         workers = GaugeMetricFamily(
             "sqlq_workers", "Workers alive (not stale in the worker registry)", labels=["queue"]
