@@ -230,9 +230,22 @@ MUTANTS = [
         "WHERE id = :id AND state = 'WAITING'",
     ),
     Mutant(
+        "sql-add-stores-no-name-as-empty",
+        "sqlq/sqlite/queries.sql",
+        "        ?11, ?11, nullif(?12, ''), ?13, ?14, ?11 - ?13 * ?14, nullif(?15, ''))",
+        "        ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14, nullif(?15, ''))",
+    ),
+    Mutant(
+        "sql-complete-stores-no-result-as-empty",
+        "sqlq/sqlite/queries.sql",
+        "    result = nullif(?5, '')",
+        "    result = ?5",
+        RESULTS,
+    ),
+    Mutant(
         "sql-complete-ignores-the-token",
         "sqlq/sqlite/queries.sql",
-        " AND (?3 IS NULL OR lease_id = ?3)",
+        " AND (?3 = 0 OR lease_id = ?3)",
         "",
     ),
     Mutant(
@@ -470,11 +483,40 @@ MUTANTS = [
     # --- cancel and pause
     Mutant(
         "sql-claim-ignores-the-pause",
-        "sqlq/sqlite/queries.sql",
-        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n"
-        "              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)\n",
-        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n",
+        "sqlq/sqlite/backend.py",
+        "    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:\n"
+        "        if self.paused:\n",
+        "    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:\n"
+        "        if False:\n",
         CONTROL,
+    ),
+    Mutant(
+        "sql-claim-many-ignores-the-pause",
+        "sqlq/sqlite/backend.py",
+        "        if self.paused:\n            return []\n",
+        "",
+        CONTROL,
+    ),
+    Mutant(
+        "sql-pause-probed-only-in-a-file-never-paused",
+        "sqlq/sqlite/queries.sql",
+        "       iif(paused, EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
+        "       iif(NOT paused, EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
+        CONTROL,
+    ),
+    Mutant(
+        "sql-resuming-one-queue-unmarks-the-file",
+        "sqlq/sqlite/migrations/0013_leaner_tasks.sql",
+        "    UPDATE sqlq_clock SET paused = EXISTS (SELECT 1 FROM sqlq_paused) WHERE id = 1;",
+        "    UPDATE sqlq_clock SET paused = 0 WHERE id = 1;",
+        ("tests/test_sqlite.py",),
+    ),
+    Mutant(
+        "sql-rebuild-drops-the-group-triggers",
+        "sqlq/sqlite/migrate.py",
+        "        _restore_on_demand(conn)\n",
+        "",
+        ("tests/test_schema.py",),
     ),
     Mutant(
         "pg-claim-ignores-the-pause",
