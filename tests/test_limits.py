@@ -753,6 +753,22 @@ def test_the_cli_adds_grouped_tasks_and_sets_shows_and_removes_limits(queue_url:
     assert again.stdout.startswith("tenant:1: no limits were set\n")
 
 
+def test_sqlq_purge_says_how_many_idle_groups_it_forgot(queue_url: str) -> None:
+    with sqlq.Queue(queue_url, lease_seconds=60, max_attempts=3) as q:
+        q.set_limit("tenant:1", concurrency=1)
+        for task_id, group in (("a1", "tenant:1"), ("b1", "tenant:2")):
+            _run_once(q, task_id, 0, group)
+        q.add("b2", group="tenant:2", delay=600)  # tenant:2 stays
+        _run_once(q, "c1", 0, group="tenant:3")
+    purged = _sqlq("purge", queue_url)
+    assert purged.returncode == 0, purged.stderr
+    assert purged.stdout == "removed 3 COMPLETED tasks from queue 'default'; forgot 2 idle groups\n"
+    again = json.loads(_sqlq("purge", queue_url, "--json", "--dead").stdout)
+    assert (again["removed"], again["groups_forgotten"]) == ({"DEAD": 0}, 0)
+    with sqlq.Queue(queue_url, lease_seconds=60, max_attempts=3) as q:
+        assert q.limits() == {"tenant:1": Limit(1, None, None)}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
