@@ -650,6 +650,95 @@ MUTANTS = [
         # add (test_probe13, a held transaction) finds it every time
         ("tests/test_probe13.py", "tests/test_keys.py"),
     ),
+    # --- idle groups forgotten at purge (tests/test_limits.py, on every face)
+    Mutant(
+        "memory-purge-forgets-a-group-whose-rate-owes-a-wait",
+        "sqlq/memory.py",
+        "if name not in busy and not group.running and group.tat <= now",
+        "if name not in busy and not group.running",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "memory-purge-forgets-a-group-with-a-task-in-line",
+        "sqlq/memory.py",
+        "busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] not in _ENDED}",
+        "busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] is _WAITING}",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "memory-purge-forgets-a-group-with-a-lease",
+        "sqlq/memory.py",
+        "if name not in busy and not group.running and group.tat <= now",
+        "if (name not in busy or group.running) and group.tat <= now",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "memory-redrive-leaves-a-forgotten-group-unmade",
+        "sqlq/memory.py",
+        "self._make_group(record[_GROUP])  # purge forgot it",
+        "pass",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-purge-forgets-a-group-whose-rate-owes-a-wait",
+        "sqlq/sqlite/queries.sql",
+        "  AND live = 0 AND running = 0 AND tat <= :now",
+        "  AND live = 0 AND running = 0",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-purge-forgets-busy-groups",
+        "sqlq/sqlite/queries.sql",
+        "  AND live = 0 AND running = 0 AND tat <= :now",
+        "  AND tat <= :now",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-purge-looks-at-the-first-batch-of-groups-only",
+        "sqlq/sqlite/backend.py",
+        "return forgotten, last if seen == batch else None",
+        "return forgotten, None",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-redrive-leaves-a-forgotten-group-unmade",
+        "sqlq/sqlite/backend.py",
+        "        self._cur.execute(Q.remake_group, params)\n",
+        "",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "pg-purge-forgets-a-group-whose-rate-owes-a-wait",
+        "sqlq/postgresql/queries.sql",
+        "      AND live = 0 AND running = 0 AND tat <= %(now)s::float8\n"
+        "    ORDER BY group_key\n"
+        "    FOR UPDATE SKIP LOCKED\n"
+        "), gone AS (\n"
+        "    DELETE FROM sqlq_groups AS g USING idle\n"
+        "    WHERE g.queue = %(queue)s AND g.group_key = idle.group_key\n"
+        "      AND g.live = 0 AND g.running = 0 AND g.tat <= %(now)s::float8\n",
+        "      AND live = 0 AND running = 0\n"
+        "    ORDER BY group_key\n"
+        "    FOR UPDATE SKIP LOCKED\n"
+        "), gone AS (\n"
+        "    DELETE FROM sqlq_groups AS g USING idle\n"
+        "    WHERE g.queue = %(queue)s AND g.group_key = idle.group_key\n",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "pg-purge-waits-for-a-group-another-call-holds",
+        "sqlq/postgresql/queries.sql",
+        "    ORDER BY group_key\n    FOR UPDATE SKIP LOCKED\n",
+        "    ORDER BY group_key\n    FOR UPDATE\n",
+        ("tests/test_postgresql_faults.py",),
+    ),
+    Mutant(
+        "pg-redrive-leaves-a-forgotten-group-unmade",
+        "sqlq/postgresql/backend.py",
+        "        cur.execute(Q.remake_group, params)\n",
+        "",
+        ("tests/test_postgresql_faults.py",),
+    ),
     Mutant(
         "postgresql-group-front-read-before-its-lock",
         "sqlq/postgresql/migrations/0010_group_front_under_lock.sql",

@@ -955,6 +955,7 @@ class PostgresTransaction:
         without undoing the call.  A task without a key needs none."""
         cur = self._opened_cursor
         params = {"id": row_id, "now": self._now, "keyed": False}
+        cur.execute(Q.remake_group, params)
         redriven: bool = cur.execute(Q.redrive_task, params).rowcount == 1
         if not redriven:  # it has a key (or is no longer DEAD)
             redriven = self._redrive_keyed(cur, {**params, "keyed": True})
@@ -989,6 +990,12 @@ class PostgresTransaction:
     def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
         params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
         return int(self._opened_cursor.execute(Q.purge_batch, params).rowcount)
+
+    def forget_groups(self, queue: str, after: str, batch: int) -> tuple[int, str | None]:
+        cur = self._opened_cursor
+        params = {"queue": queue, "after": after, "batch": batch, "now": self._now}
+        forgotten, last, seen = cur.execute(Q.forget_groups, params).fetchone()
+        return int(forgotten), last if seen == batch else None
 
     def stats(self, queue: str) -> Figures:
         return _figures(self._opened_cursor, queue)

@@ -468,6 +468,56 @@ WHERE id IN (SELECT id FROM sqlq_tasks
              ORDER BY finished_at
              LIMIT %(batch)s)
 
+-- name: forget_groups
+-- purge, forgetting idle groups in transactions of bounded work: of the next
+-- :batch groups of a queue after the name :after (a range of the primary key),
+-- delete the rows of the idle ones: no unfinished task (live = 0, and so no
+-- lease: running = 0) and no start owed to the rate (tat, the next start it
+-- allows, not after :now).  Their limits stay in sqlq_limits: sqlq_group_added
+-- makes a group's row anew with them at its next add, remake_group at a redrive.
+-- Never waits for a lock, so it takes part in no deadlock: it locks the rows it
+-- deletes in name order, skipping a row another transaction holds (a call that
+-- moves one of the group's tasks, which will not leave it idle, or a claim), and
+-- FOR UPDATE rechecks live, running and tat on the row's latest version.  An
+-- add of the group that comes after waits for this transaction in its trigger's
+-- INSERT ... ON CONFLICT, and then makes the row anew (the conflict is gone).
+-- Returns how many it forgot, the last name of the range and its size.
+WITH span AS (
+    SELECT group_key FROM sqlq_groups
+    WHERE queue = %(queue)s AND group_key > %(after)s
+    ORDER BY group_key LIMIT %(batch)s
+), idle AS (
+    SELECT group_key FROM sqlq_groups
+    WHERE queue = %(queue)s AND group_key IN (SELECT group_key FROM span)
+      AND live = 0 AND running = 0 AND tat <= %(now)s::float8
+    ORDER BY group_key
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM sqlq_groups AS g USING idle
+    WHERE g.queue = %(queue)s AND g.group_key = idle.group_key
+      AND g.live = 0 AND g.running = 0 AND g.tat <= %(now)s::float8
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT max(group_key) FROM span),
+       (SELECT count(*) FROM span)
+
+-- name: remake_group
+-- Before redrive_task: the row of the DEAD task's group, if forget_groups forgot
+-- it (an add makes it in sqlq_group_added; a redrive moves a task whose group
+-- may be gone), with the limits that apply to it as sqlq_group_added reads
+-- them: the group's own, else the queue's default.  A row that exists is
+-- locked (the update changes nothing), so that no purge forgets it before the
+-- redrive's trigger counts the task in it; a purge that holds it is waited for,
+-- and the row made anew.  No change for a task without a group.
+INSERT INTO sqlq_groups AS g (queue, group_key, cap, spacing)
+SELECT t.queue, t.group_key, coalesce(l.concurrency, 9223372036854775807), l.per / l.rate
+FROM sqlq_tasks AS t
+LEFT JOIN LATERAL (SELECT concurrency, rate, per FROM sqlq_limits
+                   WHERE queue = t.queue AND group_key IN (t.group_key, '')
+                   ORDER BY group_key = '' LIMIT 1) AS l ON true
+WHERE t.id = %(id)s AND t.state = 'DEAD' AND t.group_key IS NOT NULL
+ON CONFLICT (queue, group_key) DO UPDATE SET live = g.live
+
 -- name: queue_figures
 -- What Queue.stats shows, in one statement (one snapshot): tasks per state as
 -- JSON, when the front of the line became AVAILABLE, the next deadline, the

@@ -1069,6 +1069,7 @@ class SqliteTransaction:
 
     def redrive(self, row_id: int) -> bool:
         params = {"id": row_id, "seq": self._counter + 1, "now": self.now}
+        self._cur.execute(Q.remake_group, params)
         if self._cur.execute(Q.redrive_task, params).rowcount != 1:
             return False
         self._next_id()
@@ -1089,6 +1090,14 @@ class SqliteTransaction:
     def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
         params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
         return int(self._cur.execute(Q.purge_batch, params).rowcount)
+
+    def forget_groups(self, queue: str, after: str, batch: int) -> tuple[int, str | None]:
+        params = {"queue": queue, "after": after, "batch": batch, "now": self.now}
+        last, seen = self._cur.execute(Q.group_span, params).fetchone()
+        if not seen:
+            return 0, None
+        forgotten = int(self._cur.execute(Q.forget_groups, {**params, "last": last}).rowcount)
+        return forgotten, last if seen == batch else None
 
     def stats(self, queue: str) -> Figures:
         return _figures(self._cur, queue)

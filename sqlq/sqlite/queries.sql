@@ -291,6 +291,42 @@ WHERE id IN (SELECT id FROM sqlq_tasks
              ORDER BY finished_at
              LIMIT :batch)
 
+-- name: group_span
+-- purge, forgetting idle groups in transactions of bounded work: the last name
+-- and the number of the next :batch groups of a queue after the name :after (a
+-- range of the primary key), which forget_groups then looks at.
+SELECT max(group_key), count(*)
+FROM (SELECT group_key FROM sqlq_groups
+      WHERE queue = :queue AND group_key > :after
+      ORDER BY group_key LIMIT :batch)
+
+-- name: forget_groups
+-- Forget the idle groups of the range group_span found (names after :after up
+-- to :last): no unfinished task (live = 0, and so no lease: running = 0) and
+-- no start owed to the rate (tat, the next start it allows, not after :now).
+-- Their limits stay in sqlq_limits: sqlq_group_added makes the row of a group
+-- anew with them at its next add, and remake_group at a redrive.
+DELETE FROM sqlq_groups
+WHERE queue = :queue AND group_key > :after AND group_key <= :last
+  AND live = 0 AND running = 0 AND tat <= :now
+
+-- name: remake_group
+-- Before redrive_task: the row of the DEAD task's group, if forget_groups forgot
+-- it (an add makes it in sqlq_group_added; a redrive moves a task whose group
+-- may be gone), with the limits that apply to it as sqlq_group_added reads
+-- them: the group's own, else the queue's default.  No change for a task
+-- without a group or one whose group has its row.
+INSERT INTO sqlq_groups (queue, group_key, cap, spacing)
+SELECT t.queue, t.group_key, coalesce(l.concurrency, 9223372036854775807), l.per / l.rate
+FROM sqlq_tasks AS t
+LEFT JOIN sqlq_limits AS l
+  ON l.queue = t.queue
+ AND l.group_key = (SELECT group_key FROM sqlq_limits
+                    WHERE queue = t.queue AND (group_key = t.group_key OR group_key = '')
+                    ORDER BY group_key = '' LIMIT 1)
+WHERE t.id = :id AND t.state = 'DEAD' AND t.group_key IS NOT NULL
+ON CONFLICT (queue, group_key) DO NOTHING
+
 -- name: count_queue_states
 -- Tasks of one queue per state.
 SELECT state, count(*) FROM sqlq_tasks WHERE queue = :queue GROUP BY state
