@@ -500,8 +500,8 @@ MUTANTS = [
     Mutant(
         "sql-pause-probed-only-in-a-file-never-paused",
         "sqlq/sqlite/queries.sql",
-        "       iif(paused, EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
-        "       iif(NOT paused, EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
+        "       + iif(paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
+        "       + iif(NOT paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
         CONTROL,
     ),
     Mutant(

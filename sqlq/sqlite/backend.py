@@ -770,10 +770,10 @@ class SqliteTransaction:
                 self._cur.execute(Q.savepoint)
             cur = self._cur
             asked = self.now
-            row = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
-            mark, counter, due, groups, paused = row
-            self.groups: bool = groups  # the queue has grouped tasks not finished
-            self.paused: bool = paused  # its claims find nothing
+            mark, counter, flags = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
+            due = flags & 1
+            self.groups: bool = bool(flags & 2)  # the queue has grouped tasks not finished
+            self.paused: bool = bool(flags & 4)  # its claims find nothing
             self.mark: Number = mark
             self._counter: int = counter
             self._stored_counter = counter

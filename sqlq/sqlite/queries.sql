@@ -59,26 +59,29 @@ ROLLBACK TO sqlq_batch
 
 -- name: open_call
 -- The first statement of every call, after BEGIN: the database clock (its time
--- high-water mark and id counter) and whether anything in queue ?1 is due at
--- the call's time (the later of ?2 and the mark): a lease whose deadline has
--- passed (deadline inclusive) or a WAITING task whose run_at has come.  Two
--- probes of partial indexes; due_events reads the events only when one is due.
--- Last, whether the queue has a group with unfinished tasks (a probe of
--- sqlq_groups_live, named: the planner, without statistics, would rather walk
--- the queue's groups by their key), only in a file where a grouped task was
--- ever added (sqlq_clock.grouped: a file without groups pays no probe): the
--- claims then take the statements that know groups.  And whether the queue is
--- paused (a probe of sqlq_paused's key), only while some queue of the file is
--- (sqlq_clock.paused, kept by triggers on sqlq_paused, migration 13): a paused
--- queue's claims then run no statement.
+-- high-water mark and id counter), then what the call must know of its queue
+-- ?1, as the bits of one number (every column of a result costs the DB-API
+-- module a tuple and a decoded name per statement, about 1,500 instructions):
+-- 1: something is due at the call's time (the later of ?2 and the mark): a
+-- lease whose deadline has passed (deadline inclusive) or a WAITING task whose
+-- run_at has come.  Two probes of partial indexes; due_events reads the events
+-- only when one is due.
+-- 2: the queue has a group with unfinished tasks (a probe of sqlq_groups_live,
+-- named: the planner, without statistics, would rather walk the queue's groups
+-- by their key), asked only in a file where a grouped task was ever added
+-- (sqlq_clock.grouped: a file without groups pays no probe): the claims then
+-- take the statements that know groups.
+-- 4: the queue is paused (a probe of sqlq_paused's key), asked only while some
+-- queue of the file is (sqlq_clock.paused, kept by triggers on sqlq_paused,
+-- migration 13): a paused queue's claims then run no statement.
 SELECT now, counter,
-       EXISTS (SELECT 1 FROM sqlq_tasks
-               WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
-       OR EXISTS (SELECT 1 FROM sqlq_tasks
-                  WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)),
-       iif(grouped, EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_live
-                            WHERE queue = ?1 AND live > 0), 0),
-       iif(paused, EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)
+       (EXISTS (SELECT 1 FROM sqlq_tasks
+                WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
+        OR EXISTS (SELECT 1 FROM sqlq_tasks
+                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))
+       + iif(grouped, 2 * EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_live
+                                  WHERE queue = ?1 AND live > 0), 0)
+       + iif(paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)
 FROM sqlq_clock WHERE id = 1
 
 -- name: due_events
