@@ -153,20 +153,8 @@ Index(
     tasks.c.finished_at,
     sqlite_where=text("finished_at IS NOT NULL"),
 )
-Index(
-    "sqlq_tasks_key_holder",
-    tasks.c.queue,
-    tasks.c.dedupe_key,
-    unique=True,
-    sqlite_where=text("dedupe_key IS NOT NULL AND finished_at IS NULL"),
-)
-Index(
-    "sqlq_tasks_key_finished",
-    tasks.c.queue,
-    tasks.c.dedupe_key,
-    tasks.c.finished_at,
-    sqlite_where=text("dedupe_key IS NOT NULL AND finished_at IS NOT NULL"),
-)
+# The dedupe keys' indexes (sqlq_tasks_key_holder, sqlq_tasks_key_finished) are made by
+# the first keyed add of a file (sqlq/sqlite/migrations/on_demand/0002), not declared here.
 
 schedules = Table(
     "sqlq_schedules",

@@ -163,6 +163,7 @@ RELEASED = [
     (10, "priorities", "26ae284ccbd07fc49930cdcb7de62ae0403ac49762d9d2bf6cf9a724ac49b2e5"),
     (11, "group_limits", "ed91f6abb0c2d9d15e692d6b94d832fc78fb2fcbe99074f3b4d08f1364cf4299"),
     (12, "workers", "0455c002dbe1f783b7ba175c34d3efbde54aaf64318591eeebdef61793ac1dbc"),
+    (13, "leaner_tasks", "acdf1c5cafcb3b86ecaace60611206268f422720f2cde094bf9d1dc00cd9eaec"),
 ]
 
 
@@ -175,6 +176,7 @@ def test_released_migrations_keep_their_checksums() -> None:
 #: released: recorded under the negative of their number.
 RELEASED_ON_DEMAND = [
     (-1, "group_triggers", "32973334f54e22679e7bea893e1bb3436248ae5413a201d16a965f723ca09a44"),
+    (-2, "key_indexes", "ef483c4e740459f229e2e4a519d974a690e2f1252c524c3dc4773a44cd79963f"),
 ]
 
 
@@ -715,3 +717,56 @@ def test_a_migration_that_keeps_the_triggers_makes_none_again(
         "sqlq_group_added",
         "sqlq_group_moved",
     ]
+
+
+def _key_indexes(path: Path) -> tuple[list[str], list[int]]:
+    """The key indexes of the file (their SQL) and the on-demand migrations it recorded."""
+    objects, records, _ = _schema_and_records(path)
+    made = sorted(sql for kind, name, _, sql in objects if kind == "index" and "_key_" in name)
+    return made, [version for version, _, _ in records if version < 0]
+
+
+def _declared_key_indexes() -> list[str]:
+    keys = migrate.on_demand()[migrate.KEY_INDEXES - 1]
+    return sorted(s[s.index("CREATE") :].rstrip(";") for s in keys.statements())
+
+
+def test_the_key_indexes_come_with_the_first_keyed_add(db_path: Path) -> None:
+    """A file whose queues use no dedupe keys has no key index (its completions and
+    claims keep none); the first keyed add makes them (on-demand migration 2) and
+    records it; an add whose transaction rolls back takes them away again, and the
+    next keyed add makes them anew."""
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
+        q.add("plain", 0)
+        assert _key_indexes(db_path) == ([], [])
+        with pytest.raises(RuntimeError), q.engine.begin() as conn:
+            q.add("t", 0, key="k", conn=conn)
+            raise RuntimeError("the caller's transaction rolls back")
+        assert _key_indexes(db_path) == ([], [])
+        assert q.add("u", 0, key="k").outcome.value == "added"
+        assert _key_indexes(db_path) == (_declared_key_indexes(), [-2])
+        assert q.add("v", 0, key="k").holder == "u"  # the unique index guards it
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as again:
+        assert again.add("w", 0, key="k").holder == "u"
+    assert _key_indexes(db_path) == (_declared_key_indexes(), [-2])
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_migration_13_keeps_the_key_indexes_of_a_file_that_holds_keyed_tasks(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, keyed: bool
+) -> None:
+    """Migration 13 leaves the key indexes to on-demand migration 2: a version 12 file
+    that holds a keyed task gets them (and the record) in the migration, one that
+    holds none is left without them."""
+    columns = "queue, task_id, state, seq, attempts, max_attempts, created_at, updated_at"
+    rows = [("default", "t", "AVAILABLE", 1, 0, 3, 1.0, 1.0)]
+    _database_at(db_path, monkeypatch, 12, columns, rows)
+    if keyed:
+        with sqlite3.connect(db_path) as conn:
+            conn.execute("UPDATE sqlq_tasks SET dedupe_key = 'k'")
+        conn.close()
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
+        assert _key_indexes(db_path) == ((_declared_key_indexes(), [-2]) if keyed else ([], []))
+        answer = q.add("u", 60, key="k")
+        assert answer.holder == ("t" if keyed else "u")
+    assert _key_indexes(db_path) == (_declared_key_indexes(), [-2])

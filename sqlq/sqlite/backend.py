@@ -78,7 +78,14 @@ from ..records import (
 from ..retry import Retry, stored_policy
 from . import driver, files
 from .gate import Gate
-from .migrate import GROUP_TRIGGERS, apply_on_demand, check_schema, ensure_schema, latest_version
+from .migrate import (
+    GROUP_TRIGGERS,
+    KEY_INDEXES,
+    apply_on_demand,
+    check_schema,
+    ensure_schema,
+    latest_version,
+)
 from .queries import Q
 
 Synchronous = Literal["full", "normal"]
@@ -230,6 +237,7 @@ class SqliteBackend:
         self._opened = False
         self._closed = False
         self._held_for_fork = False
+        self.keyed = False  # the dedupe keys' indexes are there (SqliteTransaction._keying)
         _live_backends.add(self)
         try:
             with self._lock, self._guard():
@@ -724,6 +732,7 @@ class SqliteTransaction:
         "_counter",
         "_cur",
         "_external",
+        "_keys_made",
         "_locked",
         "_opened",
         "_stored_counter",
@@ -751,6 +760,7 @@ class SqliteTransaction:
         self._conn: Any = None
         self._cur: Any = None  # the cursor every statement of the call runs on
         self._locked = False
+        self._keys_made = False
         self.events: list[tuple[Number, int, TaskRow]] = []
 
     def __enter__(self) -> SqliteTransaction:
@@ -891,6 +901,16 @@ class SqliteTransaction:
         if not self.groups:
             apply_on_demand(self._cur, GROUP_TRIGGERS)
             self.groups = True
+
+    def _keying(self) -> None:
+        """Before a statement that uses a dedupe key: the keys' indexes (the on-demand
+        migration the first keyed add of the file applies, see migrations/on_demand/
+        0002).  Asked once per backend object once they are there for good."""
+        backend = self._backend
+        if not backend.keyed and not self._keys_made:
+            # Made by this call, they go if it rolls back: asked again by the next one.
+            backend.keyed = apply_on_demand(self._cur, KEY_INDEXES)
+            self._keys_made = not backend.keyed
 
     def insert_many(
         self,
@@ -1174,6 +1194,7 @@ class SqliteTransaction:
         return bool(self._cur.execute(Q.forget_worker, params).rowcount == 1)
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
+        self._keying()
         row = self._cur.execute(Q.key_holder, (queue, key, cutoff)).fetchone()
         return None if row is None else Holder(row[0], row[1], State(row[2]), row[3])
 
@@ -1194,6 +1215,7 @@ class SqliteTransaction:
     ) -> bool:
         if group is not None:
             self._grouping()
+        # (the keys' indexes are there: key_holder, asked first in the call, made them)
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
                retry.kind, retry.base, retry.cap, self.now, name, priority, aging, group,

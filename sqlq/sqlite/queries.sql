@@ -776,7 +776,13 @@ ON CONFLICT (version) DO NOTHING
 -- The on-demand migrations a database recorded (their numbers, from 1), in order.
 SELECT -version FROM sqlq_migrations WHERE version < 0 ORDER BY version DESC
 
--- name: missing_triggers
--- Which of the triggers named in :names (a JSON array) the database lacks.
+-- name: missing_objects
+-- Which of the triggers and indexes named in :names (a JSON array) the database
+-- lacks.
 SELECT value FROM json_each(:names)
-WHERE value NOT IN (SELECT name FROM sqlite_schema WHERE type = 'trigger')
+WHERE value NOT IN (SELECT name FROM sqlite_schema WHERE type = 'trigger' OR type = 'index')
+
+-- name: holds_keys
+-- Does the file hold a task with a dedupe key (migrate.IN_USE)?  A scan, once,
+-- when a file is migrated to 13.
+SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE dedupe_key IS NOT NULL)

@@ -18,6 +18,12 @@
 --   the aging), which cost every insert about 1,900 instructions.  PostgreSQL's
 --   migration 2 made the same choice; the conformance and property tests hold
 --   both backends to the checks in the code.
+-- * The dedupe keys' two partial indexes (migration 9) are not made again here:
+--   the first keyed add of a file makes them (on-demand migration 2, as the
+--   group triggers), so a file whose queues use no keys keeps none.  Every
+--   completion, failure and claim changed a column their conditions read, and
+--   kept both (about 5,000 instructions a reserve + complete).  A file that holds
+--   keyed tasks gets them in this migration's transaction (migrate.py).
 -- * sqlq_clock.paused: 1 while some queue of the file is paused, kept by two
 --   triggers on sqlq_paused (so a row written by hand counts too).  The claims
 --   probed sqlq_paused in every statement (about 2,000 instructions a claim);
@@ -123,12 +129,6 @@ CREATE INDEX sqlq_tasks_waiting ON sqlq_tasks (queue, run_at, seq)
 
 CREATE INDEX sqlq_tasks_finished ON sqlq_tasks (queue, state, finished_at)
     WHERE finished_at IS NOT NULL;
-
-CREATE UNIQUE INDEX sqlq_tasks_key_holder ON sqlq_tasks (queue, dedupe_key)
-    WHERE dedupe_key IS NOT NULL AND finished_at IS NULL;
-
-CREATE INDEX sqlq_tasks_key_finished ON sqlq_tasks (queue, dedupe_key, finished_at)
-    WHERE dedupe_key IS NOT NULL AND finished_at IS NOT NULL;
 
 -- The views, as migrations 7, 8 and 10 left them.
 CREATE VIEW sqlq_queue_stats AS
