@@ -726,11 +726,12 @@ class PostgresTransaction:
             self._cur.execute(Q.lock_groups, params)
             self._moved.clear()
 
-    def _count_at_once(self) -> None:
-        """Before a claim of a grouped task: the call's moves so far counted (their
-        groups locked first), and its claims counted by their own statements, under
-        the group rows they locked (so that a claim_many never takes a group's last
-        slot twice)."""
+    def _count_moves_now(self) -> None:
+        """Before a claim of a grouped task, or a read of the groups' rows: the call's
+        moves so far counted (their groups locked first), and its later ones by their
+        own statements.  A claim is thus counted under the group row it locked (a
+        claim_many never takes a group's last slot twice), and a read sees the moves
+        of the call (the due events it applied)."""
         if not self._immediate:
             self._lock_groups()
             self._cur.execute(Q.count_group_moves)
@@ -750,22 +751,31 @@ class PostgresTransaction:
                 self._pending = False
                 self._unlock()
                 return
-            lag = 0.0 if self._asked is not None else MARK_LAG
-            raises = self._now > self._mark + lag
-            if not self._autocommit:
-                self._end_group_moves(raises)
-            if raises:
-                cur.execute(Q.raise_mark, {"now": self._now, "lag": lag})
-            if self._announce:
-                cur.execute(Q.announce, {"channel": self._backend.channel(self.queue)})
-            if self._external is not None:
-                cur.execute(Q.restore_search_path, {"path": self._callers_path})
-                cur.execute(Q.release_savepoint)
-            elif not self._autocommit:
-                cur.execute(Q.commit)
+            if self._moved and self._external is None and not self._autocommit:
+                with cur.connection.pipeline():  # lock_groups with the commit: one round trip
+                    self._end(cur)
+            else:
+                self._end(cur)
         except BaseException as error:
             self._fail(error)
         self._unlock()
+
+    def _end(self, cur: Any) -> None:
+        """The call's last statements: the groups' rows and counts, the mark, the
+        announcement, the commit (or the savepoint's release)."""
+        lag = 0.0 if self._asked is not None else MARK_LAG
+        raises = self._now > self._mark + lag
+        if not self._autocommit:
+            self._end_group_moves(raises)
+        if raises:
+            cur.execute(Q.raise_mark, {"now": self._now, "lag": lag})
+        if self._announce:
+            cur.execute(Q.announce, {"channel": self._backend.channel(self.queue)})
+        if self._external is not None:
+            cur.execute(Q.restore_search_path, {"path": self._callers_path})
+            cur.execute(Q.release_savepoint)
+        elif not self._autocommit:
+            cur.execute(Q.commit)
 
     def _end_group_moves(self, raises: bool) -> None:
         """Before the clock row (``raises``: raise_mark follows) and the commit: the
@@ -924,8 +934,14 @@ class PostgresTransaction:
 
     def _claim_grouped(self, queue: str, seconds: Number, fair: bool) -> Claimed | None:
         params = {"queue": queue, "seconds": seconds, "max_time": MAX_TIME, "fair": fair}
-        self._count_at_once()
-        (row,) = self._write(Q.claim_grouped, params)
+        if self._immediate:
+            (row,) = self._write(Q.claim_grouped, params)
+        else:  # the call's first grouped claim: counting at once first, one round trip
+            params.update(self._call_params(self._now), lock=False)
+            with self._cur.connection.pipeline():
+                self._count_moves_now()
+                self._cur.execute(Q.claim_grouped, params)
+            row = self._cur.fetchone()[4:]
         return _claimed(row) if row[0] else None
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
@@ -1042,7 +1058,10 @@ class PostgresTransaction:
         return int(self._opened_cursor.execute(Q.purge_batch, params).rowcount)
 
     def stats(self, queue: str) -> Figures:
-        return _figures(self._opened_cursor, queue)
+        cur = self._opened_cursor
+        if self._moved:  # the fronts of the groups' lines after the call's due events
+            self._count_moves_now()
+        return _figures(cur, queue)
 
     def outcome(self, queue: str, task_id: str) -> Outcome | None:
         params = {"queue": queue, "task_id": stored(task_id)}
@@ -1098,7 +1117,8 @@ class PostgresTransaction:
         key order), then the limits (see lock_limits)."""
         cur, params = self._opened_cursor, {"queue": queue, "group_key": group}
         cur.execute(Q.lock_limits, params)
-        cur.execute(Q.lock_limited_groups, params)
+        cur.execute(Q.lock_limited_groups, {**params, "keys": sorted(self._moved)})
+        self._moved.clear()  # (the due events' groups: locked in the same order)
         if limit is None:
             changed = bool(cur.execute(Q.remove_limit, params).rowcount)
         else:
@@ -1113,7 +1133,10 @@ class PostgresTransaction:
         return {group: Limit(*rest) for group, *rest in rows}
 
     def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
-        rows = self._opened_cursor.execute(Q.list_groups, {"queue": queue}).fetchall()
+        cur = self._opened_cursor
+        if self._moved:  # (the call's due events)
+            self._count_moves_now()
+        rows = cur.execute(Q.list_groups, {"queue": queue}).fetchall()
         return {group: (running, live) for group, running, live in rows}
 
     def beat_worker(self, row: WorkerRow) -> None:

@@ -150,9 +150,11 @@ SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(queue
 -- name: lock_limited_groups
 -- set_limit and remove_limit, after lock_limits: the rows of the groups whose
 -- limits change (the one group, or every group of the queue for the default ''),
--- in group-key order (the lock order of lock_groups).
+-- with those of the groups :keys whose tasks the call moved before (its due
+-- events), in group-key order (the lock order of lock_groups).
 SELECT 1 FROM sqlq_groups
-WHERE queue = %(queue)s AND (%(group_key)s = '' OR group_key = %(group_key)s)
+WHERE queue = %(queue)s
+  AND (%(group_key)s = '' OR group_key = %(group_key)s OR group_key = ANY (%(keys)s::text[]))
 ORDER BY group_key
 FOR UPDATE
 
@@ -889,7 +891,8 @@ line_key, seq
 -- first (:fair false) or, round robin, the one whose latest start is oldest.
 -- Its row is locked (a group another call is claiming from or moving is
 -- passed over), rechecked on its latest version, and the trigger
--- sqlq_group_moved counts the lease in this statement, under that lock.
+-- sqlq_group_moved counts the lease in this statement, under that lock (the call
+-- set the counting triggers IMMEDIATE before: count_group_moves).
 -- Then the task, or NULLs.
 WITH {{_call}}, ungrouped AS (
     SELECT id, line_key, seq FROM sqlq_tasks
