@@ -24,6 +24,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -264,6 +265,22 @@ def lock_row(session: psycopg.Connection[Any], queue: str, task_id: str) -> None
     )
 
 
+def claim_in_flight(session: psycopg.Connection[Any], queue: str, group: str, task_id: str) -> None:
+    """In a transaction ``session`` begins and leaves open: a claim of the group's task,
+    as claim_grouped makes it (the group's row locked, the task RESERVED)."""
+    session.execute("BEGIN")
+    session.execute(
+        "SELECT 1 FROM sqlq_groups WHERE queue = %s AND group_key = %s FOR UPDATE", (queue, group)
+    )
+    session.execute(
+        "UPDATE sqlq_tasks SET state = 'RESERVED', attempts = attempts + 1, "
+        "lease_id = nextval('sqlq_counter'), "
+        "deadline = extract(epoch FROM clock_timestamp()) + 30 "
+        "WHERE queue = %s AND task_id = %s",
+        (queue, task_id),
+    )
+
+
 # --- the server restarted ------------------------------------------------------------------
 
 
@@ -491,6 +508,24 @@ def answer_or_wait(process: Calls, admin: psycopg.Connection[Any]) -> dict[str, 
     return wait_for(answered_or_waiting, "an answer or a wait")
 
 
+@contextmanager
+def leases_in_two_groups(
+    url: str, queue: str, in_g: list[str], in_h: list[str], at: int | None = None
+) -> Iterator[tuple[sqlq.Queue, psycopg.Connection[Any], psycopg.Connection[Any], dict[str, int]]]:
+    """A queue whose tasks ``in_g`` (group G) and ``in_h`` (group H) are all leased
+    (30 s, at time ``at``, else now), an admin session and a holder session: (queue,
+    admin, holder, the lease tokens)."""
+    with (
+        sqlq.Queue(url, lease_seconds=30, max_attempts=3, queue=queue) as q,
+        connect(url) as admin,
+        connect(url) as holder,
+    ):
+        q.add_many(in_g, at, group="G")
+        q.add_many(in_h, at, group="H")
+        token = {lease.task_id: lease.token for lease in q.claim_many(len(in_g) + len(in_h), at)}
+        yield q, admin, holder, token
+
+
 def settle(process: Calls, completed: str, failed: str, token: dict[str, int], **kw: Any) -> None:
     """Send a settle_and_claim that completes the lease of ``completed``, then fails the
     lease of ``failed`` (to be retried), and claims nothing."""
@@ -515,14 +550,12 @@ def test_settles_over_two_groups_in_opposite_orders_neither_wait_nor_deadlock(
     it waited for the first call to end), and both settle."""
     first = calls(postgres_url, queue_name, lease=30.0)
     second = calls(postgres_url, queue_name, lease=30.0)
-    with (
-        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
-        connect(postgres_url) as admin,
-        connect(postgres_url) as holder,
+    with leases_in_two_groups(postgres_url, queue_name, ["g1", "g2"], ["h1", "h2"]) as (
+        queue,
+        admin,
+        holder,
+        token,
     ):
-        queue.add_many(["g1", "g2"], group="G")
-        queue.add_many(["h1", "h2"], group="H")
-        token = {lease.task_id: lease.token for lease in queue.claim_many(4)}
         holder.execute("BEGIN")
         lock_row(holder, queue_name, "g2")
         settle(first, "h1", "g2", token)
@@ -552,14 +585,12 @@ def test_expiries_over_two_groups_beside_a_settle_neither_wait_nor_deadlock(
     with databases.fresh_schema(postgres_url) as url:
         worker = calls(url, "q", lease=30.0)
         adder = calls(url, "q", lease=30.0)
-        with (
-            sqlq.Queue(url, lease_seconds=30, max_attempts=3, queue="q") as queue,
-            connect(url) as admin,
-            connect(url) as holder,
+        with leases_in_two_groups(url, "q", ["g1", "g2"], ["h1", "h2"], at=1000) as (
+            queue,
+            admin,
+            holder,
+            token,
         ):
-            queue.add_many(["g1", "g2"], 1000, group="G")
-            queue.add_many(["h1", "h2"], 1000, group="H")
-            token = {lease.task_id: lease.token for lease in queue.claim_many(4, 1000)}
             for task_id, seconds in (("g1", 1000), ("h1", 1000), ("h2", 10), ("g2", 20)):
                 assert queue.extend(task_id, token[task_id], 1000, seconds=seconds)
             holder.execute("BEGIN")
@@ -587,14 +618,12 @@ def test_a_redrive_over_two_groups_beside_a_settle_neither_waits_nor_deadlocks(
     nothing (with the queue's turn, it waited for the settle to end)."""
     worker = calls(postgres_url, queue_name, lease=30.0)
     redriver = calls(postgres_url, queue_name, lease=30.0)
-    with (
-        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
-        connect(postgres_url) as admin,
-        connect(postgres_url) as holder,
+    with leases_in_two_groups(postgres_url, queue_name, ["g1", "g3"], ["h1", "h3"]) as (
+        queue,
+        admin,
+        holder,
+        token,
     ):
-        queue.add_many(["g1", "g3"], group="G")
-        queue.add_many(["h1", "h3"], group="H")
-        token = {lease.task_id: lease.token for lease in queue.claim_many(4)}
         for task_id in ("h3", "g3"):
             assert queue.fail(task_id, token=token[task_id], retry=False) == "DEAD"
         holder.execute("BEGIN")
@@ -629,18 +658,7 @@ def test_a_cancel_beside_a_claim_of_its_groups_next_task_leaves_the_front_right(
     ):
         queue.add_many(["a", "b"], group="G")
         queue.add("h1", group="H")
-        holder.execute("BEGIN")  # a claim of b in flight, as claim_grouped makes it
-        holder.execute(
-            "SELECT 1 FROM sqlq_groups WHERE queue = %s AND group_key = 'G' FOR UPDATE",
-            (queue_name,),
-        )
-        holder.execute(
-            "UPDATE sqlq_tasks SET state = 'RESERVED', attempts = attempts + 1, "
-            "lease_id = nextval('sqlq_counter'), "
-            "deadline = extract(epoch FROM clock_timestamp()) + 30 "
-            "WHERE queue = %s AND task_id = 'b'",
-            (queue_name,),
-        )
+        claim_in_flight(holder, queue_name, "G", "b")
         canceller.send("cancel", "a")
         canceller.blocked(admin)  # on G's row
         holder.execute("COMMIT")
@@ -676,18 +694,7 @@ def test_two_moves_in_a_group_beside_a_claim_of_it_leave_its_front_right(
         assert lease is not None and lease.task_id == "a"
         queue.add_many(["b", "c", "d"], group="G")
         queue.add("h1", group="H")
-        holder.execute("BEGIN")  # a claim of b in flight, as claim_grouped makes it
-        holder.execute(
-            "SELECT 1 FROM sqlq_groups WHERE queue = %s AND group_key = 'G' FOR UPDATE",
-            (queue_name,),
-        )
-        holder.execute(
-            "UPDATE sqlq_tasks SET state = 'RESERVED', attempts = attempts + 1, "
-            "lease_id = nextval('sqlq_counter'), "
-            "deadline = extract(epoch FROM clock_timestamp()) + 30 "
-            "WHERE queue = %s AND task_id = 'b'",
-            (queue_name,),
-        )
+        claim_in_flight(holder, queue_name, "G", "b")
         first.send("cancel", "c")
         first.blocked(admin)  # on G's row
         if other == "cancel":
