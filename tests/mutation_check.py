@@ -565,8 +565,8 @@ MUTANTS = [
         LIMITS,
     ),
     Mutant(
-        "pg-expiry-keeps-the-slot",
-        "sqlq/postgresql/migrations/0008_group_limits.sql",
+        "pg-expiry-keeps-the-slot",  # (0010's body of the trigger: the one that runs)
+        "sqlq/postgresql/migrations/0010_group_front_under_lock.sql",
         "- (OLD.state = 'RESERVED')::int,",
         "- (OLD.state = 'RESERVED' AND NEW.state = 'COMPLETED')::int,",
         LIMITS,
