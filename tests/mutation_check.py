@@ -236,9 +236,22 @@ MUTANTS = [
         "WHERE id = :id AND state = 'WAITING'",
     ),
     Mutant(
+        "sql-add-stores-no-name-as-empty",
+        "sqlq/sqlite/queries.sql",
+        "        ?11, ?11, nullif(?12, ''), ?13, ?14, ?11 - ?13 * ?14, nullif(?15, ''))",
+        "        ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14, nullif(?15, ''))",
+    ),
+    Mutant(
+        "sql-complete-stores-no-result-as-empty",
+        "sqlq/sqlite/queries.sql",
+        "    result = nullif(?5, '')",
+        "    result = ?5",
+        RESULTS,
+    ),
+    Mutant(
         "sql-complete-ignores-the-token",
         "sqlq/sqlite/queries.sql",
-        " AND (?3 IS NULL OR lease_id = ?3)",
+        " AND (?3 = 0 OR lease_id = ?3)",
         "",
     ),
     Mutant(
@@ -433,8 +446,8 @@ MUTANTS = [
     Mutant(
         "pg-retries-announced-to-nobody",
         "sqlq/postgresql/backend.py",
-        "            if self._announce:",
-        "            if False:",
+        "        if self._announce:\n            cur.execute(Q.announce",
+        "        if False:\n            cur.execute(Q.announce",
         POSTGRESQL,
     ),
     Mutant(
@@ -476,11 +489,40 @@ MUTANTS = [
     # --- cancel and pause
     Mutant(
         "sql-claim-ignores-the-pause",
-        "sqlq/sqlite/queries.sql",
-        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n"
-        "              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)\n",
-        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n",
+        "sqlq/sqlite/backend.py",
+        "    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:\n"
+        "        if self.paused:\n",
+        "    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:\n"
+        "        if False:\n",
         CONTROL,
+    ),
+    Mutant(
+        "sql-claim-many-ignores-the-pause",
+        "sqlq/sqlite/backend.py",
+        "        if self.paused:\n            return []\n",
+        "",
+        CONTROL,
+    ),
+    Mutant(
+        "sql-pause-probed-only-in-a-file-never-paused",
+        "sqlq/sqlite/queries.sql",
+        "       iif(paused, EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
+        "       iif(NOT paused, EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
+        CONTROL,
+    ),
+    Mutant(
+        "sql-resuming-one-queue-unmarks-the-file",
+        "sqlq/sqlite/migrations/0013_leaner_tasks.sql",
+        "    UPDATE sqlq_clock SET paused = EXISTS (SELECT 1 FROM sqlq_paused) WHERE id = 1;",
+        "    UPDATE sqlq_clock SET paused = 0 WHERE id = 1;",
+        ("tests/test_sqlite.py",),
+    ),
+    Mutant(
+        "sql-rebuild-drops-the-group-triggers",
+        "sqlq/sqlite/migrate.py",
+        "        _restore_on_demand(conn)\n",
+        "",
+        ("tests/test_schema.py",),
     ),
     Mutant(
         "pg-claim-ignores-the-pause",
@@ -565,8 +607,8 @@ MUTANTS = [
         LIMITS,
     ),
     Mutant(
-        "pg-expiry-keeps-the-slot",  # (0010's body of the trigger: the one that runs)
-        "sqlq/postgresql/migrations/0010_group_front_under_lock.sql",
+        "pg-expiry-keeps-the-slot",  # (0011's body of the trigger: the one that runs)
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
         "- (OLD.state = 'RESERVED')::int,",
         "- (OLD.state = 'RESERVED' AND NEW.state = 'COMPLETED')::int,",
         LIMITS,
@@ -588,8 +630,8 @@ MUTANTS = [
     Mutant(  # a group made by an add reads the limits a set_limit is changing
         "pg-group-made-without-the-limits-lock",
         "sqlq/postgresql/migrations/0011_group_lock_order.sql",
-        "        PERFORM pg_advisory_xact_lock_shared(\n",
-        "        PERFORM abs(\n",
+        "    IF NOT FOUND THEN\n        PERFORM pg_advisory_xact_lock_shared(\n",
+        "    IF NOT FOUND THEN\n        PERFORM abs(\n",
         (
             "tests/test_postgresql_faults.py"
             "::test_a_limit_set_while_an_add_makes_the_group_holds_it",
@@ -638,13 +680,102 @@ MUTANTS = [
         # add (test_probe13, a held transaction) finds it every time
         ("tests/test_probe13.py", "tests/test_keys.py"),
     ),
+    # --- idle groups forgotten at purge (tests/test_limits.py, on every face)
+    Mutant(
+        "memory-purge-forgets-a-group-whose-rate-owes-a-wait",
+        "sqlq/memory.py",
+        "if name not in busy and not group.running and group.tat <= now",
+        "if name not in busy and not group.running",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "memory-purge-forgets-a-group-with-a-task-in-line",
+        "sqlq/memory.py",
+        "busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] not in _ENDED}",
+        "busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] is _WAITING}",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "memory-purge-forgets-a-group-with-a-lease",
+        "sqlq/memory.py",
+        "if name not in busy and not group.running and group.tat <= now",
+        "if (name not in busy or group.running) and group.tat <= now",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "memory-redrive-leaves-a-forgotten-group-unmade",
+        "sqlq/memory.py",
+        "self._make_group(record[_GROUP])  # purge forgot it",
+        "pass",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-purge-forgets-a-group-whose-rate-owes-a-wait",
+        "sqlq/sqlite/queries.sql",
+        "  AND live = 0 AND running = 0 AND tat <= :now",
+        "  AND live = 0 AND running = 0",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-purge-forgets-busy-groups",
+        "sqlq/sqlite/queries.sql",
+        "  AND live = 0 AND running = 0 AND tat <= :now",
+        "  AND tat <= :now",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-purge-looks-at-the-first-batch-of-groups-only",
+        "sqlq/sqlite/backend.py",
+        "return forgotten, last if seen == batch else None",
+        "return forgotten, None",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-redrive-leaves-a-forgotten-group-unmade",
+        "sqlq/sqlite/backend.py",
+        "        self._cur.execute(Q.remake_group, params)\n",
+        "",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "pg-purge-forgets-a-group-whose-rate-owes-a-wait",
+        "sqlq/postgresql/queries.sql",
+        "      AND live = 0 AND running = 0 AND tat <= %(now)s::float8\n"
+        "    ORDER BY group_key\n"
+        "    FOR UPDATE SKIP LOCKED\n"
+        "), gone AS (\n"
+        "    DELETE FROM sqlq_groups AS g USING idle\n"
+        "    WHERE g.queue = %(queue)s AND g.group_key = idle.group_key\n"
+        "      AND g.live = 0 AND g.running = 0 AND g.tat <= %(now)s::float8\n",
+        "      AND live = 0 AND running = 0\n"
+        "    ORDER BY group_key\n"
+        "    FOR UPDATE SKIP LOCKED\n"
+        "), gone AS (\n"
+        "    DELETE FROM sqlq_groups AS g USING idle\n"
+        "    WHERE g.queue = %(queue)s AND g.group_key = idle.group_key\n",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "pg-purge-waits-for-a-group-another-call-holds",
+        "sqlq/postgresql/queries.sql",
+        "    ORDER BY group_key\n    FOR UPDATE SKIP LOCKED\n",
+        "    ORDER BY group_key\n    FOR UPDATE\n",
+        ("tests/test_postgresql_faults.py",),
+    ),
+    Mutant(  # the move trigger finds no row of a group purge forgot, and makes none
+        "pg-redrive-leaves-a-forgotten-group-unmade",
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
+        "        EXIT WHEN FOUND;\n        -- No row: a purge forgot",
+        "        EXIT;\n        -- No row: a purge forgot",
+        ("tests/test_postgresql_faults.py",),
+    ),
     Mutant(  # the trigger reads a group's front first, and a call moving one group's
         # tasks takes no lock_groups: either defence alone keeps the front right
         "postgresql-group-front-read-before-its-lock",
-        "sqlq/postgresql/migrations/0010_group_front_under_lock.sql",
-        "        PERFORM 1 FROM sqlq_groups\n"
-        "        WHERE queue = NEW.queue AND group_key = NEW.group_key\n"
-        "        FOR UPDATE;\n",
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
+        "            PERFORM 1 FROM sqlq_groups\n"
+        "            WHERE queue = NEW.queue AND group_key = NEW.group_key\n"
+        "            FOR UPDATE;\n",
         "",
         ("tests/test_postgresql_faults.py",),
         also=(

@@ -808,6 +808,93 @@ def test_a_call_in_the_callers_transaction_leaves_the_counting_deferred(
             assert live(conn) == 0
 
 
+def _group_row(queue: sqlq.Queue, group: str) -> tuple[Any, ...] | None:
+    """(live, running, cap) of the group's row, or None if it has none."""
+    with queue.engine.connect() as conn:
+        row = conn.execute(
+            sqlalchemy.text(
+                "SELECT live, running, cap FROM sqlq_groups WHERE queue = :q AND group_key = :g"
+            ),
+            {"q": queue.queue, "g": group},
+        ).first()
+    return None if row is None else tuple(row)
+
+
+def _idle_group(queue: sqlq.Queue, group: str, ending: str = "complete") -> None:
+    """``group`` under a limit of one lease, with a row and nothing unfinished: its one
+    task, "first", completed (or DEAD: ``ending`` "fail")."""
+    queue.set_limit(group, concurrency=1)
+    queue.add("first", group=group)
+    lease = queue.claim()
+    assert lease is not None
+    if ending == "complete":
+        assert queue.complete("first", token=lease.token)
+    else:
+        assert queue.fail("first", token=lease.token, retry=False) == "DEAD"
+    assert _group_row(queue, group) == (0, 0, 1)
+
+
+@pytest.mark.parametrize("mover", ["add", "redrive"])
+def test_an_add_or_redrive_beside_a_purge_forgetting_its_group_makes_the_group_anew(
+    postgres_url: str, queue_name: str, calls: Callable[..., Calls], mover: str
+) -> None:
+    """A purge's transaction deletes the row of idle group G (what Queue.purge runs a
+    batch at a time, here held open); an add of a task of G in another session, or a
+    redrive of G's DEAD task, waits for it (at the end of its call: lock_groups, the
+    counting triggers being deferred), and once the purge commits its trigger makes
+    G's row anew: the task counted, G's limit of one lease applied.  (Had the move
+    trigger made no row, the redrive's task would be counted nowhere, and G's task
+    would never be claimed.)"""
+    mover_session = calls(postgres_url, queue_name, lease=30.0)
+    with (
+        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
+        connect(postgres_url) as admin,
+        queue.engine.connect() as purging,
+    ):
+        _idle_group(queue, "G", "complete" if mover == "add" else "fail")
+        with purging.begin():
+            with queue._call(None, purging) as tx:  # one batch of Queue.purge's
+                assert tx.forget_groups(queue.queue, "", 10) == (1, None)
+            if mover == "add":
+                mover_session.send("add", "g1", group="G")
+            else:
+                mover_session.send("redrive")
+            mover_session.blocked(admin)  # on G's row, deleted but not committed
+        assert mover_session.answer() == {"value": 1}  # True, or 1 task redriven
+        assert _group_row(queue, "G") == (1, 0, 1)
+        queue.add("g2", group="G")
+        first = "g1" if mover == "add" else "first"
+        assert [lease.task_id for lease in queue.claim_many(2)] == [first]
+        assert queue.groups() == {"G": sqlq.GroupUse(1, 2)}
+        mover_session.close()
+
+
+def test_a_purge_beside_an_add_to_an_idle_group_never_waits_for_it(
+    postgres_url: str, queue_name: str
+) -> None:
+    """An add of idle group G is in flight (its transaction open, G's row locked by its
+    trigger); a purge meanwhile passes over G's row (SKIP LOCKED) instead of waiting
+    (busy_timeout=5 would fail it), forgets the other idle group, and G ends with a
+    right row once the add commits."""
+    with (
+        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
+        sqlq.Queue(
+            postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name, busy_timeout=5
+        ) as purger,
+        queue.engine.connect() as adding,
+    ):
+        _idle_group(queue, "G")
+        queue.add("h0", group="H")
+        assert queue.cancel("h0") == sqlq.Cancel.CANCELLED  # H: idle too
+        with adding.begin():
+            assert queue.add("g1", group="G", conn=adding)
+            assert purger.purge(states=["COMPLETED", "CANCELLED"]) == 2
+            assert _group_row(queue, "H") is None
+        assert _group_row(queue, "G") == (1, 0, 1)
+        queue.add("g2", group="G")
+        assert [lease.task_id for lease in queue.claim_many(2)] == ["g1"]
+
+
 # --- settings of the user's ----------------------------------------------------------------
 
 

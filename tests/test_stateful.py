@@ -200,11 +200,15 @@ class BruteForceQueue:
 
 
 def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
-    """("ok", answer) or ("raised", exception type) - comparable across faces."""
+    """("ok", answer) or ("raised", exception type) - comparable across faces.  What
+    purge answers is compared whole: the tasks removed and the groups forgotten."""
     try:
-        return ("ok", call())
+        answer = call()
     except Exception as exc:
         return ("raised", type(exc))
+    if isinstance(answer, sqlq.Purged):
+        return ("ok", (int(answer), answer.groups))
+    return ("ok", answer)
 
 
 class TwoQueues(RuleBasedStateMachine):
@@ -797,9 +801,15 @@ class LimitsDurableVsMemory(OnDurable):
         )
         self.leases.extend((lease.task_id, lease.token) for lease in leases)
 
-    @rule(move=time_moves)
-    def purge(self, move: Any) -> None:
-        self._same("purge", self._time(move))
+    @rule(
+        move=time_moves,
+        states=st.sampled_from([["COMPLETED"], ["COMPLETED", "DEAD", "CANCELLED"]]),
+    )
+    def purge(self, move: Any, states: list[str]) -> None:
+        """Finished tasks and idle groups forgotten (the DEAD ones' too, which a
+        redrive may bring back): how many of each must agree, and so must every claim
+        after (limits, rates, round robin)."""
+        self._same("purge", self._time(move), states=states)
 
     @rule(n=st.integers(1, 3), move=time_moves)
     def claim_many(self, n: int, move: Any) -> None:

@@ -1057,6 +1057,12 @@ class PostgresTransaction:
         params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
         return int(self._opened_cursor.execute(Q.purge_batch, params).rowcount)
 
+    def forget_groups(self, queue: str, after: str, batch: int) -> tuple[int, str | None]:
+        cur = self._opened_cursor
+        params = {"queue": queue, "after": after, "batch": batch, "now": self._now}
+        forgotten, last, seen = cur.execute(Q.forget_groups, params).fetchone()
+        return int(forgotten), last if seen == batch else None
+
     def stats(self, queue: str) -> Figures:
         cur = self._opened_cursor
         if self._moved:  # the fronts of the groups' lines after the call's due events

@@ -527,6 +527,40 @@ WHERE id IN (SELECT id FROM sqlq_tasks
              ORDER BY finished_at
              LIMIT %(batch)s)
 
+-- name: forget_groups
+-- purge, forgetting idle groups in transactions of bounded work: of the next
+-- :batch groups of a queue after the name :after (a range of the primary key),
+-- delete the rows of the idle ones: no unfinished task (live = 0, and so no
+-- lease: running = 0) and no start owed to the rate (tat, the next start it
+-- allows, not after :now).  Their limits stay in sqlq_limits: the triggers make
+-- a group's row anew with them at its next add or redrive.
+-- Never waits for a lock, so it takes part in no deadlock: it locks the rows it
+-- deletes in name order, skipping a row another transaction holds (a call that
+-- moves one of the group's tasks, which will not leave it idle, or a claim), and
+-- FOR UPDATE rechecks live, running and tat on the row's latest version.  An
+-- add or a redrive of the group that comes after waits for this transaction
+-- (lock_groups, or its trigger), and its trigger then makes the row anew
+-- (migration 0011).
+-- Returns how many it forgot, the last name of the range and its size.
+WITH span AS (
+    SELECT group_key FROM sqlq_groups
+    WHERE queue = %(queue)s AND group_key > %(after)s
+    ORDER BY group_key LIMIT %(batch)s
+), idle AS (
+    SELECT group_key FROM sqlq_groups
+    WHERE queue = %(queue)s AND group_key IN (SELECT group_key FROM span)
+      AND live = 0 AND running = 0 AND tat <= %(now)s::float8
+    ORDER BY group_key
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM sqlq_groups AS g USING idle
+    WHERE g.queue = %(queue)s AND g.group_key = idle.group_key
+      AND g.live = 0 AND g.running = 0 AND g.tat <= %(now)s::float8
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT max(group_key) FROM span),
+       (SELECT count(*) FROM span)
+
 -- name: queue_figures
 -- What Queue.stats shows, in one statement (one snapshot): tasks per state as
 -- JSON, when the front of the line became AVAILABLE, the next deadline, the

@@ -20,6 +20,11 @@ schema that only some databases need and that would cost the others on every cal
 (the group triggers: see migration 11).  The first call that needs one applies it in
 that call's write transaction (apply_on_demand) and records it with the negative of its
 number, its name and checksum; tests/test_schema.py checks both states of a file.
+They hold triggers, and statements that may run again (``UPDATE ... SET grouped = 1``).
+A numbered migration that rebuilds a table drops its triggers (0013 rebuilds
+sqlq_tasks): after each numbered migration, the triggers of the on-demand migrations the
+file recorded that are gone are made again, with the other statements of their
+migration, in the numbered migration's transaction (_restore_on_demand).
 
 An empty file (no bytes, or a SQLite header without tables and with no header
 field set: what an interrupted creation leaves) is a database not created yet.
@@ -34,7 +39,9 @@ then looks again: no process fails because another is creating the file.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -99,6 +106,32 @@ def apply_on_demand(cur: Any, version: int) -> None:
     if cur.execute(Q.record_on_demand, record).rowcount == 1:
         for statement in migration.statements():
             cur.execute(statement)
+
+
+def _restore_on_demand(conn: Any) -> None:
+    """After a numbered migration: the on-demand migrations the database recorded whose
+    triggers that migration dropped (a table rebuilt) are run again, in its transaction,
+    but for the triggers that are still there."""
+    for (version,) in conn.execute(Q.on_demand_applied).fetchall():
+        statements = on_demand()[version - 1].statements()
+        made = {_trigger_name(s): s for s in statements if _trigger_name(s)}
+        missing = {
+            name for (name,) in conn.execute(Q.missing_triggers, {"names": json.dumps(list(made))})
+        }
+        if missing:
+            for statement in statements:
+                name = _trigger_name(statement)
+                if name is None or name in missing:
+                    conn.execute(statement)
+
+
+def _trigger_name(statement: str) -> str | None:
+    """The name of the trigger a statement makes, or None."""
+    found = _CREATE_TRIGGER.search(statement)
+    return None if found is None else found.group(1)
+
+
+_CREATE_TRIGGER = re.compile(r"^CREATE TRIGGER (\w+)", re.MULTILINE)
 
 
 def latest_version() -> int:
@@ -263,6 +296,7 @@ def _apply(conn: Any, migration: Migration) -> None:
         conn.execute(Q.create_migrations_table)
         for statement in migration.statements():
             conn.execute(statement)
+        _restore_on_demand(conn)
         conn.execute(
             Q.record_migration,
             {

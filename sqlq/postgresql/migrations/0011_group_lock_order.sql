@@ -21,8 +21,12 @@
 -- the group row it locked with SKIP LOCKED, so that no two claims take a group's
 -- last slot.
 --
--- sqlq_group_moved keeps 0010's body: it locks the group's row before it reads
--- the front of the group's line.
+-- sqlq_group_moved keeps 0010's order: it locks the group's row before it reads
+-- the front of the group's line.  A group whose row a purge forgot (no
+-- unfinished task: see queries.sql forget_groups) and whose DEAD task a redrive
+-- brings back has its row made anew by the trigger, as an add's makes it (the
+-- redrive no longer makes it in its own statement, which would lock the row in
+-- the middle of the call, out of the lock order).
 --
 -- sqlq_group_added takes a group's limits from sqlq_limits only when it makes
 -- the group's row, under the queue's limits lock (an advisory lock, shared
@@ -67,6 +71,59 @@ BEGIN
                         THEN NEW.seq ELSE g.head END;
     END IF;
     UPDATE sqlq_clock SET grouped = true WHERE id = 1 AND NOT grouped;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION sqlq_group_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    front_key double precision;
+    front bigint;
+BEGIN
+    LOOP
+        IF OLD.state = 'AVAILABLE' OR NEW.state = 'AVAILABLE' THEN
+            PERFORM 1 FROM sqlq_groups
+            WHERE queue = NEW.queue AND group_key = NEW.group_key
+            FOR UPDATE;
+            -- The front of the group's line, read again (one probe of
+            -- sqlq_tasks_group_line) when the task was or is AVAILABLE (a task that
+            -- joins may go before the front: a higher priority).
+            SELECT line_key, seq INTO front_key, front FROM sqlq_tasks
+            WHERE queue = NEW.queue AND group_key = NEW.group_key AND state = 'AVAILABLE'
+            ORDER BY line_key, seq LIMIT 1;
+        END IF;
+        UPDATE sqlq_groups
+        SET running = running + (NEW.state = 'RESERVED')::int - (OLD.state = 'RESERVED')::int,
+            live = live + (NEW.state IN ('AVAILABLE', 'WAITING', 'RESERVED'))::int
+                        - (OLD.state IN ('AVAILABLE', 'WAITING', 'RESERVED'))::int,
+            head_key = CASE WHEN OLD.state = 'AVAILABLE' OR NEW.state = 'AVAILABLE'
+                            THEN front_key ELSE head_key END,
+            head = CASE WHEN OLD.state = 'AVAILABLE' OR NEW.state = 'AVAILABLE'
+                        THEN front ELSE head END,
+            tat = CASE WHEN NEW.state = 'RESERVED' AND spacing IS NOT NULL
+                       THEN greatest(tat, NEW.updated_at) + spacing ELSE tat END,
+            turn = CASE WHEN NEW.state = 'RESERVED' THEN NEW.lease_id ELSE turn END
+        WHERE queue = NEW.queue AND group_key = NEW.group_key;
+        EXIT WHEN FOUND;
+        -- No row: a purge forgot the group (it had no unfinished task), and a redrive
+        -- brings one back.  Made anew as sqlq_group_added makes a group (under the
+        -- limits lock, shared); a row another transaction makes meanwhile is waited
+        -- for, then updated as above.
+        PERFORM pg_advisory_xact_lock_shared(
+            hashtextextended(current_schema() || ':' || NEW.queue || ':limits', 0));
+        INSERT INTO sqlq_groups (queue, group_key, live, running, head_key, head, cap, spacing)
+        SELECT NEW.queue, NEW.group_key,
+               (NEW.state IN ('AVAILABLE', 'WAITING', 'RESERVED'))::int,
+               (NEW.state = 'RESERVED')::int,
+               front_key, front,
+               coalesce(l.concurrency, 9223372036854775807), l.per / l.rate
+        FROM (SELECT 1) AS one
+        LEFT JOIN LATERAL (SELECT concurrency, rate, per FROM sqlq_limits
+                           WHERE queue = NEW.queue AND group_key IN (NEW.group_key, '')
+                           ORDER BY group_key = '' LIMIT 1) AS l ON true
+        ON CONFLICT (queue, group_key) DO NOTHING;
+        EXIT WHEN FOUND;
+    END LOOP;
     RETURN NULL;
 END
 $$;
