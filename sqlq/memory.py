@@ -74,7 +74,6 @@ from .contract import (
     LEASE_EXPIRED,
     MAX_ID_LENGTH,
     MAX_TIME,
-    NO_PRIORITY,
     Cancel,
     Completion,
     Limit,
@@ -250,7 +249,49 @@ class WorkQueue:
         group: str | None = None,
     ) -> Added: ...
 
-    def add(
+    def add(self, task_id: str, now: Number, **options: Any) -> bool | Added:
+        """Put a new task at the back of the line (or WAITING until its delay is over).
+
+        False, and no change, if the id exists in any state.  The options, by keyword
+        (as the overloads above and ``_add`` name them): ``payload``; ``delay`` or
+        ``run_at``; ``name``, stored with the task and carried by its leases;
+        ``max_attempts`` and ``retry``, which replace the queue's for this task;
+        ``priority`` (-1000 to 1000, higher first), which places it in the line with
+        the queue's ``aging`` (see sqlq.contract); ``group``, which puts it under that
+        group's limits (see ``set_limit``); ``key``, ``on_key`` and ``key_window``: a
+        dedupe key, answered with an Added (see sqlq.keys).
+
+        The options come as ``**options`` so that an add without any pays for none of
+        them: at every call CPython looks the default of each keyword-only argument not
+        given up in a dict (about 150 instructions each, 1,650 for these eleven), where
+        an empty ``**options`` costs about 340.  ``_add`` takes them by name, so that an
+        unknown one is a TypeError as before.
+        """
+        if options:
+            return self._add(task_id, now, **options)
+        if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
+            task_id = check_new_task_id(task_id)
+        if (type(now) is int or type(now) is float) and self._now <= now < self._due:
+            self._now = now
+        else:
+            now = self._advance(now)
+        tasks = self._tasks
+        if task_id in tasks:
+            return False
+        if self._line_priority == 0:  # _join_line, inline: line_key(now, 0, aging) is now
+            self._counter = seq = self._counter + 1
+            tasks[task_id] = [_AVAILABLE, 0, 0, now, None, None, now, now, None,
+                              self.max_attempts, self._retry, None, None, 0, None,
+                              seq]  # fmt: skip
+            self._line.append(task_id)  # (at the back of its FIFO: no front moves)
+        else:
+            record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
+                                       self.max_attempts, self._retry, None, None, 0,
+                                       None, 0]  # fmt: skip
+            self._join_line(task_id, record)
+        return True
+
+    def _add(
         self,
         task_id: str,
         now: Number,
@@ -267,50 +308,8 @@ class WorkQueue:
         key_window: Number | None = None,
         group: str | None = None,
     ) -> bool | Added:
-        """Put a new task at the back of the line (or WAITING until its delay is over).
-
-        False, and no change, if the id exists in any state.  ``name`` is stored
-        with the task and its leases carry it; ``max_attempts`` and ``retry``
-        replace the queue's for this task.  ``priority`` (-1000 to 1000, higher
-        first) places it in the line with the queue's ``aging`` (see sqlq.contract);
-        ``group`` puts it under that group's limits (see ``set_limit``).
-        ``key``, ``on_key`` and ``key_window``: a dedupe key, answered with an Added
-        (see sqlq.keys).
-        """
-        if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
-            task_id = check_new_task_id(task_id)
-        if (
-            payload is None  # nothing to encode, wait for or check
-            and delay is None
-            and run_at is None
-            and name is None
-            and max_attempts is None
-            and retry is None
-            and key is None
-            and on_key is None
-            and key_window is None
-            and priority is NO_PRIORITY  # the int 0 itself: not False, not 0.0
-            and group is None
-        ):
-            if (type(now) is int or type(now) is float) and self._now <= now < self._due:
-                self._now = now
-            else:
-                now = self._advance(now)
-            tasks = self._tasks
-            if task_id in tasks:
-                return False
-            if self._line_priority == 0:  # _join_line, inline: line_key(now, 0, aging) is now
-                self._counter = seq = self._counter + 1
-                tasks[task_id] = [_AVAILABLE, 0, 0, now, None, None, now, now, None,
-                                  self.max_attempts, self._retry, None, None, 0, None,
-                                  seq]  # fmt: skip
-                self._line.append(task_id)  # (at the back of its FIFO: no front moves)
-            else:
-                record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                                           self.max_attempts, self._retry, None, None, 0,
-                                           None, 0]  # fmt: skip
-                self._join_line(task_id, record)
-            return True
+        """add with options, each checked."""
+        task_id = check_new_task_id(task_id)
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
         policy = self._policy(max_attempts, retry)
