@@ -269,7 +269,9 @@ class WorkQueue:
         """
         if options:
             return self._add(task_id, now, **options)
-        if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
+        if not (
+            type(task_id) is str and task_id and len(task_id) <= MAX_ID_LENGTH and task_id.isascii()
+        ):  # check_new_task_id's fast test (a non-empty str is true), inline
             task_id = check_new_task_id(task_id)
         if (type(now) is int or type(now) is float) and self._now <= now < self._due:
             self._now = now
@@ -379,8 +381,10 @@ class WorkQueue:
         if record is None:
             task_id = check_task_id(task_id)
             record = self._tasks.get(task_id)
-        token = None if token is None else check_token(token)
-        stored = None if result is None else check_result(result, self.max_payload_bytes)
+        if token is not None:
+            token = check_token(token)
+        if result is not None:  # from here on, the result as stored
+            result = check_result(result, self.max_payload_bytes)
         if (type(now) is int or type(now) is float) and self._now <= now < self._due:
             self._now = now
         else:
@@ -396,8 +400,8 @@ class WorkQueue:
             self._free_slot(record)
         record[_STATE] = _COMPLETED
         record[_UPDATED] = record[_FINISHED] = now
-        if stored is not None:
-            self._results[task_id] = stored
+        if result is not None:
+            self._results[task_id] = result
         return True
 
     def complete_and_claim(
@@ -426,7 +430,8 @@ class WorkQueue:
         if record is None:
             task_id = check_task_id(task_id)
             record = self._tasks.get(task_id)
-        token = None if token is None else check_token(token)
+        if token is not None:
+            token = check_token(token)
         text = None if error is None else check_error(error)
         if retry is not True:
             retry = check_flag(retry, "retry")
@@ -877,7 +882,8 @@ class WorkQueue:
         """Check ``now`` and apply the time high-water mark; then run every lease
         expiry and wake-up due by then, in (time, counter) order, and set ``_due``
         to the time of the soonest entry left.  Returns the time the call is
-        handled at."""
+        handled at.  (The sooner of the two heaps' fronts is kept while neither heap
+        changes, so that each entry costs one comparison of tuples, not two.)"""
         if not ((type(now) is int or type(now) is float) and 0 <= now <= MAX_TIME):
             now = check_time(now)
         if now < self._now:
@@ -886,34 +892,36 @@ class WorkQueue:
         if now < self._due:
             return now
         tasks, leases, extended, waiting = self._tasks, self._leases, self._extended, self._waiting
+        other = None  # the sooner of the two heaps' fronts (None: to be found again)
         while True:
-            first = leases[0] if leases else _NEVER  # the soonest entry, and where it is
-            source = 0
-            if extended and extended[0] < first:
-                first = extended[0]
-                source = 1
-            if waiting and waiting[0] < first:
-                first = waiting[0]
-                source = 2
+            if other is None:
+                other = extended[0] if extended else _NEVER
+                if waiting and waiting[0] < other:
+                    other = waiting[0]
+            first = leases[0] if leases else _NEVER  # the soonest entry
+            if other < first:
+                first = other
             when, key, task_id = first
             if when > now:
                 break
-            if source == 0:
+            if first is not other:
                 leases.popleft()
-            elif source == 1:
+            else:
+                other = None
+                if waiting and first is waiting[0]:  # a wake-up: never stale (module docstring)
+                    heapq.heappop(waiting)
+                    self._make_available(task_id, tasks[task_id], when)
+                    continue
                 heapq.heappop(extended)
-            else:  # a wake-up: never stale (see the module's docstring)
-                heapq.heappop(waiting)
-                self._make_available(task_id, tasks[task_id], when)
-                continue
             record = tasks.get(task_id)
             if (
                 record is not None
                 and record[_STATE] is _RESERVED
                 and record[_TOKEN] == key
                 and record[_WHEN] == when
+                and self._end_lease(task_id, record, when, LEASE_EXPIRED) is _WAITING
             ):
-                self._end_lease(task_id, record, when, LEASE_EXPIRED)
+                other = None  # its retry's wake-up may be the soonest now
         self._due = when if when < MAX_TIME else MAX_TIME
         return now
 
@@ -1016,17 +1024,18 @@ class WorkQueue:
         if attempts >= record[_MAX_ATTEMPTS]:
             record[_STATE] = _DEAD
             record[_FINISHED] = when
-        elif delay > 0:
+            return _DEAD
+        if delay > 0:
             self._make_waiting(task_id, record, time_after(when, delay), when)
-        else:
-            record[_STATE] = _AVAILABLE
-            if not self._plain:
-                self._join_line(task_id, record)
-            else:  # _join_line, written out: priority 0 into a line of priority 0
-                self._counter = record[_SEQ] = self._counter + 1
-                record[_WHEN] = self._now
-                self._line.append(task_id)
-        return record[_STATE]  # type: ignore[no-any-return]
+            return _WAITING
+        record[_STATE] = _AVAILABLE
+        if not self._plain:
+            self._join_line(task_id, record)
+        else:  # _join_line, written out: priority 0 into a line of priority 0
+            self._counter = record[_SEQ] = self._counter + 1
+            record[_WHEN] = self._now
+            self._line.append(task_id)
+        return _AVAILABLE
 
     def _unqueue(self, task_id: str, state: str) -> None:
         """Take an AVAILABLE task out of the line, or a WAITING one out of the heap of

@@ -281,8 +281,8 @@ MUTANTS = [
     Mutant(
         "memory-wake-ups-before-expiries-at-equal-times",
         "sqlq/memory.py",
-        "if waiting and waiting[0] < first:",
-        "if waiting and waiting[0][0] <= first[0]:",
+        "            if other < first:\n",
+        "            if other[0] <= first[0]:\n",
     ),
     Mutant(
         "sql-deadline-exclusive",
@@ -516,7 +516,7 @@ MUTANTS = [
         "            return token is not None and state is _COMPLETED "
         "and record[_TOKEN] == token\n",
         "            if token is not None and state is _COMPLETED and record[_TOKEN] == token:\n"
-        "                self._results[task_id] = stored  # type: ignore[assignment]\n"
+        "                self._results[task_id] = result\n"
         "                return True\n"
         "            return False\n",
         RESULTS,
