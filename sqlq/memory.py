@@ -9,9 +9,10 @@ Data structures (n = number of tasks):
   priority in line (empty while one priority is in line, the usual case, and
   whenever ``_line`` is).  Only ``reserve``/``claim`` take from them, and every
   move to AVAILABLE appends to one.  A task's place in the line (line key, as
-  contract.line_key, and counter) is kept in its record (``_WHEN``, ``_SEQ``);
-  within a priority the keys grow with the time high-water mark, so each FIFO is
-  in line order, and a line of one priority costs an append and a popleft.
+  contract.line_key, and counter) is kept in its record (``_WHEN``, ``_SEQ``, the
+  latter not written by a plain queue); within a priority the keys grow with the
+  time high-water mark, so each FIFO is in line order, and a line of one priority
+  costs an append and a popleft.
 * ``_fronts``: while ``_others`` holds a FIFO, a min-heap of (line key, counter,
   priority), one for the front of each FIFO: its top is the front of the line.
 * ``_groups``: group -> _Group, for per-key limits: a heap of the line entries of
@@ -37,7 +38,8 @@ purged) is dropped when it reaches the front.
 running task is asked to stop or the queue is paused (and False from then on).
 While it holds, the line is one FIFO, no lease frees a group's slot and none ends
 in CANCELLED, and claims, completions and lease ends test that one flag instead
-of the group, stop, pause and priority of each task and line.
+of the group, stop, pause and priority of each task and line; add and the lease
+ends append to the FIFO without writing the task's counter (see ``_SEQ``).
 
 ``_due`` is a lower bound on the time of the next event (a lease expiry or a
 wake-up; a stale entry's time counts too) and never above MAX_TIME.  A call
@@ -146,7 +148,11 @@ _NAME: Final = 11
 _STOP: Final = 12  # when cancel asked the running task to stop; None if it did not
 _PRIORITY: Final = 13
 _GROUP: Final = 14  # the task's group (see set_limit), or None
-_SEQ: Final = 15  # the counter when it last joined the line (its place among equal line keys)
+# The counter when it last joined the line (its place among equal line keys).  A plain
+# queue (see _plain) does not write it: its line is one FIFO, in which places are
+# never compared, and what a task joining it holds there is at most the counter
+# then, so below the place of every task that joins after the queue stops being plain.
+_SEQ: Final = 15
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
@@ -280,16 +286,13 @@ class WorkQueue:
         tasks = self._tasks
         if task_id in tasks:
             return False
-        if self._line_priority == 0:  # _join_line, inline: line_key(now, 0, aging) is now
-            self._counter = seq = self._counter + 1
-            tasks[task_id] = [_AVAILABLE, 0, 0, now, None, None, now, now, None,
-                              self.max_attempts, self._retry, None, None, 0, None,
-                              seq]  # fmt: skip
-            self._line.append(task_id)  # (at the back of its FIFO: no front moves)
+        record = tasks[task_id] = [_AVAILABLE, 0, 0, now, None, None, now, now, None,
+                                   self.max_attempts, self._retry, None, None, 0, None,
+                                   0]  # fmt: skip
+        if self._plain:  # _join_line, written out for a plain queue (see _SEQ)
+            self._counter += 1
+            self._line.append(task_id)
         else:
-            record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                                       self.max_attempts, self._retry, None, None, 0,
-                                       None, 0]  # fmt: skip
             self._join_line(task_id, record)
         return True
 
@@ -891,10 +894,11 @@ class WorkQueue:
         self._now = now
         if now < self._due:
             return now
-        tasks, leases, extended, waiting = self._tasks, self._leases, self._extended, self._waiting
+        tasks, leases = self._tasks, self._leases
         other = None  # the sooner of the two heaps' fronts (None: to be found again)
         while True:
             if other is None:
+                extended, waiting = self._extended, self._waiting
                 other = extended[0] if extended else _NEVER
                 if waiting and waiting[0] < other:
                     other = waiting[0]
@@ -1029,12 +1033,12 @@ class WorkQueue:
             self._make_waiting(task_id, record, time_after(when, delay), when)
             return _WAITING
         record[_STATE] = _AVAILABLE
-        if not self._plain:
-            self._join_line(task_id, record)
-        else:  # _join_line, written out: priority 0 into a line of priority 0
-            self._counter = record[_SEQ] = self._counter + 1
+        if self._plain:  # _join_line, written out for a plain queue (see _SEQ)
+            self._counter += 1
             record[_WHEN] = self._now
             self._line.append(task_id)
+        else:
+            self._join_line(task_id, record)
         return _AVAILABLE
 
     def _unqueue(self, task_id: str, state: str) -> None:

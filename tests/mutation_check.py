@@ -649,6 +649,15 @@ MUTANTS = [
         ("tests/test_probe13.py",),
     ),
     Mutant(
+        # a plain queue's add writes no place (memory.py: _SEQ); one above the counter
+        # would put the tasks it lined up behind later ones at equal line keys
+        "memory-plain-line-behind-later-tasks",
+        "sqlq/memory.py",
+        "                                   0]  # fmt: skip\n",
+        "                                   2**62]  # fmt: skip\n",
+        PRIORITIES,
+    ),
+    Mutant(
         "memory-aging-sign-flipped",
         "sqlq/contract.py",
         "    return joined - priority * aging",
