@@ -12,7 +12,7 @@ from .contract import Cancel, Limit, State
 from .durable import Queue
 from .executors import stop_requested
 from .memory import WorkQueue
-from .records import Checkpoint, GroupUse, Heartbeat, Lease, QueueStats, TaskInfo
+from .records import Checkpoint, GroupUse, Heartbeat, Lease, Purged, QueueStats, TaskInfo
 from .retry import Retry
 from .schedule import Schedule
 from .tasks import Task, Tasks
@@ -26,6 +26,7 @@ __all__ = [
     "Heartbeat",
     "Lease",
     "Limit",
+    "Purged",
     "Queue",
     "QueueStats",
     "Retry",

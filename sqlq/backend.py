@@ -255,7 +255,9 @@ class Transaction(Protocol):
 
     def redrive(self, row_id: int) -> bool:
         """DEAD -> AVAILABLE at ``now`` with attempts reset; False, and no change, if
-        another task holds its dedupe key (see sqlq.keys)."""
+        another task holds its dedupe key (see sqlq.keys).  The task's group, if
+        ``forget_groups`` forgot it, is made anew first, with the limits that apply
+        to it (as an add makes it)."""
         ...
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
@@ -268,6 +270,15 @@ class Transaction(Protocol):
 
     def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
         """Delete up to ``batch`` tasks in ``state`` finished at or before ``cutoff``."""
+        ...
+
+    def forget_groups(self, queue: str, after: str, batch: int) -> tuple[int, str | None]:
+        """Forget the idle groups (see sqlq.contract) among the next ``batch`` groups
+        of the queue whose names come after ``after`` (in the database's order of
+        names; '' for the first): delete their rows, leaving their limits.  Returns
+        how many it forgot and the last name of those ``batch`` groups, or None if
+        they were the queue's last.  No call waits for it: a group whose row another
+        call holds is not idle, or soon not (it is skipped)."""
         ...
 
     def stats(self, queue: str) -> Figures:

@@ -65,6 +65,19 @@ its group triggers by a recorded on-demand migration at the first grouped add;
 PostgreSQL has every call that moves tasks of a queue with grouped tasks, other
 than a claim, take the queue's turn first, so that such calls never deadlock (a
 claim never waits for a lock).
+
+Idle groups are forgotten (so that a queue grouped per user does not keep a group
+per user ever seen): ``purge`` also forgets every group of the queue that is idle
+at the call's time, that is with no unfinished task (none WAITING, AVAILABLE or
+RESERVED: no lease, nothing counted) and whose next start its rate allows is not
+after the call's time.  A group's limits are not the group's: they are kept by
+name (set_limit's, and the queue's default), and the next task of a forgotten
+group, added or redriven, makes the group anew with them, as its first add did.
+So forgetting never lets a group start sooner than its rate allows nor hold more
+leases than its limit.  The one thing it changes is the round robin: a group that
+comes back starts as a new group, with no latest claim, so a ``fair`` claim serves
+it before the groups it has served since (as it would a group never seen); a group
+not forgotten keeps its place, the time of its latest claim.
 """
 
 from __future__ import annotations

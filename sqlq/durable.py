@@ -80,6 +80,7 @@ from .records import (
     GroupUse,
     Heartbeat,
     Lease,
+    Purged,
     QueueStats,
     ScheduleState,
     TaskInfo,
@@ -758,13 +759,16 @@ class Queue:
         states: Iterable[str] = ("COMPLETED",),
         older_than: Number = 0,
         batch_size: int = PURGE_BATCH,
-    ) -> int:
+    ) -> Purged:
         """Forget COMPLETED (and/or DEAD, CANCELLED) tasks finished at least
-        ``older_than`` seconds ago.
+        ``older_than`` seconds ago, then the idle groups (see sqlq.contract, Per-key
+        limits: a group without unfinished tasks whose rate owes it no wait; its
+        limits stay).
 
-        Deletes in transactions of at most ``batch_size`` tasks, so that workers
-        are never held up for long.  Returns how many were removed; their ids
-        can be added again.
+        Deletes in transactions of at most ``batch_size`` tasks (and looks at most
+        at ``batch_size`` groups in each), so that workers are never held up for
+        long.  Returns how many tasks were removed (their ids can be added again),
+        an int whose ``groups`` says how many groups were forgotten.
         """
         chosen = check_states(states, FINISHED)
         age = check_seconds(older_than, "older_than")
@@ -780,7 +784,17 @@ class Queue:
                 removed += deleted
                 if deleted < batch:
                     break
-        return removed
+        return Purged(removed, self._forget_groups(now, batch))
+
+    def _forget_groups(self, now: Number | None, batch: int) -> int:
+        """Forget the queue's idle groups, ``batch`` groups looked at a transaction."""
+        forgotten = 0
+        after: str | None = ""
+        while after is not None:
+            with self._call(now) as tx:
+                gone, after = tx.forget_groups(self.queue, after, batch)
+            forgotten += gone
+        return forgotten
 
     def tick(self, schedule: Schedule, now: Number | None = None) -> Ticked:
         """Add the tasks of ``schedule``'s ticks due at ``now`` (see sqlq.schedule), one

@@ -19,7 +19,8 @@ Data structures (n = number of tasks):
   the group's AVAILABLE tasks (a grouped task is never in ``_line``), its leases,
   its rate's next start and its turn; ``_ready``: a heap of the groups that may
   start a task, by their fronts (or round robin), stale entries dropped when they
-  reach the top.  Both stay empty until a grouped task is added.
+  reach the top.  Both stay empty until a grouped task is added; ``purge`` drops
+  the idle groups (see contract.py), and a task of one makes it anew.
 * ``_leases``: a FIFO (deque) of (deadline, token, task id), one per
   reservation.  Every deadline is ``time_after(now, lease_seconds)`` with ``now``
   the time high-water mark, and tokens only grow, so it is sorted as it is
@@ -117,7 +118,7 @@ from .contract import (
 )
 from .errors import InvalidArgument, InvalidPayload
 from .keys import Added, Keyed, KeyRule, check_key, on_holder
-from .records import GroupUse, Heartbeat, Lease, QueueStats, TaskInfo
+from .records import GroupUse, Heartbeat, Lease, Purged, QueueStats, TaskInfo
 from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
@@ -788,6 +789,8 @@ class WorkQueue:
             if record is not None and record[_STATE] is _DEAD and self._key_free(task_id):
                 record[_ATTEMPTS] = 0
                 record[_FINISHED] = None
+                if record[_GROUP] is not None and record[_GROUP] not in self._groups:
+                    self._make_group(record[_GROUP])  # purge forgot it
                 self._make_available(task_id, record, now)
                 count += 1
         return count
@@ -798,11 +801,12 @@ class WorkQueue:
         *,
         states: Iterable[str] = ("COMPLETED",),
         older_than: Number = 0,
-    ) -> int:
+    ) -> Purged:
         """Forget COMPLETED (and/or DEAD, CANCELLED) tasks finished at least ``older_than``
-        seconds ago.
+        seconds ago, then the idle groups (see sqlq.contract, Per-key limits).
 
-        Returns how many were removed; their ids can be added again.
+        Returns how many tasks were removed (their ids can be added again), an int
+        whose ``groups`` says how many groups were forgotten.
         """
         chosen = [s.value for s in check_states(states, FINISHED)]
         age = check_seconds(older_than, "older_than")
@@ -821,7 +825,25 @@ class WorkQueue:
             key = self._key_of.pop(task_id, None)
             if key is not None:
                 self._keys[key].remove(task_id)
-        return len(doomed)
+        return Purged(len(doomed), self._forget_groups(now) if self._groups else 0)
+
+    def _forget_groups(self, now: Number) -> int:
+        """Drop the idle groups: no unfinished task (and so no lease, nothing in
+        line) and no start owed to the rate at ``now`` (walks the tasks: O(n)).
+        Their entries leave the heap of groups that may start a task with them."""
+        busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] not in _ENDED}
+        groups = self._groups
+        idle = [
+            name
+            for name, group in groups.items()
+            if name not in busy and not group.running and group.tat <= now
+        ]
+        for name in idle:
+            del groups[name]
+        if idle:
+            self._ready = [entry for entry in self._ready if entry[-1] in groups]
+            heapq.heapify(self._ready)
+        return len(idle)
 
     def tick(self, schedule: Schedule, now: Number) -> Ticked:
         """Add the tasks of ``schedule``'s ticks due at ``now`` (see sqlq.schedule), one
@@ -949,7 +971,7 @@ class WorkQueue:
         if priority or group is not None:
             self._plain = False
             if group is not None and group not in self._groups:
-                self._groups[group] = _Group(self._limit_of(group))
+                self._make_group(group)
         if run_at > now:
             self._make_waiting(task_id, record, run_at, now)
         else:
@@ -1215,6 +1237,11 @@ class WorkQueue:
         )
 
     # --- per-key limits: the groups' lines and the heap of groups that may start ------
+
+    def _make_group(self, name: str) -> None:
+        """A group's first task (or its first since purge forgot it): a new group,
+        under the limits that apply to it."""
+        self._groups[name] = _Group(self._limit_of(name))
 
     def _limit_of(self, group: str) -> Limit:
         """The limits that apply to ``group``: its own, else the queue's default."""

@@ -102,6 +102,22 @@ class GroupUse(NamedTuple):
     unfinished: int
 
 
+class Purged(int):
+    """What ``purge`` returns: the number of tasks it deleted (an int, as it always
+    was), and in ``groups`` how many idle groups it forgot (see sqlq.contract, Per-key
+    limits: a group with no unfinished task and no start owed to its rate)."""
+
+    groups: int
+
+    def __new__(cls, tasks: int, groups: int = 0) -> Purged:
+        purged = super().__new__(cls, tasks)
+        purged.groups = groups
+        return purged
+
+    def __reduce__(self) -> Any:
+        return Purged, (int(self), self.groups)
+
+
 @dataclass(frozen=True)
 class QueueStats:
     """A queue at one moment (after due leases expired and due tasks woke)."""

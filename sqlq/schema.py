@@ -24,8 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import REAL, UserDefinedType
 
-from .contract import MAX_PRIORITY, MIN_PRIORITY, State
-from .retry import KINDS
+from .contract import State
 
 
 class ANY(UserDefinedType[object]):
@@ -61,15 +60,17 @@ clock = Table(
     Column("now", REAL, nullable=False),
     Column("counter", Integer, nullable=False),
     Column("grouped", Integer, nullable=False, server_default=text("0")),
+    Column("paused", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("id = 1"),
     CheckConstraint("now >= 0"),
     CheckConstraint("counter >= 0"),
     CheckConstraint("grouped IN (0, 1)"),
+    CheckConstraint("paused IN (0, 1)"),
     sqlite_strict=True,
 )
 
-RETRY_KINDS_SQL = " OR ".join(f"retry_kind = '{kind}'" for kind in KINDS)
-
+#: sqlq_tasks checks its state machine, not the values every write of sqlq checks
+#: before its statement (migration 13).
 tasks = Table(
     "sqlq_tasks",
     metadata,
@@ -102,13 +103,9 @@ tasks = Table(
     Column("line_key", REAL, nullable=False, server_default=text("0")),
     Column("group_key", Text, nullable=True),
     UniqueConstraint("queue", "task_id"),
-    CheckConstraint("length(queue) > 0"),
     CheckConstraint(STATES_SQL),
     CheckConstraint("attempts >= 0"),
     CheckConstraint("max_attempts >= 1"),
-    CheckConstraint(RETRY_KINDS_SQL),
-    CheckConstraint("retry_base >= 0"),
-    CheckConstraint("retry_cap >= retry_base"),
     CheckConstraint("attempts <= max_attempts"),
     CheckConstraint("(state = 'RESERVED') = (deadline IS NOT NULL)"),
     CheckConstraint("state <> 'RESERVED' OR lease_id IS NOT NULL"),
@@ -123,29 +120,17 @@ tasks = Table(
         "stop_requested_at IS NULL OR state = 'RESERVED' OR state = 'COMPLETED' "
         "OR state = 'CANCELLED'"
     ),
-    CheckConstraint("payload IS NULL OR typeof(payload) IN ('text', 'blob')"),
-    CheckConstraint("length(name) > 0"),
     CheckConstraint("result IS NULL OR state = 'COMPLETED'"),
-    CheckConstraint(f"priority BETWEEN {MIN_PRIORITY} AND {MAX_PRIORITY}"),
-    CheckConstraint("aging > 0"),
-    CheckConstraint("length(group_key) > 0"),
     sqlite_strict=True,
 )
 
-Index(
+Index(  # the ungrouped line (group_key IS NULL) and every group's line
     "sqlq_tasks_line",
-    tasks.c.queue,
-    tasks.c.line_key,
-    tasks.c.seq,
-    sqlite_where=text("state = 'AVAILABLE' AND group_key IS NULL"),
-)
-Index(
-    "sqlq_tasks_group_line",
     tasks.c.queue,
     tasks.c.group_key,
     tasks.c.line_key,
     tasks.c.seq,
-    sqlite_where=text("group_key IS NOT NULL AND state = 'AVAILABLE'"),
+    sqlite_where=text("state = 'AVAILABLE'"),
 )
 Index(
     "sqlq_tasks_leases",
@@ -168,20 +153,8 @@ Index(
     tasks.c.finished_at,
     sqlite_where=text("finished_at IS NOT NULL"),
 )
-Index(
-    "sqlq_tasks_key_holder",
-    tasks.c.queue,
-    tasks.c.dedupe_key,
-    unique=True,
-    sqlite_where=text("dedupe_key IS NOT NULL AND finished_at IS NULL"),
-)
-Index(
-    "sqlq_tasks_key_finished",
-    tasks.c.queue,
-    tasks.c.dedupe_key,
-    tasks.c.finished_at,
-    sqlite_where=text("dedupe_key IS NOT NULL AND finished_at IS NOT NULL"),
-)
+# The dedupe keys' indexes (sqlq_tasks_key_holder, sqlq_tasks_key_finished) are made by
+# the first keyed add of a file (sqlq/sqlite/migrations/on_demand/0002), not declared here.
 
 schedules = Table(
     "sqlq_schedules",

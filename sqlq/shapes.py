@@ -113,15 +113,18 @@ def purged_json(
     removed: dict[str, int],
     older_than: float = 0.0,
     vacuum: dict[str, int] | None = None,
+    groups: int = 0,
 ) -> dict[str, Any]:
     """``removed``: tasks deleted per state, of those finished ``older_than`` seconds ago
-    or longer; ``vacuum``: the file's size before and after."""
+    or longer; ``groups``: idle groups forgotten (Purged.groups); ``vacuum``: the
+    file's size before and after."""
     return {
         "database": database,
         "queue": queue,
         "older_than": older_than,
         "removed": removed,
         "total": sum(removed.values()),
+        "groups_forgotten": groups,
         "vacuum": vacuum,
     }
 

@@ -59,6 +59,12 @@ class Mutant:
     original: str
     replacement: str
     tests: tuple[str, ...] = CORE
+    #: Further edits made with this one, (path, original, replacement) each: for a
+    #: fault that two defences guard against, each enough alone.
+    also: tuple[tuple[str, str, str], ...] = ()
+
+    def edits(self) -> list[tuple[str, str, str]]:
+        return [(self.path, self.original, self.replacement), *self.also]
 
 
 MUTANTS = [
@@ -230,9 +236,22 @@ MUTANTS = [
         "WHERE id = :id AND state = 'WAITING'",
     ),
     Mutant(
+        "sql-add-stores-no-name-as-empty",
+        "sqlq/sqlite/queries.sql",
+        "        ?11, ?11, nullif(?12, ''), ?13, ?14, ?11 - ?13 * ?14, nullif(?15, ''))",
+        "        ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14, nullif(?15, ''))",
+    ),
+    Mutant(
+        "sql-complete-stores-no-result-as-empty",
+        "sqlq/sqlite/queries.sql",
+        "    result = nullif(?5, '')",
+        "    result = ?5",
+        RESULTS,
+    ),
+    Mutant(
         "sql-complete-ignores-the-token",
         "sqlq/sqlite/queries.sql",
-        " AND (?3 IS NULL OR lease_id = ?3)",
+        " AND (?3 = 0 OR lease_id = ?3)",
         "",
     ),
     Mutant(
@@ -427,8 +446,8 @@ MUTANTS = [
     Mutant(
         "pg-retries-announced-to-nobody",
         "sqlq/postgresql/backend.py",
-        "            if self._announce:",
-        "            if False:",
+        "        if self._announce:\n            cur.execute(Q.announce",
+        "        if False:\n            cur.execute(Q.announce",
         POSTGRESQL,
     ),
     Mutant(
@@ -470,11 +489,61 @@ MUTANTS = [
     # --- cancel and pause
     Mutant(
         "sql-claim-ignores-the-pause",
-        "sqlq/sqlite/queries.sql",
-        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n"
-        "              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)\n",
-        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n",
+        "sqlq/sqlite/backend.py",
+        "    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:\n"
+        "        if self.paused:\n",
+        "    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:\n"
+        "        if False:\n",
         CONTROL,
+    ),
+    Mutant(
+        "sql-claim-many-ignores-the-pause",
+        "sqlq/sqlite/backend.py",
+        "        if self.paused:\n            return []\n",
+        "",
+        CONTROL,
+    ),
+    Mutant(
+        "sql-pause-probed-only-in-a-file-never-paused",
+        "sqlq/sqlite/queries.sql",
+        "       + iif(paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
+        "       + iif(NOT paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
+        CONTROL,
+    ),
+    Mutant(
+        "sql-resuming-one-queue-unmarks-the-file",
+        "sqlq/sqlite/migrations/0013_leaner_tasks.sql",
+        "    UPDATE sqlq_clock SET paused = EXISTS (SELECT 1 FROM sqlq_paused) WHERE id = 1;",
+        "    UPDATE sqlq_clock SET paused = 0 WHERE id = 1;",
+        ("tests/test_sqlite.py",),
+    ),
+    Mutant(
+        "sql-key-indexes-taken-as-made-by-a-call-that-rolls-back",
+        "sqlq/sqlite/backend.py",
+        "            self._keys_made = not backend.keyed\n",
+        "            backend.keyed = True\n",
+        ("tests/test_schema.py",),
+    ),
+    Mutant(
+        "sql-migration-13-drops-the-key-indexes-of-a-keyed-file",
+        "sqlq/sqlite/migrate.py",
+        "        if version == since and conn.execute(in_use).fetchone()[0]:",
+        "        if False:",
+        ("tests/test_schema.py",),
+    ),
+    Mutant(
+        "sql-keyed-add-without-its-indexes",
+        "sqlq/sqlite/backend.py",
+        "        self._keying()\n        row = self._cur.execute(Q.key_holder",
+        "        row = self._cur.execute(Q.key_holder",
+        KEYS,
+    ),
+    Mutant(
+        "sql-rebuild-drops-the-group-triggers",
+        "sqlq/sqlite/migrate.py",
+        "        _restore_on_demand(conn, migration.version)\n",
+        "",
+        ("tests/test_schema.py",),
     ),
     Mutant(
         "pg-claim-ignores-the-pause",
@@ -559,20 +628,44 @@ MUTANTS = [
         LIMITS,
     ),
     Mutant(
-        "pg-expiry-keeps-the-slot",
-        "sqlq/postgresql/migrations/0008_group_limits.sql",
+        "pg-expiry-keeps-the-slot",  # (0011's body of the trigger: the one that runs)
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
         "- (OLD.state = 'RESERVED')::int,",
         "- (OLD.state = 'RESERVED' AND NEW.state = 'COMPLETED')::int,",
         LIMITS,
     ),
-    Mutant(  # calls that move grouped tasks no longer take the queue's turn first
-        "pg-grouped-moves-take-no-turn",
-        "sqlq/postgresql/queries.sql",
-        "c.grouped AND %(serial)s::boolean",
-        "false AND %(serial)s::boolean",
+    Mutant(  # calls that move grouped tasks count each move in its statement (no lock order)
+        "pg-group-moves-counted-at-each-statement",
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
+        "sqlq_group_moved AFTER UPDATE OF state ON sqlq_tasks\nDEFERRABLE INITIALLY DEFERRED",
+        "sqlq_group_moved AFTER UPDATE OF state ON sqlq_tasks\nDEFERRABLE INITIALLY IMMEDIATE",
         (
             "tests/test_postgresql_faults.py"
-            "::test_two_settles_over_two_groups_in_opposite_orders_do_not_deadlock",
+            "::test_settles_over_two_groups_in_opposite_orders_neither_wait_nor_deadlock",
+            "tests/test_postgresql_faults.py"
+            "::test_expiries_over_two_groups_beside_a_settle_neither_wait_nor_deadlock",
+            "tests/test_postgresql_faults.py"
+            "::test_a_redrive_over_two_groups_beside_a_settle_neither_waits_nor_deadlocks",
+        ),
+    ),
+    Mutant(  # a group made by an add reads the limits a set_limit is changing
+        "pg-group-made-without-the-limits-lock",
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
+        "    IF NOT FOUND THEN\n        PERFORM pg_advisory_xact_lock_shared(\n",
+        "    IF NOT FOUND THEN\n        PERFORM abs(\n",
+        (
+            "tests/test_postgresql_faults.py"
+            "::test_a_limit_set_while_an_add_makes_the_group_holds_it",
+        ),
+    ),
+    Mutant(  # a call in the caller's transaction leaves the counting at each statement
+        "pg-callers-transaction-left-counting-at-once",
+        "sqlq/postgresql/backend.py",
+        "            if self._immediate:\n                self._cur.execute(Q.defer_group_moves)",
+        "            if False:\n                self._cur.execute(Q.defer_group_moves)",
+        (
+            "tests/test_postgresql_faults.py"
+            "::test_a_call_in_the_callers_transaction_leaves_the_counting_deferred",
         ),
     ),
     Mutant(
@@ -608,14 +701,111 @@ MUTANTS = [
         # add (test_probe13, a held transaction) finds it every time
         ("tests/test_probe13.py", "tests/test_keys.py"),
     ),
+    # --- idle groups forgotten at purge (tests/test_limits.py, on every face)
     Mutant(
+        "memory-purge-forgets-a-group-whose-rate-owes-a-wait",
+        "sqlq/memory.py",
+        "if name not in busy and not group.running and group.tat <= now",
+        "if name not in busy and not group.running",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "memory-purge-forgets-a-group-with-a-task-in-line",
+        "sqlq/memory.py",
+        "busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] not in _ENDED}",
+        "busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] is _WAITING}",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "memory-purge-forgets-a-group-with-a-lease",
+        "sqlq/memory.py",
+        "if name not in busy and not group.running and group.tat <= now",
+        "if (name not in busy or group.running) and group.tat <= now",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "memory-redrive-leaves-a-forgotten-group-unmade",
+        "sqlq/memory.py",
+        "self._make_group(record[_GROUP])  # purge forgot it",
+        "pass",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-purge-forgets-a-group-whose-rate-owes-a-wait",
+        "sqlq/sqlite/queries.sql",
+        "  AND live = 0 AND running = 0 AND tat <= :now",
+        "  AND live = 0 AND running = 0",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-purge-forgets-busy-groups",
+        "sqlq/sqlite/queries.sql",
+        "  AND live = 0 AND running = 0 AND tat <= :now",
+        "  AND tat <= :now",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-purge-looks-at-the-first-batch-of-groups-only",
+        "sqlq/sqlite/backend.py",
+        "return forgotten, last if seen == batch else None",
+        "return forgotten, None",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "sqlite-redrive-leaves-a-forgotten-group-unmade",
+        "sqlq/sqlite/backend.py",
+        "        self._cur.execute(Q.remake_group, params)\n",
+        "",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "pg-purge-forgets-a-group-whose-rate-owes-a-wait",
+        "sqlq/postgresql/queries.sql",
+        "      AND live = 0 AND running = 0 AND tat <= %(now)s::float8\n"
+        "    ORDER BY group_key\n"
+        "    FOR UPDATE SKIP LOCKED\n"
+        "), gone AS (\n"
+        "    DELETE FROM sqlq_groups AS g USING idle\n"
+        "    WHERE g.queue = %(queue)s AND g.group_key = idle.group_key\n"
+        "      AND g.live = 0 AND g.running = 0 AND g.tat <= %(now)s::float8\n",
+        "      AND live = 0 AND running = 0\n"
+        "    ORDER BY group_key\n"
+        "    FOR UPDATE SKIP LOCKED\n"
+        "), gone AS (\n"
+        "    DELETE FROM sqlq_groups AS g USING idle\n"
+        "    WHERE g.queue = %(queue)s AND g.group_key = idle.group_key\n",
+        ("tests/test_limits.py",),
+    ),
+    Mutant(
+        "pg-purge-waits-for-a-group-another-call-holds",
+        "sqlq/postgresql/queries.sql",
+        "    ORDER BY group_key\n    FOR UPDATE SKIP LOCKED\n",
+        "    ORDER BY group_key\n    FOR UPDATE\n",
+        ("tests/test_postgresql_faults.py",),
+    ),
+    Mutant(  # the move trigger finds no row of a group purge forgot, and makes none
+        "pg-redrive-leaves-a-forgotten-group-unmade",
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
+        "        EXIT WHEN FOUND;\n        -- No row: a purge forgot",
+        "        EXIT;\n        -- No row: a purge forgot",
+        ("tests/test_postgresql_faults.py",),
+    ),
+    Mutant(  # the trigger reads a group's front first, and a call moving one group's
+        # tasks takes no lock_groups: either defence alone keeps the front right
         "postgresql-group-front-read-before-its-lock",
-        "sqlq/postgresql/migrations/0010_group_front_under_lock.sql",
-        "        PERFORM 1 FROM sqlq_groups\n"
-        "        WHERE queue = NEW.queue AND group_key = NEW.group_key\n"
-        "        FOR UPDATE;\n",
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
+        "            PERFORM 1 FROM sqlq_groups\n"
+        "            WHERE queue = NEW.queue AND group_key = NEW.group_key\n"
+        "            FOR UPDATE;\n",
         "",
         ("tests/test_postgresql_faults.py",),
+        also=(
+            (
+                "sqlq/postgresql/backend.py",
+                "        if self._moved:\n            params = {",
+                "        if len(self._moved) > 1:\n            params = {",
+            ),
+        ),
     ),
     Mutant(
         "sqlite-key-window-finds-the-oldest-holder",
@@ -685,25 +875,26 @@ def check(mutants: list[Mutant]) -> None:
     """Every mutant's original text occurs exactly once in its file (or stop here)."""
     wrong = []
     for m in mutants:
-        found = (ROOT / m.path).read_text("utf-8").count(m.original)
-        if found != 1:
-            wrong.append(f"  {m.name}: {m.path} has its original text {found} times, not once")
+        for path, original, _ in m.edits():
+            found = (ROOT / path).read_text("utf-8").count(original)
+            if found != 1:
+                wrong.append(f"  {m.name}: {path} has its original text {found} times, not once")
     if wrong:
         sys.exit("mutants that no longer match the code (re-point them):\n" + "\n".join(wrong))
 
 
 def run(m: Mutant) -> str:
     """Apply the mutant, run its tests, restore the file: killed, survived, timeout or error."""
-    path = ROOT / m.path
-    original = path.read_bytes()
-    text = original.decode("utf-8")
+    originals = {ROOT / path: (ROOT / path).read_bytes() for path, _, _ in m.edits()}
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests]
     # A bytecode cache of its own: a cached .pyc of the original could pass for the
     # mutant (same size, same second).
     cache = tempfile.TemporaryDirectory(prefix="sqlq-mutant-")
     env = {**os.environ, "PYTHONPYCACHEPREFIX": cache.name}
     try:
-        path.write_text(text.replace(m.original, m.replacement, 1), "utf-8")
+        for path, original, replacement in m.edits():
+            text = (ROOT / path).read_text("utf-8")
+            (ROOT / path).write_text(text.replace(original, replacement, 1), "utf-8")
         proc = subprocess.Popen(
             command,
             cwd=ROOT,
@@ -721,7 +912,8 @@ def run(m: Mutant) -> str:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     finally:
-        path.write_bytes(original)
+        for path, content in originals.items():
+            path.write_bytes(content)
         cache.cleanup()
     # pytest: 0 all passed, 1 some failed; anything else is a broken run, not a verdict.
     return {0: "survived", 1: "killed"}.get(code, f"error (pytest exit {code})")

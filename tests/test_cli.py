@@ -1129,6 +1129,7 @@ def test_purge_dead_and_both_json(db: Path, capsys: pytest.CaptureFixture[str]) 
         "older_than": 0.0,
         "removed": {"DEAD": 1},
         "total": 1,
+        "groups_forgotten": 0,
         "vacuum": None,
     }
     document = _json(capsys, "purge", db, "--dead", "--completed")

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from databases import fresh_schema
+from group_rows import mismatches
 from needs import need
 
 import sqlq
@@ -378,6 +380,122 @@ def test_a_rate_alone_counts_per_second(make_queue: Factory) -> None:
     assert q.limits(0) == {"A": Limit(None, 4, 1.0)}
 
 
+# --- idle groups forgotten at purge ---------------------------------------------------
+
+
+def _run_once(q: Any, task_id: str, now: float, group: str = "A") -> None:
+    """Add a task of ``group``, claim it and complete it: the group is idle after."""
+    q.add(task_id, now, group=group)
+    lease = q.claim(now)
+    assert lease is not None and lease.task_id == task_id
+    assert q.complete(task_id, now, token=lease.token)
+
+
+@pytest.mark.parametrize("limited", ["A", None])  # the group's own limits, or the default
+def test_purge_forgets_an_idle_group_and_its_limits_apply_when_it_comes_back(
+    make_queue: Factory, limited: str | None
+) -> None:
+    q = make_queue(10, 3)
+    q.set_limit(limited, 0, concurrency=1)
+    _run_once(q, "a0", 1)
+    purged = q.purge(2)
+    assert (purged, purged.groups) == (1, 1)  # a0 deleted, A forgotten
+    assert isinstance(purged, int) and q.purge(2).groups == 0
+    assert q.limits(2) == {limited: Limit(1, None, None)}  # the limits stay
+    q.add_many(["a1", "a2"], 3, group="A")  # A made anew, under them
+    assert _claims(q, 3, 2) == ["a1", None]
+    assert q.groups(3) == {"A": GroupUse(1, 2)}
+    assert q.purge(3).groups == 0
+
+
+@pytest.mark.parametrize("state", ["WAITING", "AVAILABLE", "RESERVED"])
+def test_purge_keeps_a_group_with_an_unfinished_task(make_queue: Factory, state: str) -> None:
+    q = make_queue(10, 3)
+    q.set_limit("A", 0, concurrency=1)
+    _run_once(q, "b0", 0, group="B")  # idle: forgotten beside A
+    q.add("a0", 0, group="A", delay=5 if state == "WAITING" else None)
+    if state == "RESERVED":
+        assert q.reserve(1) == "a0"
+    assert q.status("a0", 1) == state
+    assert q.purge(1).groups == 1  # B only
+    q.add("a1", 2, group="A")
+    expected = {"WAITING": "a1", "AVAILABLE": "a0", "RESERVED": None}[state]
+    assert q.reserve(2) == expected  # a0's lease still holds A's only slot
+    assert q.groups(2)["A"] == GroupUse(1, 2)
+
+
+def test_purge_keeps_a_group_until_its_rate_allows_its_next_start(make_queue: Factory) -> None:
+    q = make_queue(10, 3)
+    q.set_limit("A", 0, rate=1, per=10)  # a start every 10 s
+    _run_once(q, "a0", 0)  # the next start of A: at 10 at the soonest
+    assert q.purge(2).groups == 0
+    assert q.purge(9.5).groups == 0
+    q.add("a1", 9.5, group="A")
+    assert q.reserve(9.5) is None  # the rate still holds: A was not forgotten
+    assert q.reserve(10) == "a1"
+    assert q.complete("a1", 11)
+    assert q.purge(19).groups == 0
+    assert q.purge(20).groups == 1  # a next start not after the call's time
+    q.add_many(["a2", "a3"], 20, group="A")
+    assert _claims(q, 20, 2) == ["a2", None]  # made anew under its rate
+    assert q.reserve(30) == "a3"
+
+
+def test_a_redriven_task_makes_its_forgotten_group_anew_under_its_limits(
+    make_queue: Factory,
+) -> None:
+    q = make_queue(10, 1)
+    q.set_limit(None, 0, concurrency=1)
+    q.add("b0", 0, group="B")
+    assert q.fail("b0", 1, token=q.claim(0).token) == "DEAD"
+    assert q.purge(2).groups == 1  # DEAD is finished: B is idle
+    assert q.redrive(3) == 1
+    assert q.groups(3) == {"B": GroupUse(0, 1)}
+    q.add("b1", 3, group="B")
+    assert _claims(q, 4, 2) == ["b0", None]
+    assert q.groups(4) == {"B": GroupUse(1, 2)}
+
+
+@pytest.mark.parametrize("purged", [True, False])
+def test_a_forgotten_group_comes_back_as_a_new_group_in_the_round_robin(
+    make_queue: Factory, purged: bool
+) -> None:
+    """The rule (sqlq.contract): a group forgotten and back has no latest claim, so a
+    fair claim serves it before A, served before it; one kept waits for its turn."""
+    q = make_queue(10, 3, fair=True)
+    q.add_many(["a0", "a1"], 0, group="A")
+    q.add("c0", 0, group="C")
+    assert _claims(q, 1, 2) == ["a0", "c0"]
+    assert q.complete("c0", 2)
+    if purged:
+        assert q.purge(3).groups == 1
+    q.add("c1", 4, group="C")
+    assert _claims(q, 5, 2) == (["c1", "a1"] if purged else ["a1", "c1"])
+
+
+def test_purge_looks_at_the_groups_in_batches_and_forgets_every_idle_one(
+    queue_url: str,
+) -> None:
+    """batch_size groups a transaction (a range of names), every range looked at: the
+    busy groups between idle ones stay, the idle ones go, their rows with them."""
+    with sqlq.Queue(queue_url, lease_seconds=10, max_attempts=3) as q:
+        for i in range(7):
+            _run_once(q, f"t{i}", 0, group=f"g{i}")
+        q.add("busy1", 0, group="g1")
+        q.add("busy4", 0, group="g4", delay=60)
+        purged = q.purge(1, batch_size=2)
+        assert (purged, purged.groups) == (7, 5)
+        with q.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT group_key, live FROM sqlq_groups WHERE queue = :q ORDER BY 1"),
+                {"q": q.queue},
+            ).all()
+        assert [tuple(row) for row in rows] == [("g1", 1), ("g4", 1)]
+        assert q.purge(1, batch_size=1).groups == 0
+        assert q.reserve(1) == "busy1" and q.complete("busy1", 2)
+        assert q.purge(2, batch_size=1).groups == 1
+
+
 # --- real processes ------------------------------------------------------------------
 
 GROUP_WORKERS = Path(__file__).with_name("group_workers.py")
@@ -550,12 +668,15 @@ def test_calls_that_move_grouped_tasks_never_deadlock_on_postgresql(
     tmp_path: Path, postgres_url: str
 ) -> None:
     """Four processes settle their leases of several groups at once (completions in
-    a random order, failures retried, leases left to run out and expired by the
-    others' calls), claim, cancel and add debouncing tasks with dedupe keys, on
-    groups with concurrency limits; one of them is killed with SIGKILL mid-way and
-    replaced.  No call fails with Busy (PostgreSQL's deadlock detector undoes one
-    transaction of a lock cycle: it would say Busy), and no group ever has more
-    leases than its limit."""
+    a random order, failures retried or dead-lettered, leases left to run out and
+    expired by the others' calls), claim, cancel, add, redrive dead tasks of several
+    groups and add debouncing tasks with dedupe keys, on groups with concurrency
+    limits; one of them is killed with SIGKILL mid-way and replaced; then they drain
+    the queue to its last task.  No call fails with Busy (PostgreSQL's deadlock
+    detector undoes one transaction of a lock cycle: it would say Busy), no group ever
+    has more leases than its limit, and every group's row says what its tasks say
+    (unfinished tasks, leases, the front of its line: a stale front would have
+    claims find nothing and the drain never end)."""
     need(hasattr(signal, "SIGKILL"), "needs SIGKILL")
     log = tmp_path / "marks.log"
     caps = {"A": 2, "B": 1, "C": 2, "D": 3}
@@ -579,6 +700,12 @@ def test_calls_that_move_grouped_tasks_never_deadlock_on_postgresql(
         workers[0].wait()
         workers[0] = worker(4)
         _drain(workers)
+        with sqlq.Queue(url, lease_seconds=1, max_attempts=1000) as q:
+            with q.engine.connect() as conn:
+                assert mismatches(conn, q.queue) == []
+            counts = q.counts()
+            assert counts["AVAILABLE"] + counts["WAITING"] + counts["RESERVED"] == 0, counts
+            assert counts["DEAD"] > 0 and q.groups() == {}
     lines = log.read_text().splitlines()
     assert [line for line in lines if line.startswith("busy")] == []
     marks = [line for line in lines if not line.startswith("busy")]
@@ -634,6 +761,22 @@ def test_the_cli_adds_grouped_tasks_and_sets_shows_and_removes_limits(queue_url:
     assert json.loads(removed.stdout)["removed"] is True
     again = _sqlq("limits", queue_url, "tenant:1", "--remove")
     assert again.stdout.startswith("tenant:1: no limits were set\n")
+
+
+def test_sqlq_purge_says_how_many_idle_groups_it_forgot(queue_url: str) -> None:
+    with sqlq.Queue(queue_url, lease_seconds=60, max_attempts=3) as q:
+        q.set_limit("tenant:1", concurrency=1)
+        for task_id, group in (("a1", "tenant:1"), ("b1", "tenant:2")):
+            _run_once(q, task_id, 0, group)
+        q.add("b2", group="tenant:2", delay=600)  # tenant:2 stays
+        _run_once(q, "c1", 0, group="tenant:3")
+    purged = _sqlq("purge", queue_url)
+    assert purged.returncode == 0, purged.stderr
+    assert purged.stdout == "removed 3 COMPLETED tasks from queue 'default'; forgot 2 idle groups\n"
+    again = json.loads(_sqlq("purge", queue_url, "--json", "--dead").stdout)
+    assert (again["removed"], again["groups_forgotten"]) == ({"DEAD": 0}, 0)
+    with sqlq.Queue(queue_url, lease_seconds=60, max_attempts=3) as q:
+        assert q.limits() == {"tenant:1": Limit(1, None, None)}
 
 
 @pytest.mark.parametrize(

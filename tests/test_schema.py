@@ -163,6 +163,7 @@ RELEASED = [
     (10, "priorities", "26ae284ccbd07fc49930cdcb7de62ae0403ac49762d9d2bf6cf9a724ac49b2e5"),
     (11, "group_limits", "ed91f6abb0c2d9d15e692d6b94d832fc78fb2fcbe99074f3b4d08f1364cf4299"),
     (12, "workers", "0455c002dbe1f783b7ba175c34d3efbde54aaf64318591eeebdef61793ac1dbc"),
+    (13, "leaner_tasks", "acdf1c5cafcb3b86ecaace60611206268f422720f2cde094bf9d1dc00cd9eaec"),
 ]
 
 
@@ -175,6 +176,7 @@ def test_released_migrations_keep_their_checksums() -> None:
 #: released: recorded under the negative of their number.
 RELEASED_ON_DEMAND = [
     (-1, "group_triggers", "32973334f54e22679e7bea893e1bb3436248ae5413a201d16a965f723ca09a44"),
+    (-2, "key_indexes", "ef483c4e740459f229e2e4a519d974a690e2f1252c524c3dc4773a44cd79963f"),
 ]
 
 
@@ -218,7 +220,7 @@ def test_a_migrated_file_equals_a_fresh_one_before_and_after_the_first_grouped_a
     numbered = [(m.version, m.name, m.checksum) for m in migrate.migrations()]
     for path in (fresh, old):
         objects, records, grouped = _schema_and_records(path)
-        assert not [name for kind, name, _, _ in objects if kind == "trigger"]
+        assert not [name for kind, name, table, _ in objects if _on_tasks(kind, table)]
         assert (records, grouped) == (numbered, 0)
     assert _schema_and_records(fresh) == _schema_and_records(old)
 
@@ -231,7 +233,7 @@ def test_a_migrated_file_equals_a_fresh_one_before_and_after_the_first_grouped_a
         assert opened.schema_versions().current == migrate.latest_version()
         opened.close()
         objects, records, grouped = _schema_and_records(path)
-        made = [sql for kind, _, _, sql in objects if kind == "trigger"]
+        made = [sql for kind, _, table, sql in objects if _on_tasks(kind, table)]
         assert sorted(made) == sorted(
             _norm_trigger(sql) for sql in triggers.statements() if "CREATE TRIGGER" in sql
         )
@@ -242,6 +244,11 @@ def test_a_migrated_file_equals_a_fresh_one_before_and_after_the_first_grouped_a
         finally:
             engine.dispose()
     assert _schema_and_records(fresh) == _schema_and_records(old)
+
+
+def _on_tasks(kind: str, table: str) -> bool:
+    """Is this object of sqlite_schema a trigger on sqlq_tasks (a group trigger)?"""
+    return kind == "trigger" and table == "sqlq_tasks"
 
 
 def _norm_trigger(statement: str) -> str:
@@ -639,3 +646,127 @@ def test_a_version_9_database_keeps_its_line_through_migration_10(
         strict.add("urgent", 60, priority=1)
         assert q.info("old-1", 60).priority == 0
         assert [q.reserve(60) for _ in range(5)] == ["urgent", "old-1", "old-2", "new", None]
+
+
+def _grouped_file_at(db_path: Path, monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+    """A file made by the migrations up to ``version`` (11 or later) with the group
+    triggers applied (as its first grouped add did) and, written as that version's
+    sqlq wrote them: g under a limit of 1, g1 leased (counted by the triggers), g2
+    and an ungrouped task in line, the clock at 1."""
+    with monkeypatch.context() as m:
+        old = migrate.migrations()[:version]
+        m.setattr(migrate, "migrations", lambda: old)
+        sqlq.Queue(db_path, lease_seconds=100, max_attempts=3).close()
+    conn = dbapi.connect(str(db_path), isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        migrate.apply_on_demand(conn.cursor(), migrate.GROUP_TRIGGERS)
+        conn.execute(
+            "INSERT INTO sqlq_limits (queue, group_key, concurrency) VALUES ('default', 'g', 1)"
+        )
+        columns = "queue, task_id, state, seq, attempts, max_attempts, created_at, updated_at"
+        for seq, (task_id, group) in enumerate((("g1", "g"), ("g2", "g"), ("plain", None)), 1):
+            conn.execute(
+                f"INSERT INTO sqlq_tasks ({columns}, line_key, group_key) "
+                "VALUES ('default', ?, 'AVAILABLE', ?, 0, 3, 0, 0, 0, ?)",
+                (task_id, seq, group),
+            )
+        conn.execute(
+            "UPDATE sqlq_tasks SET state = 'RESERVED', attempts = 1, lease_id = 4, "
+            "deadline = 101, updated_at = 1 WHERE task_id = 'g1'"
+        )
+        conn.execute("UPDATE sqlq_clock SET now = 1, counter = 4")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def test_migration_13_keeps_a_grouped_files_tasks_limits_and_triggers(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 13 rebuilds sqlq_tasks, which drops the group triggers a file made
+    by its first grouped add (on-demand migration 1): the runner makes them again in
+    the migration's transaction.  A version 12 file with a group under a limit of 1,
+    one of its tasks leased and one in line, comes out with its tasks, its counts and
+    its triggers: the limit still holds, and the slot is freed by the completion."""
+    _grouped_file_at(db_path, monkeypatch, 12)
+    triggers = migrate.on_demand()[migrate.GROUP_TRIGGERS - 1]
+    made = sorted(_norm_trigger(s) for s in triggers.statements() if "CREATE TRIGGER" in s)
+    with sqlq.Queue(db_path, lease_seconds=100, max_attempts=3) as q:  # migrated
+        objects, records, grouped = _schema_and_records(db_path)
+        assert sorted(sql for kind, _, table, sql in objects if _on_tasks(kind, table)) == made
+        assert records[0] == (-1, triggers.name, triggers.checksum) and grouped == 1
+        assert records[-1][0] == migrate.latest_version() == 13
+        assert q.groups(2)["g"].running == 1
+        assert q.reserve(2) == "plain"  # g2 waits: g's one slot is g1's
+        assert q.reserve(2) is None
+        assert q.complete("g1", 3, token=4)
+        assert q.reserve(4) == "g2"  # the completion freed the slot (a trigger)
+        assert [t.task_id for t in q.tasks(5, state="RESERVED")] == ["g2", "plain"]
+
+
+def test_a_migration_that_keeps_the_triggers_makes_none_again(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner makes again only the triggers a numbered migration dropped: a file
+    grouped at version 11 goes through migration 12 (which drops none) and 13."""
+    _grouped_file_at(db_path, monkeypatch, 11)
+    sqlq.Queue(db_path, lease_seconds=100, max_attempts=3).close()
+    objects, _, _ = _schema_and_records(db_path)
+    assert sorted(name for kind, name, table, _ in objects if _on_tasks(kind, table)) == [
+        "sqlq_group_added",
+        "sqlq_group_moved",
+    ]
+
+
+def _key_indexes(path: Path) -> tuple[list[str], list[int]]:
+    """The key indexes of the file (their SQL) and the on-demand migrations it recorded."""
+    objects, records, _ = _schema_and_records(path)
+    made = sorted(sql for kind, name, _, sql in objects if kind == "index" and "_key_" in name)
+    return made, [version for version, _, _ in records if version < 0]
+
+
+def _declared_key_indexes() -> list[str]:
+    keys = migrate.on_demand()[migrate.KEY_INDEXES - 1]
+    return sorted(s[s.index("CREATE") :].rstrip(";") for s in keys.statements())
+
+
+def test_the_key_indexes_come_with_the_first_keyed_add(db_path: Path) -> None:
+    """A file whose queues use no dedupe keys has no key index (its completions and
+    claims keep none); the first keyed add makes them (on-demand migration 2) and
+    records it; an add whose transaction rolls back takes them away again, and the
+    next keyed add makes them anew."""
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
+        q.add("plain", 0)
+        assert _key_indexes(db_path) == ([], [])
+        with pytest.raises(RuntimeError), q.engine.begin() as conn:
+            q.add("t", 0, key="k", conn=conn)
+            raise RuntimeError("the caller's transaction rolls back")
+        assert _key_indexes(db_path) == ([], [])
+        assert q.add("u", 0, key="k").outcome.value == "added"
+        assert _key_indexes(db_path) == (_declared_key_indexes(), [-2])
+        assert q.add("v", 0, key="k").holder == "u"  # the unique index guards it
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as again:
+        assert again.add("w", 0, key="k").holder == "u"
+    assert _key_indexes(db_path) == (_declared_key_indexes(), [-2])
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_migration_13_keeps_the_key_indexes_of_a_file_that_holds_keyed_tasks(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, keyed: bool
+) -> None:
+    """Migration 13 leaves the key indexes to on-demand migration 2: a version 12 file
+    that holds a keyed task gets them (and the record) in the migration, one that
+    holds none is left without them."""
+    columns = "queue, task_id, state, seq, attempts, max_attempts, created_at, updated_at"
+    rows = [("default", "t", "AVAILABLE", 1, 0, 3, 1.0, 1.0)]
+    _database_at(db_path, monkeypatch, 12, columns, rows)
+    if keyed:
+        with sqlite3.connect(db_path) as conn:
+            conn.execute("UPDATE sqlq_tasks SET dedupe_key = 'k'")
+        conn.close()
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
+        assert _key_indexes(db_path) == ((_declared_key_indexes(), [-2]) if keyed else ([], []))
+        answer = q.add("u", 60, key="k")
+        assert answer.holder == ("t" if keyed else "u")
+    assert _key_indexes(db_path) == (_declared_key_indexes(), [-2])

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 import sqlalchemy
+from needs import need
 
 import sqlq
 from sqlq import payload
@@ -86,7 +89,7 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         for fair, groups in ((0, "sqlq_groups_by_head"), (1, "sqlq_groups_by_turn")):
             grouped = plan(Q.claim_grouped, ("q", 1, 1, 1, fair))
             assert groups in grouped and "sqlq_tasks_line" in grouped
-            front = "sqlq_tasks_group_line (queue=? AND group_key=? AND line_key=? AND seq=?)"
+            front = "sqlq_tasks_line (queue=? AND group_key=? AND line_key=? AND seq=?)"
             assert front in grouped
             assert "SCAN sqlq_" not in grouped
         ready = plan(Q.ready, {"queue": "q", "now": 1})
@@ -307,11 +310,13 @@ def test_a_connection_through_another_sqlite_library_is_refused(db_path: Path) -
 
 
 def _triggers(queue: sqlq.Queue) -> tuple[list[str], int]:
-    """The triggers of the queue's file and its sqlq_clock.grouped mark, read with
-    the queue's SQLite library (a connection of another library would drop the
-    queue's file locks as it closes)."""
+    """The triggers on the tasks of the queue's file and its sqlq_clock.grouped mark,
+    read with the queue's SQLite library (a connection of another library would drop
+    the queue's file locks as it closes)."""
     with queue.engine.connect() as conn:
-        rows = conn.exec_driver_sql("SELECT name FROM sqlite_schema WHERE type = 'trigger'")
+        rows = conn.exec_driver_sql(
+            "SELECT name FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = 'sqlq_tasks'"
+        )
         names = sorted(name for (name,) in rows)
         (grouped,) = conn.exec_driver_sql("SELECT grouped FROM sqlq_clock").one()
         return names, grouped
@@ -320,8 +325,8 @@ def _triggers(queue: sqlq.Queue) -> tuple[list[str], int]:
 def test_the_group_triggers_come_with_the_first_grouped_add_and_bind_every_connection(
     db_path: Path,
 ) -> None:
-    """A file whose queues use no groups has no trigger (its adds and claims run
-    none) and no grouped mark (its calls look for no group); the first grouped add
+    """A file whose queues use no groups has no trigger on its tasks (its adds and
+    claims run none) and no grouped mark (its calls look for no group); the first grouped add
     makes them, and a queue whose statements were prepared before (another
     process's, here another connection's) obeys them."""
     first = open_queue(db_path)
@@ -338,3 +343,39 @@ def test_the_group_triggers_come_with_the_first_grouped_add_and_bind_every_conne
     assert second.groups(2)["g"].running == 1
     first.close()
     second.close()
+
+
+def _clock_paused(queue: sqlq.Queue) -> int:
+    with queue.engine.connect() as conn:
+        (paused,) = conn.exec_driver_sql("SELECT paused FROM sqlq_clock").one()
+        return int(paused)
+
+
+def test_the_files_paused_mark_follows_its_paused_queues_written_any_way(db_path: Path) -> None:
+    """The claims look for a pause only while sqlq_clock.paused says some queue of the
+    file is paused (migration 13); triggers on sqlq_paused keep it, so a pause written
+    in the sqlite3 shell stops the claims too, and resuming one of two paused queues
+    leaves the other paused."""
+    need(shutil.which("sqlite3"), "no sqlite3 shell on this machine")
+    a, b = open_queue(db_path, queue="a"), open_queue(db_path, queue="b")
+    for q in (a, b):
+        q.add_many(["t1", "t2", "t3"], 0)
+    assert _clock_paused(a) == 0 and a.reserve(1) == "t1"
+    a.pause(1)
+    b.pause(1)
+    assert _clock_paused(a) == 1
+    a.resume(2)
+    assert _clock_paused(a) == 1  # b still is
+    assert b.reserve(2) is None and b.claim_many(2, 2) == [] and a.reserve(2) == "t2"
+    b.resume(3)
+    assert _clock_paused(a) == 0 and b.reserve(3) == "t1"
+    shell = subprocess.run(
+        ["sqlite3", str(db_path), "INSERT INTO sqlq_paused VALUES ('a', 4);"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert shell.returncode == 0, shell.stderr
+    assert a.reserve(4) is None and a.paused and b.reserve(4) == "t2"
+    a.close()
+    b.close()

@@ -30,6 +30,7 @@ import hypothesis.strategies as st
 import pytest
 import sqlalchemy as sa
 from databases import queue_options
+from group_rows import mismatches
 from hypothesis import HealthCheck, seed, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -199,11 +200,15 @@ class BruteForceQueue:
 
 
 def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
-    """("ok", answer) or ("raised", exception type) - comparable across faces."""
+    """("ok", answer) or ("raised", exception type) - comparable across faces.  What
+    purge answers is compared whole: the tasks removed and the groups forgotten."""
     try:
-        return ("ok", call())
+        answer = call()
     except Exception as exc:
         return ("raised", type(exc))
+    if isinstance(answer, sqlq.Purged):
+        return ("ok", (int(answer), answer.groups))
+    return ("ok", answer)
 
 
 class TwoQueues(RuleBasedStateMachine):
@@ -796,9 +801,15 @@ class LimitsDurableVsMemory(OnDurable):
         )
         self.leases.extend((lease.task_id, lease.token) for lease in leases)
 
-    @rule(move=time_moves)
-    def purge(self, move: Any) -> None:
-        self._same("purge", self._time(move))
+    @rule(
+        move=time_moves,
+        states=st.sampled_from([["COMPLETED"], ["COMPLETED", "DEAD", "CANCELLED"]]),
+    )
+    def purge(self, move: Any, states: list[str]) -> None:
+        """Finished tasks and idle groups forgotten (the DEAD ones' too, which a
+        redrive may bring back): how many of each must agree, and so must every claim
+        after (limits, rates, round robin)."""
+        self._same("purge", self._time(move), states=states)
 
     @rule(n=st.integers(1, 3), move=time_moves)
     def claim_many(self, n: int, move: Any) -> None:
@@ -870,6 +881,20 @@ class LimitsDurableVsMemory(OnDurable):
     @rule(pause=st.booleans(), move=time_moves)
     def pause_or_resume(self, pause: bool, move: Any) -> None:
         self._same("pause" if pause else "resume", self._time(move))
+
+    @invariant()
+    def group_rows_agree_with_their_tasks(self) -> None:
+        """On PostgreSQL, after every step: each group's row says what its tasks say,
+        the front of its line included (the answers compare only leases and unfinished
+        tasks; a wrong front shows in a claim only when it decides)."""
+        _check_group_rows(getattr(self, "left", None), self.log)
+
+
+def _check_group_rows(queue: sqlq.Queue | None, log: list[str]) -> None:
+    if queue is None or queue.engine.dialect.name != "postgresql":
+        return
+    with queue.engine.connect() as conn:
+        assert mismatches(conn, queue.queue) == [], f"calls: {'; '.join(log)}"
 
 
 def test_limits_durable_vs_memory(
@@ -1081,8 +1106,10 @@ def test_long_histories_agree_and_reach_mixed_due_events(new_url: Callable[[], s
     for number in HISTORY_SEEDS:
         history = _History(number, new_url())
         try:
-            for _ in range(HISTORY_CALLS):
+            for call in range(HISTORY_CALLS):
                 history.step()
+                if call % 10 == 9:  # (on PostgreSQL)
+                    _check_group_rows(history.durable, history.log[-25:])
             history._same("tasks", history.now + 100, limit=len(HISTORY_IDS))
         finally:
             history.close()

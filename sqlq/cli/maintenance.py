@@ -18,6 +18,7 @@ from typing import Any
 
 from ..contract import State
 from ..durable import Queue
+from ..records import Purged
 from ..shapes import purged_json, redriven_json
 from .common import (
     DURATION_SYNTAX,
@@ -107,7 +108,9 @@ def _register_purge(commands: argparse._SubParsersAction[argparse.ArgumentParser
         description=(
             "Delete the finished tasks of a queue: COMPLETED ones by default, DEAD ones with "
             "--dead, CANCELLED ones with --cancelled, several with several of --completed, "
-            "--dead and --cancelled. Their ids can be added again. Deletes in "
+            "--dead and --cancelled. Their ids can be added again. Then forgets the "
+            "queue's idle groups (no unfinished task, no start owed to a rate limit; "
+            "their limits stay, see sqlq limits) and says how many. Deletes in "
             "transactions of 1000 tasks, so workers are never held up for long, and prints "
             "progress on stderr for long runs. Deleting does not shrink the file: SQLite "
             "reuses the free pages; --vacuum gives them back to the operating system."
@@ -151,39 +154,43 @@ def _purge(args: argparse.Namespace) -> int:
     )
     states = [state for state, wanted in chosen if wanted] or [State.COMPLETED]
     removed: dict[str, int] = {}
+    forgotten = 0  # idle groups (each purge looks for them; the first finds them)
     start = time.time()  # one cutoff for every state: start - older_than
     progress = Progress("purge")
     with open_queue(db, args.queue) as queue:
         for state in states:
 
-            def purge_state(state: State = state) -> int:
+            def purge_state(state: State = state) -> Purged:
                 return queue.purge(start, states=(state,), older_than=args.older_than)
 
-            removed[state.value] = _with_progress(purge_state, progress, queue, state, removed)
+            purged = _with_progress(purge_state, progress, queue, state, removed)
+            removed[state.value] = int(purged)
+            forgotten += purged.groups
     sizes = None
     if args.vacuum:
         with opened(db, migrate=False) as backend:
             sizes = backend.compact()
     if args.json:
         vacuum = None if sizes is None else {"before": sizes.before, "after": sizes.after}
-        print_json(purged_json(db.name, args.queue, removed, args.older_than, vacuum))
+        print_json(purged_json(db.name, args.queue, removed, args.older_than, vacuum, forgotten))
         return EXIT_OK
     age = f" that finished at least {span(args.older_than)} ago" if args.older_than else ""
     parts = " and ".join(f"{n} {state}" for state, n in removed.items())
     noun = "task" if sum(removed.values()) == 1 else "tasks"
-    print(f"removed {parts} {noun}{age} from queue {args.queue!r}")
+    groups = f"; forgot {plural(forgotten, 'idle group')}" if forgotten else ""
+    print(f"removed {parts} {noun}{age} from queue {args.queue!r}{groups}")
     if sizes is not None:
         print(f"vacuum: the file went from {byte_size(sizes.before)} to {byte_size(sizes.after)}")
     return EXIT_OK
 
 
 def _with_progress(
-    purge: Callable[[], int],
+    purge: Callable[[], Purged],
     progress: Progress,
     queue: Queue,
     state: State,
     removed: dict[str, int],
-) -> int:
+) -> Purged:
     """Run ``purge`` in a thread; meanwhile report on stderr about how far it got.
 
     Queue.purge reports nothing until it is done, so the progress is estimated from
@@ -212,7 +219,7 @@ def _with_progress(
     kind, value = outcome[0]
     if kind == "error":
         raise value
-    return int(value)
+    return value  # type: ignore[no-any-return]
 
 
 # --- sqlq backup ---------------------------------------------------------------------------

@@ -78,7 +78,14 @@ from ..records import (
 from ..retry import Retry, stored_policy
 from . import driver, files
 from .gate import Gate
-from .migrate import GROUP_TRIGGERS, apply_on_demand, check_schema, ensure_schema, latest_version
+from .migrate import (
+    GROUP_TRIGGERS,
+    KEY_INDEXES,
+    apply_on_demand,
+    check_schema,
+    ensure_schema,
+    latest_version,
+)
 from .queries import Q
 
 Synchronous = Literal["full", "normal"]
@@ -230,6 +237,7 @@ class SqliteBackend:
         self._opened = False
         self._closed = False
         self._held_for_fork = False
+        self.keyed = False  # the dedupe keys' indexes are there (SqliteTransaction._keying)
         _live_backends.add(self)
         try:
             with self._lock, self._guard():
@@ -724,6 +732,7 @@ class SqliteTransaction:
         "_counter",
         "_cur",
         "_external",
+        "_keys_made",
         "_locked",
         "_opened",
         "_stored_counter",
@@ -731,6 +740,7 @@ class SqliteTransaction:
         "groups",
         "mark",
         "now",
+        "paused",
         "queue",
     )
 
@@ -750,6 +760,7 @@ class SqliteTransaction:
         self._conn: Any = None
         self._cur: Any = None  # the cursor every statement of the call runs on
         self._locked = False
+        self._keys_made = False
         self.events: list[tuple[Number, int, TaskRow]] = []
 
     def __enter__(self) -> SqliteTransaction:
@@ -769,8 +780,10 @@ class SqliteTransaction:
                 self._cur.execute(Q.savepoint)
             cur = self._cur
             asked = self.now
-            mark, counter, due, groups = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
-            self.groups: bool = groups  # the queue has grouped tasks not finished
+            mark, counter, flags = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
+            due = flags & 1
+            self.groups: bool = bool(flags & 2)  # the queue has grouped tasks not finished
+            self.paused: bool = bool(flags & 4)  # its claims find nothing
             self.mark: Number = mark
             self._counter: int = counter
             self._stored_counter = counter
@@ -872,9 +885,9 @@ class SqliteTransaction:
         if group is not None:
             self._grouping()
         state = "AVAILABLE" if run_at is None else "WAITING"
-        row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
-               retry.kind, retry.base, retry.cap, self.now, name, priority, aging,
-               group)  # fmt: skip
+        row = (queue, task_id, state, self._counter + 1, max_attempts, run_at or 0,
+               "" if payload is None else payload, retry.kind, retry.base, retry.cap,
+               self.now, name or "", priority, aging, group or "")  # fmt: skip
         if self._cur.execute(Q.insert_task, row).rowcount != 1:
             return False
         self._counter += 1
@@ -888,6 +901,16 @@ class SqliteTransaction:
         if not self.groups:
             apply_on_demand(self._cur, GROUP_TRIGGERS)
             self.groups = True
+
+    def _keying(self) -> None:
+        """Before a statement that uses a dedupe key: the keys' indexes (the on-demand
+        migration the first keyed add of the file applies, see migrations/on_demand/
+        0002).  Asked once per backend object once they are there for good."""
+        backend = self._backend
+        if not backend.keyed and not self._keys_made:
+            # Made by this call, they go if it rolls back: asked again by the next one.
+            backend.keyed = apply_on_demand(self._cur, KEY_INDEXES)
+            self._keys_made = not backend.keyed
 
     def insert_many(
         self,
@@ -911,6 +934,7 @@ class SqliteTransaction:
             return [True] * len(batch)
         ids = json.dumps([item[0] for item in batch])
         seen = {row[0] for row in self._cur.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
+        group_text = group or ""  # insert_task takes no None
         added: list[bool] = []
         rows: list[tuple[Any, ...]] = []
         state = "AVAILABLE" if run_at is None else "WAITING"
@@ -922,8 +946,9 @@ class SqliteTransaction:
             if new:
                 seen.add(task_id)
                 seq += 1
-                rows.append((queue, task_id, state, seq, max_attempts, run_at, payload,
-                             kind, base, cap, now, name, *rule))  # fmt: skip
+                rows.append((queue, task_id, state, seq, max_attempts, run_at or 0,
+                             "" if payload is None else payload, kind, base, cap, now,
+                             name or "", priority, aging, group_text))  # fmt: skip
         self._counter = seq
         if rows:
             self._cur.executemany(Q.insert_task, rows)
@@ -960,6 +985,8 @@ class SqliteTransaction:
         return added
 
     def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
+        if self.paused:
+            return []
         if self.groups:  # one at a time: each claim may use up a group's slot or rate
             return claim_each(lambda: self.claim(queue, seconds, fair), n)
         params = {
@@ -976,10 +1003,12 @@ class SqliteTransaction:
 
     def complete_many(self, queue: str, items: list[Completion]) -> int:
         now = self.now
-        rows = [(queue, task_id, token, now, result) for task_id, token, result in items]
+        rows = [(queue, task_id, token or 0, now, result or "") for task_id, token, result in items]
         return int(self._cur.executemany(Q.complete_task, rows).rowcount)
 
     def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
+        if self.paused:
+            return None
         token, now = self._counter + 1, self.now
         deadline = time_after(now, seconds)
         if self.groups:
@@ -1008,7 +1037,7 @@ class SqliteTransaction:
     def complete(
         self, queue: str, task_id: str, token: int | None, result: str | None = None
     ) -> bool:
-        params = (queue, task_id, token, self.now, result)
+        params = (queue, task_id, token or 0, self.now, result or "")
         return bool(self._cur.execute(Q.complete_task, params).rowcount == 1)
 
     def end_lease(
@@ -1060,6 +1089,7 @@ class SqliteTransaction:
 
     def redrive(self, row_id: int) -> bool:
         params = {"id": row_id, "seq": self._counter + 1, "now": self.now}
+        self._cur.execute(Q.remake_group, params)
         if self._cur.execute(Q.redrive_task, params).rowcount != 1:
             return False
         self._next_id()
@@ -1080,6 +1110,14 @@ class SqliteTransaction:
     def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
         params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
         return int(self._cur.execute(Q.purge_batch, params).rowcount)
+
+    def forget_groups(self, queue: str, after: str, batch: int) -> tuple[int, str | None]:
+        params = {"queue": queue, "after": after, "batch": batch, "now": self.now}
+        last, seen = self._cur.execute(Q.group_span, params).fetchone()
+        if not seen:
+            return 0, None
+        forgotten = int(self._cur.execute(Q.forget_groups, {**params, "last": last}).rowcount)
+        return forgotten, last if seen == batch else None
 
     def stats(self, queue: str) -> Figures:
         return _figures(self._cur, queue)
@@ -1156,6 +1194,7 @@ class SqliteTransaction:
         return bool(self._cur.execute(Q.forget_worker, params).rowcount == 1)
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
+        self._keying()
         row = self._cur.execute(Q.key_holder, (queue, key, cutoff)).fetchone()
         return None if row is None else Holder(row[0], row[1], State(row[2]), row[3])
 
@@ -1176,6 +1215,7 @@ class SqliteTransaction:
     ) -> bool:
         if group is not None:
             self._grouping()
+        # (the keys' indexes are there: key_holder, asked first in the call, made them)
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at, payload,
                retry.kind, retry.base, retry.cap, self.now, name, priority, aging, group,

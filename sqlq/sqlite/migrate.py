@@ -20,6 +20,13 @@ schema that only some databases need and that would cost the others on every cal
 (the group triggers: see migration 11).  The first call that needs one applies it in
 that call's write transaction (apply_on_demand) and records it with the negative of its
 number, its name and checksum; tests/test_schema.py checks both states of a file.
+They hold triggers and indexes, and statements that may run again (``UPDATE ... SET
+grouped = 1``).  A numbered migration that rebuilds a table drops its triggers and
+indexes (0013 rebuilds sqlq_tasks): after each numbered migration, the objects of the
+on-demand migrations the file recorded that are gone are made again, with the other
+statements of their migration, in the numbered migration's transaction; and a file that
+holds keyed tasks when it reaches 0013 (which left the key indexes to on-demand
+migration 2) gets that one applied and recorded there (_restore_on_demand).
 
 An empty file (no bytes, or a SQLite header without tables and with no header
 field set: what an interrupted creation leaves) is a database not created yet.
@@ -34,7 +41,9 @@ then looks again: no process fails because another is creating the file.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -86,19 +95,56 @@ def on_demand() -> tuple[Migration, ...]:
 
 #: The on-demand migration of the group triggers (applied by the first grouped add).
 GROUP_TRIGGERS = 1
+#: The on-demand migration of the dedupe keys' indexes (applied by the first keyed add).
+KEY_INDEXES = 2
+#: On-demand migrations that a numbered migration may leave a file without although
+#: it holds what they are for: (the numbered migration from which on, the query that
+#: says the file needs it).  Migration 13 made the key indexes on-demand.
+IN_USE = {KEY_INDEXES: (13, Q.holds_keys)}
 
 
-def apply_on_demand(cur: Any, version: int) -> None:
+def apply_on_demand(cur: Any, version: int) -> bool:
     """On-demand migration ``version``, inside the caller's write transaction, unless
     the database has it: recorded in sqlq_migrations under the version -``version``
     (negative: the schema's version stays the highest numbered migration's), with its
     name and checksum like any other, and its statements run only if that record is
-    new.  One statement when it was applied before."""
+    new.  One statement when it was applied before.  True if it was (so it is there
+    for good: a rollback of the caller's transaction cannot take it away)."""
     migration = on_demand()[version - 1]
     record = (-version, migration.name, migration.checksum, time.time())
-    if cur.execute(Q.record_on_demand, record).rowcount == 1:
-        for statement in migration.statements():
-            cur.execute(statement)
+    if cur.execute(Q.record_on_demand, record).rowcount != 1:
+        return True
+    for statement in migration.statements():
+        cur.execute(statement)
+    return False
+
+
+def _restore_on_demand(conn: Any, version: int) -> None:
+    """After numbered migration ``version``, in its transaction: the on-demand migrations
+    the database recorded whose objects (triggers, indexes) that migration dropped (a
+    table rebuilt) run again, but for the objects still there; and those a file needs
+    from this version on for what it holds (IN_USE) are applied and recorded."""
+    for number, (since, in_use) in IN_USE.items():
+        if version == since and conn.execute(in_use).fetchone()[0]:
+            apply_on_demand(conn.cursor(), number)
+    for (number,) in conn.execute(Q.on_demand_applied).fetchall():
+        statements = on_demand()[number - 1].statements()
+        made = [name for name in map(_made_name, statements) if name is not None]
+        missing = {name for (name,) in conn.execute(Q.missing_objects, {"names": json.dumps(made)})}
+        if missing:
+            for statement in statements:
+                name = _made_name(statement)
+                if name is None or name in missing:
+                    conn.execute(statement)
+
+
+def _made_name(statement: str) -> str | None:
+    """The name of the trigger or index a statement makes, or None."""
+    found = _CREATE.search(statement)
+    return None if found is None else found.group(1)
+
+
+_CREATE = re.compile(r"^CREATE (?:UNIQUE )?(?:TRIGGER|INDEX) (\w+)", re.MULTILINE)
 
 
 def latest_version() -> int:
@@ -263,6 +309,7 @@ def _apply(conn: Any, migration: Migration) -> None:
         conn.execute(Q.create_migrations_table)
         for statement in migration.statements():
             conn.execute(statement)
+        _restore_on_demand(conn, migration.version)
         conn.execute(
             Q.record_migration,
             {

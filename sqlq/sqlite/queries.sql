@@ -5,6 +5,12 @@
 -- (:name), or numbered (?1) in the statements of every call, where binding a
 -- tuple costs less than a dict.  sqlq/sqlite/queries.py loads this file; tests
 -- check that every block is used and that every name the code uses is defined here.
+--
+-- None is not bound in the statements of the usual calls (add, complete): the
+-- DB-API module binds int, float, str and bytes at once, but sends None
+-- through its adapter (sqlq/sqlite/driver.py), a Python call of about 750
+-- instructions a parameter.  Those statements take '' (or 0) for "none" where
+-- the value can never be empty (or 0), and say so.
 
 -- name: begin_write
 -- Start a call's transaction holding the write lock from its first statement,
@@ -53,22 +59,29 @@ ROLLBACK TO sqlq_batch
 
 -- name: open_call
 -- The first statement of every call, after BEGIN: the database clock (its time
--- high-water mark and id counter) and whether anything in queue ?1 is due at
--- the call's time (the later of ?2 and the mark): a lease whose deadline has
--- passed (deadline inclusive) or a WAITING task whose run_at has come.  Two
--- probes of partial indexes; due_events reads the events only when one is due.
--- Last, whether the queue has a group with unfinished tasks (a probe of
--- sqlq_groups_live, named: the planner, without statistics, would rather walk
--- the queue's groups by their key), only in a file where a grouped task was
--- ever added (sqlq_clock.grouped: a file without groups pays no probe): the
--- claims then take the statements that know groups.
+-- high-water mark and id counter), then what the call must know of its queue
+-- ?1, as the bits of one number (every column of a result costs the DB-API
+-- module a tuple and a decoded name per statement, about 1,500 instructions):
+-- 1: something is due at the call's time (the later of ?2 and the mark): a
+-- lease whose deadline has passed (deadline inclusive) or a WAITING task whose
+-- run_at has come.  Two probes of partial indexes; due_events reads the events
+-- only when one is due.
+-- 2: the queue has a group with unfinished tasks (a probe of sqlq_groups_live,
+-- named: the planner, without statistics, would rather walk the queue's groups
+-- by their key), asked only in a file where a grouped task was ever added
+-- (sqlq_clock.grouped: a file without groups pays no probe): the claims then
+-- take the statements that know groups.
+-- 4: the queue is paused (a probe of sqlq_paused's key), asked only while some
+-- queue of the file is (sqlq_clock.paused, kept by triggers on sqlq_paused,
+-- migration 13): a paused queue's claims then run no statement.
 SELECT now, counter,
-       EXISTS (SELECT 1 FROM sqlq_tasks
-               WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
-       OR EXISTS (SELECT 1 FROM sqlq_tasks
-                  WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)),
-       iif(grouped, EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_live
-                            WHERE queue = ?1 AND live > 0), 0)
+       (EXISTS (SELECT 1 FROM sqlq_tasks
+                WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
+        OR EXISTS (SELECT 1 FROM sqlq_tasks
+                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))
+       + iif(grouped, 2 * EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_live
+                                  WHERE queue = ?1 AND live > 0), 0)
+       + iif(paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)
 FROM sqlq_clock WHERE id = 1
 
 -- name: due_events
@@ -117,12 +130,16 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
 -- runs it with executemany for the ids it found new).  Positional:
 -- (queue, task_id, state, seq, max_attempts, run_at, payload, retry_kind,
 --  retry_base, retry_cap, now, name, priority, aging, group_key); the line key
--- is contract.line_key's.
+-- is contract.line_key's.  No parameter is None (see "None is not bound" at the
+-- top): run_at is read only for a WAITING task, and an empty payload, name or
+-- group stands for NULL (none of them can be empty: a payload is JSON text or
+-- a blob, names and groups are checked non-empty).
 INSERT INTO sqlq_tasks
     (queue, task_id, state, seq, attempts, max_attempts, run_at, payload,
      retry_kind, retry_base, retry_cap, created_at, updated_at, name, priority, aging,
      line_key, group_key)
-VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14, ?11 - ?13 * ?14, ?15)
+VALUES (?1, ?2, ?3, ?4, 0, ?5, iif(?3 = 'WAITING', ?6, NULL), nullif(?7, ''), ?8, ?9, ?10,
+        ?11, ?11, nullif(?12, ''), ?13, ?14, ?11 - ?13 * ?14, nullif(?15, ''))
 ON CONFLICT (queue, task_id) DO NOTHING
 
 -- name: insert_batch
@@ -154,14 +171,13 @@ WHERE queue = :queue AND task_id IN (SELECT value FROM json_each(:ids))
 -- Reserve up to :n tasks from the front of the ungrouped line (in (line_key,
 -- seq) order) in one statement (a queue without groups; see claim_grouped); the
 -- k-th in line gets token :base + k.  Returns them in no particular order.
--- Nothing while the queue is paused (a probe of sqlq_paused's key).
+-- Not run while the queue is paused (open_call).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = :base + line.rank,
     deadline = :deadline, updated_at = :now
 FROM (SELECT id, row_number() OVER (ORDER BY line_key, seq) AS rank
       FROM sqlq_tasks
       WHERE queue = :queue AND state = 'AVAILABLE' AND group_key IS NULL
-        AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
       ORDER BY line_key, seq LIMIT :n) AS line
 WHERE sqlq_tasks.id = line.id AND sqlq_tasks.state = 'AVAILABLE'
 RETURNING task_id, lease_id, attempts, payload, name
@@ -170,13 +186,12 @@ RETURNING task_id, lease_id, attempts, payload, name
 -- Reserve the front of queue ?1's ungrouped line (the lowest (line_key, seq))
 -- in one statement (a queue without groups; see claim_grouped): count an
 -- attempt, record the lease (token ?2) and its deadline ?3, at time ?4.  Returns the
--- task (what its lease carries), or no row; no row while the queue is paused
--- (a probe of sqlq_paused's key).
+-- task (what its lease carries), or no row.  Not run while the queue is
+-- paused (open_call).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
 WHERE id = (SELECT id FROM sqlq_tasks
             WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL
-              AND NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)
             ORDER BY line_key, seq LIMIT 1)
   AND state = 'AVAILABLE'
 RETURNING task_id, attempts, payload, name
@@ -191,12 +206,14 @@ FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
 -- name: complete_task
--- RESERVED -> COMPLETED at time ?4 with the result ?5 (JSON text or NULL), for
--- task ?2 of queue ?1 under the lease ?3 if that is not NULL.  complete_many
--- runs it with executemany.
+-- RESERVED -> COMPLETED at time ?4 with the result ?5 (JSON text, or '' for
+-- none: JSON text is never empty), for task ?2 of queue ?1 under the lease ?3
+-- if that is not 0 (tokens start at 1).  complete_many runs it with
+-- executemany.  No parameter is None (see "None is not bound" at the top).
 UPDATE sqlq_tasks
-SET state = 'COMPLETED', deadline = NULL, finished_at = ?4, updated_at = ?4, result = ?5
-WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3 IS NULL OR lease_id = ?3)
+SET state = 'COMPLETED', deadline = NULL, finished_at = ?4, updated_at = ?4,
+    result = nullif(?5, '')
+WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3 = 0 OR lease_id = ?3)
 
 -- name: end_lease
 -- End a lease that failed, ran out or was given back: AVAILABLE (a new :seq,
@@ -276,6 +293,42 @@ WHERE id IN (SELECT id FROM sqlq_tasks
              WHERE queue = :queue AND state = :state AND finished_at <= :cutoff
              ORDER BY finished_at
              LIMIT :batch)
+
+-- name: group_span
+-- purge, forgetting idle groups in transactions of bounded work: the last name
+-- and the number of the next :batch groups of a queue after the name :after (a
+-- range of the primary key), which forget_groups then looks at.
+SELECT max(group_key), count(*)
+FROM (SELECT group_key FROM sqlq_groups
+      WHERE queue = :queue AND group_key > :after
+      ORDER BY group_key LIMIT :batch)
+
+-- name: forget_groups
+-- Forget the idle groups of the range group_span found (names after :after up
+-- to :last): no unfinished task (live = 0, and so no lease: running = 0) and
+-- no start owed to the rate (tat, the next start it allows, not after :now).
+-- Their limits stay in sqlq_limits: sqlq_group_added makes the row of a group
+-- anew with them at its next add, and remake_group at a redrive.
+DELETE FROM sqlq_groups
+WHERE queue = :queue AND group_key > :after AND group_key <= :last
+  AND live = 0 AND running = 0 AND tat <= :now
+
+-- name: remake_group
+-- Before redrive_task: the row of the DEAD task's group, if forget_groups forgot
+-- it (an add makes it in sqlq_group_added; a redrive moves a task whose group
+-- may be gone), with the limits that apply to it as sqlq_group_added reads
+-- them: the group's own, else the queue's default.  No change for a task
+-- without a group or one whose group has its row.
+INSERT INTO sqlq_groups (queue, group_key, cap, spacing)
+SELECT t.queue, t.group_key, coalesce(l.concurrency, 9223372036854775807), l.per / l.rate
+FROM sqlq_tasks AS t
+LEFT JOIN sqlq_limits AS l
+  ON l.queue = t.queue
+ AND l.group_key = (SELECT group_key FROM sqlq_limits
+                    WHERE queue = t.queue AND (group_key = t.group_key OR group_key = '')
+                    ORDER BY group_key = '' LIMIT 1)
+WHERE t.id = :id AND t.state = 'DEAD' AND t.group_key IS NOT NULL
+ON CONFLICT (queue, group_key) DO NOTHING
 
 -- name: count_queue_states
 -- Tasks of one queue per state.
@@ -486,8 +539,8 @@ SET stop_requested_at = coalesce(stop_requested_at, :now)
 WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED' AND deadline > :now
 
 -- name: pause_queue
--- Pause a queue: its row in sqlq_paused, which the claims probe.  No change if
--- it is paused already.
+-- Pause a queue: its row in sqlq_paused, which open_call probes (a trigger sets
+-- sqlq_clock.paused).  No change if it is paused already.
 INSERT INTO sqlq_paused (queue, paused_at) VALUES (:queue, :now)
 ON CONFLICT (queue) DO NOTHING
 
@@ -643,7 +696,7 @@ line_key, seq
 -- group is the one whose front is first (?5 = 0) or, round robin (?5 = 1), the
 -- one whose latest start is oldest.  The trigger sqlq_group_moved counts the
 -- lease and moves the group's tat and turn in this statement.  Positional as
--- claim_front, then ?5.
+-- claim_front, then ?5.  Not run while the queue is paused (open_call).
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
 WHERE id = (SELECT id
@@ -667,7 +720,6 @@ WHERE id = (SELECT id
                   JOIN sqlq_tasks AS t
                     ON t.queue = ?1 AND t.group_key = g.group_key
                    AND t.state = 'AVAILABLE' AND t.line_key = g.head_key AND t.seq = g.head)
-            WHERE NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1)
             ORDER BY {{_line_order}} LIMIT 1)
   AND state = 'AVAILABLE'
 RETURNING task_id, attempts, payload, name
@@ -719,3 +771,18 @@ WHERE queue = :queue AND live > 0 ORDER BY group_key
 INSERT INTO sqlq_migrations (version, name, checksum, applied_at)
 VALUES (?1, ?2, ?3, ?4)
 ON CONFLICT (version) DO NOTHING
+
+-- name: on_demand_applied
+-- The on-demand migrations a database recorded (their numbers, from 1), in order.
+SELECT -version FROM sqlq_migrations WHERE version < 0 ORDER BY version DESC
+
+-- name: missing_objects
+-- Which of the triggers and indexes named in :names (a JSON array) the database
+-- lacks.
+SELECT value FROM json_each(:names)
+WHERE value NOT IN (SELECT name FROM sqlite_schema WHERE type = 'trigger' OR type = 'index')
+
+-- name: holds_keys
+-- Does the file hold a task with a dedupe key (migrate.IN_USE)?  A scan, once,
+-- when a file is migrated to 13.
+SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE dedupe_key IS NOT NULL)

@@ -60,7 +60,7 @@ def redrive(queue: Queue, form: dict[str, str], database: str) -> Outcome:
 
 def purge_dead(queue: Queue, _form: dict[str, str], database: str) -> Outcome:
     count = queue.purge(states=("DEAD",))
-    document = purged_json(database, queue.queue, {"DEAD": count})
+    document = purged_json(database, queue.queue, {"DEAD": count}, groups=count.groups)
     return Outcome(True, f"{count} dead task(s) of queue {queue.queue!r} deleted", document)
 
 
