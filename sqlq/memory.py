@@ -274,9 +274,13 @@ class WorkQueue:
         an empty ``**options`` costs about 340.  ``_add`` takes them by name, so that an
         unknown one is a TypeError as before.
         """
-        if options:
-            return self._add(task_id, now, **options)
-        if not (
+        encoded = None
+        if options:  # a payload alone, the most common option, stays on this path
+            if len(options) != 1 or "payload" not in options:
+                return self._add(task_id, now, **options)
+            task_id = check_new_task_id(task_id)  # checked first, as _add does
+            encoded = payloads.encode(options["payload"], self.max_payload_bytes)
+        elif not (
             type(task_id) is str and task_id and len(task_id) <= MAX_ID_LENGTH and task_id.isascii()
         ):  # check_new_task_id's fast test (a non-empty str is true), inline
             task_id = check_new_task_id(task_id)
@@ -287,7 +291,7 @@ class WorkQueue:
         tasks = self._tasks
         if task_id in tasks:
             return False
-        record = tasks[task_id] = [_AVAILABLE, 0, 0, now, None, None, now, now, None,
+        record = tasks[task_id] = [_AVAILABLE, 0, 0, now, encoded, None, now, now, None,
                                    self.max_attempts, self._retry, None, None, 0, None,
                                    0]  # fmt: skip
         if self._plain:  # _join_line, written out for a plain queue (see _SEQ)
