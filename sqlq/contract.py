@@ -155,9 +155,10 @@ MAX_ID_BYTES: Final = 1024
 #: The range of priorities (higher first); 0 by default.
 MIN_PRIORITY: Final = -1000
 MAX_PRIORITY: Final = 1000
-#: add's default priority.  The faces' fast paths compare a priority with it by ``is``,
+#: add's default priority.  Queue.add's fast path compares a priority with it by ``is``,
 #: which only the int 0 passes (CPython and PyPy have one 0): not False nor 0.0, which
-#: check_priority judges on the path that checks the rare options.
+#: check_priority judges on the path that checks the rare options.  (WorkQueue.add
+#: takes that path whenever an option is given.)
 NO_PRIORITY: Final = 0
 #: Seconds of waiting that one step of priority is worth (see the module docstring).
 DEFAULT_AGING: Final = 60.0

@@ -9,9 +9,10 @@ Data structures (n = number of tasks):
   priority in line (empty while one priority is in line, the usual case, and
   whenever ``_line`` is).  Only ``reserve``/``claim`` take from them, and every
   move to AVAILABLE appends to one.  A task's place in the line (line key, as
-  contract.line_key, and counter) is kept in its record (``_WHEN``, ``_SEQ``);
-  within a priority the keys grow with the time high-water mark, so each FIFO is
-  in line order, and a line of one priority costs an append and a popleft.
+  contract.line_key, and counter) is kept in its record (``_WHEN``, ``_SEQ``, the
+  latter not written by a plain queue); within a priority the keys grow with the
+  time high-water mark, so each FIFO is in line order, and a line of one priority
+  costs an append and a popleft.
 * ``_fronts``: while ``_others`` holds a FIFO, a min-heap of (line key, counter,
   priority), one for the front of each FIFO: its top is the front of the line.
 * ``_groups``: group -> _Group, for per-key limits: a heap of the line entries of
@@ -38,7 +39,8 @@ purged) is dropped when it reaches the front.
 running task is asked to stop or the queue is paused (and False from then on).
 While it holds, the line is one FIFO, no lease frees a group's slot and none ends
 in CANCELLED, and claims, completions and lease ends test that one flag instead
-of the group, stop, pause and priority of each task and line.
+of the group, stop, pause and priority of each task and line; add and the lease
+ends append to the FIFO without writing the task's counter (see ``_SEQ``).
 
 ``_due`` is a lower bound on the time of the next event (a lease expiry or a
 wake-up; a stale entry's time counts too) and never above MAX_TIME.  A call
@@ -75,7 +77,6 @@ from .contract import (
     LEASE_EXPIRED,
     MAX_ID_LENGTH,
     MAX_TIME,
-    NO_PRIORITY,
     Cancel,
     Completion,
     Limit,
@@ -148,7 +149,11 @@ _NAME: Final = 11
 _STOP: Final = 12  # when cancel asked the running task to stop; None if it did not
 _PRIORITY: Final = 13
 _GROUP: Final = 14  # the task's group (see set_limit), or None
-_SEQ: Final = 15  # the counter when it last joined the line (its place among equal line keys)
+# The counter when it last joined the line (its place among equal line keys).  A plain
+# queue (see _plain) does not write it: its line is one FIFO, in which places are
+# never compared, and what a task joining it holds there is at most the counter
+# then, so below the place of every task that joins after the queue stops being plain.
+_SEQ: Final = 15
 
 Record = list[Any]
 Entry = tuple[Number, int, str]
@@ -251,7 +256,52 @@ class WorkQueue:
         group: str | None = None,
     ) -> Added: ...
 
-    def add(
+    def add(self, task_id: str, now: Number, **options: Any) -> bool | Added:
+        """Put a new task at the back of the line (or WAITING until its delay is over).
+
+        False, and no change, if the id exists in any state.  The options, by keyword
+        (as the overloads above and ``_add`` name them): ``payload``; ``delay`` or
+        ``run_at``; ``name``, stored with the task and carried by its leases;
+        ``max_attempts`` and ``retry``, which replace the queue's for this task;
+        ``priority`` (-1000 to 1000, higher first), which places it in the line with
+        the queue's ``aging`` (see sqlq.contract); ``group``, which puts it under that
+        group's limits (see ``set_limit``); ``key``, ``on_key`` and ``key_window``: a
+        dedupe key, answered with an Added (see sqlq.keys).
+
+        The options come as ``**options`` so that an add without any pays for none of
+        them: at every call CPython looks the default of each keyword-only argument not
+        given up in a dict (about 150 instructions each, 1,650 for these eleven), where
+        an empty ``**options`` costs about 340.  ``_add`` takes them by name, so that an
+        unknown one is a TypeError as before.
+        """
+        encoded = None
+        if options:  # a payload alone, the most common option, stays on this path
+            if len(options) != 1 or "payload" not in options:
+                return self._add(task_id, now, **options)
+            task_id = check_new_task_id(task_id)  # checked first, as _add does
+            encoded = payloads.encode(options["payload"], self.max_payload_bytes)
+        elif not (
+            type(task_id) is str and task_id and len(task_id) <= MAX_ID_LENGTH and task_id.isascii()
+        ):  # check_new_task_id's fast test (a non-empty str is true), inline
+            task_id = check_new_task_id(task_id)
+        if (type(now) is int or type(now) is float) and self._now <= now < self._due:
+            self._now = now
+        else:
+            now = self._advance(now)
+        tasks = self._tasks
+        if task_id in tasks:
+            return False
+        record = tasks[task_id] = [_AVAILABLE, 0, 0, now, encoded, None, now, now, None,
+                                   self.max_attempts, self._retry, None, None, 0, None,
+                                   0]  # fmt: skip
+        if self._plain:  # _join_line, written out for a plain queue (see _SEQ)
+            self._counter += 1
+            self._line.append(task_id)
+        else:
+            self._join_line(task_id, record)
+        return True
+
+    def _add(
         self,
         task_id: str,
         now: Number,
@@ -268,50 +318,8 @@ class WorkQueue:
         key_window: Number | None = None,
         group: str | None = None,
     ) -> bool | Added:
-        """Put a new task at the back of the line (or WAITING until its delay is over).
-
-        False, and no change, if the id exists in any state.  ``name`` is stored
-        with the task and its leases carry it; ``max_attempts`` and ``retry``
-        replace the queue's for this task.  ``priority`` (-1000 to 1000, higher
-        first) places it in the line with the queue's ``aging`` (see sqlq.contract);
-        ``group`` puts it under that group's limits (see ``set_limit``).
-        ``key``, ``on_key`` and ``key_window``: a dedupe key, answered with an Added
-        (see sqlq.keys).
-        """
-        if not (type(task_id) is str and 0 < len(task_id) <= MAX_ID_LENGTH and task_id.isascii()):
-            task_id = check_new_task_id(task_id)
-        if (
-            payload is None  # nothing to encode, wait for or check
-            and delay is None
-            and run_at is None
-            and name is None
-            and max_attempts is None
-            and retry is None
-            and key is None
-            and on_key is None
-            and key_window is None
-            and priority is NO_PRIORITY  # the int 0 itself: not False, not 0.0
-            and group is None
-        ):
-            if (type(now) is int or type(now) is float) and self._now <= now < self._due:
-                self._now = now
-            else:
-                now = self._advance(now)
-            tasks = self._tasks
-            if task_id in tasks:
-                return False
-            if self._line_priority == 0:  # _join_line, inline: line_key(now, 0, aging) is now
-                self._counter = seq = self._counter + 1
-                tasks[task_id] = [_AVAILABLE, 0, 0, now, None, None, now, now, None,
-                                  self.max_attempts, self._retry, None, None, 0, None,
-                                  seq]  # fmt: skip
-                self._line.append(task_id)  # (at the back of its FIFO: no front moves)
-            else:
-                record = tasks[task_id] = [_AVAILABLE, 0, 0, 0, None, None, now, now, None,
-                                           self.max_attempts, self._retry, None, None, 0,
-                                           None, 0]  # fmt: skip
-                self._join_line(task_id, record)
-            return True
+        """add with options, each checked."""
+        task_id = check_new_task_id(task_id)
         encoded = payloads.encode(payload, self.max_payload_bytes)
         start = check_start(delay, run_at)
         policy = self._policy(max_attempts, retry)
@@ -381,8 +389,10 @@ class WorkQueue:
         if record is None:
             task_id = check_task_id(task_id)
             record = self._tasks.get(task_id)
-        token = None if token is None else check_token(token)
-        stored = None if result is None else check_result(result, self.max_payload_bytes)
+        if token is not None:
+            token = check_token(token)
+        if result is not None:  # from here on, the result as stored
+            result = check_result(result, self.max_payload_bytes)
         if (type(now) is int or type(now) is float) and self._now <= now < self._due:
             self._now = now
         else:
@@ -398,8 +408,8 @@ class WorkQueue:
             self._free_slot(record)
         record[_STATE] = _COMPLETED
         record[_UPDATED] = record[_FINISHED] = now
-        if stored is not None:
-            self._results[task_id] = stored
+        if result is not None:
+            self._results[task_id] = result
         return True
 
     def complete_and_claim(
@@ -428,7 +438,8 @@ class WorkQueue:
         if record is None:
             task_id = check_task_id(task_id)
             record = self._tasks.get(task_id)
-        token = None if token is None else check_token(token)
+        if token is not None:
+            token = check_token(token)
         text = None if error is None else check_error(error)
         if retry is not True:
             retry = check_flag(retry, "retry")
@@ -900,7 +911,8 @@ class WorkQueue:
         """Check ``now`` and apply the time high-water mark; then run every lease
         expiry and wake-up due by then, in (time, counter) order, and set ``_due``
         to the time of the soonest entry left.  Returns the time the call is
-        handled at."""
+        handled at.  (The sooner of the two heaps' fronts is kept while neither heap
+        changes, so that each entry costs one comparison of tuples, not two.)"""
         if not ((type(now) is int or type(now) is float) and 0 <= now <= MAX_TIME):
             now = check_time(now)
         if now < self._now:
@@ -908,35 +920,38 @@ class WorkQueue:
         self._now = now
         if now < self._due:
             return now
-        tasks, leases, extended, waiting = self._tasks, self._leases, self._extended, self._waiting
+        tasks, leases = self._tasks, self._leases
+        other = None  # the sooner of the two heaps' fronts (None: to be found again)
         while True:
-            first = leases[0] if leases else _NEVER  # the soonest entry, and where it is
-            source = 0
-            if extended and extended[0] < first:
-                first = extended[0]
-                source = 1
-            if waiting and waiting[0] < first:
-                first = waiting[0]
-                source = 2
+            if other is None:
+                extended, waiting = self._extended, self._waiting
+                other = extended[0] if extended else _NEVER
+                if waiting and waiting[0] < other:
+                    other = waiting[0]
+            first = leases[0] if leases else _NEVER  # the soonest entry
+            if other < first:
+                first = other
             when, key, task_id = first
             if when > now:
                 break
-            if source == 0:
+            if first is not other:
                 leases.popleft()
-            elif source == 1:
+            else:
+                other = None
+                if waiting and first is waiting[0]:  # a wake-up: never stale (module docstring)
+                    heapq.heappop(waiting)
+                    self._make_available(task_id, tasks[task_id], when)
+                    continue
                 heapq.heappop(extended)
-            else:  # a wake-up: never stale (see the module's docstring)
-                heapq.heappop(waiting)
-                self._make_available(task_id, tasks[task_id], when)
-                continue
             record = tasks.get(task_id)
             if (
                 record is not None
                 and record[_STATE] is _RESERVED
                 and record[_TOKEN] == key
                 and record[_WHEN] == when
+                and self._end_lease(task_id, record, when, LEASE_EXPIRED) is _WAITING
             ):
-                self._end_lease(task_id, record, when, LEASE_EXPIRED)
+                other = None  # its retry's wake-up may be the soonest now
         self._due = when if when < MAX_TIME else MAX_TIME
         return now
 
@@ -1039,17 +1054,18 @@ class WorkQueue:
         if attempts >= record[_MAX_ATTEMPTS]:
             record[_STATE] = _DEAD
             record[_FINISHED] = when
-        elif delay > 0:
+            return _DEAD
+        if delay > 0:
             self._make_waiting(task_id, record, time_after(when, delay), when)
+            return _WAITING
+        record[_STATE] = _AVAILABLE
+        if self._plain:  # _join_line, written out for a plain queue (see _SEQ)
+            self._counter += 1
+            record[_WHEN] = self._now
+            self._line.append(task_id)
         else:
-            record[_STATE] = _AVAILABLE
-            if not self._plain:
-                self._join_line(task_id, record)
-            else:  # _join_line, written out: priority 0 into a line of priority 0
-                self._counter = record[_SEQ] = self._counter + 1
-                record[_WHEN] = self._now
-                self._line.append(task_id)
-        return record[_STATE]  # type: ignore[no-any-return]
+            self._join_line(task_id, record)
+        return _AVAILABLE
 
     def _unqueue(self, task_id: str, state: str) -> None:
         """Take an AVAILABLE task out of the line, or a WAITING one out of the heap of

@@ -300,8 +300,8 @@ MUTANTS = [
     Mutant(
         "memory-wake-ups-before-expiries-at-equal-times",
         "sqlq/memory.py",
-        "if waiting and waiting[0] < first:",
-        "if waiting and waiting[0][0] <= first[0]:",
+        "            if other < first:\n",
+        "            if other[0] <= first[0]:\n",
     ),
     Mutant(
         "sql-deadline-exclusive",
@@ -585,7 +585,7 @@ MUTANTS = [
         "            return token is not None and state is _COMPLETED "
         "and record[_TOKEN] == token\n",
         "            if token is not None and state is _COMPLETED and record[_TOKEN] == token:\n"
-        "                self._results[task_id] = stored  # type: ignore[assignment]\n"
+        "                self._results[task_id] = result\n"
         "                return True\n"
         "            return False\n",
         RESULTS,
@@ -837,6 +837,15 @@ MUTANTS = [
         "MAX_ID_BYTES: Final = 1024",
         "MAX_ID_BYTES: Final = 4096",
         ("tests/test_probe13.py",),
+    ),
+    Mutant(
+        # a plain queue's add writes no place (memory.py: _SEQ); one above the counter
+        # would put the tasks it lined up behind later ones at equal line keys
+        "memory-plain-line-behind-later-tasks",
+        "sqlq/memory.py",
+        "                                   0]  # fmt: skip\n",
+        "                                   2**62]  # fmt: skip\n",
+        PRIORITIES,
     ),
     Mutant(
         "memory-aging-sign-flipped",

@@ -259,6 +259,16 @@ def test_a_payload_given_by_position_is_refused_with_a_hint(make_queue: Factory)
     assert q.status("p1", 0) is None
 
 
+def test_unknown_and_positional_options_of_add_are_refused(make_queue: Factory) -> None:
+    """add's options are keywords it knows (the WorkQueue takes them as ``**options``)."""
+    q = make_queue(10, 2)
+    with pytest.raises(TypeError, match="colour"):
+        q.add("t", 0, colour="red")
+    with pytest.raises(TypeError, match="positional"):
+        q.add("t", 0, {"width": 640})
+    assert q.tasks(0) == []
+
+
 @pytest.mark.parametrize("bad", [Fraction(1, 2), Decimal("1.5")])
 def test_numbers_that_are_not_int_or_float_are_not_times(make_queue: Factory, bad: object) -> None:
     """They compare with ints, so a check of the range alone would let them in."""

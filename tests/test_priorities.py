@@ -393,3 +393,27 @@ def test_a_stop_request_midway_ends_the_running_task_cancelled(make_queue: Facto
     assert q.cancel("a", 2) == "STOPPING"
     assert q.fail("a", 3) == "CANCELLED"
     assert [q.reserve(4), q.reserve(4)] == ["b", None]
+
+
+def test_tasks_lined_up_before_a_group_keep_their_place_at_equal_line_keys(
+    make_queue: Factory,
+) -> None:
+    # b is added and a fails back into line while the queue is plain, all at time 5;
+    # then a grouped task joins at 5 too: the two were first in line, so they go first
+    q = make_queue(10, 3)
+    q.add("a", 5)
+    assert q.reserve(5) == "a"
+    q.add("b", 5)
+    assert q.fail("a", 5) == "AVAILABLE"
+    q.add("g", 5, group="x")
+    assert [q.reserve(5), q.reserve(5), q.reserve(5)] == ["b", "a", "g"]
+
+
+def test_tasks_lined_up_before_a_priority_keep_their_place_at_equal_line_keys(
+    make_queue: Factory,
+) -> None:
+    # priority 1 added 60 s later (the default aging) has the line key of b's add
+    q = make_queue(1000, 3)
+    q.add("b", 5)
+    q.add("p", 5 + DEFAULT_AGING, priority=1)
+    assert [q.reserve(70), q.reserve(70)] == ["b", "p"]
