@@ -514,8 +514,8 @@ MUTANTS = [
     Mutant(
         "sql-key-indexes-taken-as-made-by-a-call-that-rolls-back",
         "sqlq/sqlite/backend.py",
-        "            self._keys_made = not backend.keyed\n",
-        "            backend.keyed = True\n",
+        "            backend.keyed = there and self._external is None\n",
+        "            backend.keyed = there\n",
         ("tests/test_schema.py",),
     ),
     Mutant(

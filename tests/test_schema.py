@@ -743,6 +743,11 @@ def test_the_key_indexes_come_with_the_first_keyed_add(db_path: Path) -> None:
             q.add("t", 0, key="k", conn=conn)
             raise RuntimeError("the caller's transaction rolls back")
         assert _key_indexes(db_path) == ([], [])
+        with pytest.raises(RuntimeError), q.engine.begin() as conn:  # two calls, one transaction
+            q.add("t", 0, key="k", conn=conn)
+            q.add("t2", 0, key="k2", conn=conn)
+            raise RuntimeError("the caller's transaction rolls back")
+        assert _key_indexes(db_path) == ([], [])
         assert q.add("u", 0, key="k").outcome.value == "added"
         assert _key_indexes(db_path) == (_declared_key_indexes(), [-2])
         assert q.add("v", 0, key="k").holder == "u"  # the unique index guards it

@@ -908,9 +908,11 @@ class SqliteTransaction:
         0002).  Asked once per backend object once they are there for good."""
         backend = self._backend
         if not backend.keyed and not self._keys_made:
-            # Made by this call, they go if it rolls back: asked again by the next one.
-            backend.keyed = apply_on_demand(self._cur, KEY_INDEXES)
-            self._keys_made = not backend.keyed
+            # Made by this call, or by an earlier call of the caller's transaction (conn=),
+            # they go if it rolls back: asked again by the next call.
+            there = apply_on_demand(self._cur, KEY_INDEXES)
+            backend.keyed = there and self._external is None
+            self._keys_made = not there
 
     def insert_many(
         self,
