@@ -95,6 +95,20 @@ class ManualClock:
         program counts until it runs again.)"""
         self._wait_for(lambda: len(self._sleepers) >= count, timeout, f"{count} sleepers")
 
+    def wait_for_deadline(self, at: float, timeout: float = 10.0) -> None:
+        """Wait, in real time, until a thread waits on this clock with a deadline still
+        ahead and at or before ``at`` (seconds advanced): a thread that arms a deadline
+        when another one tells it to (a worker's monitor, for a task's time limit) has
+        armed it."""
+        self._wait_for(
+            lambda: any(
+                until is not None and self._now < until <= at
+                for _, until in self._sleepers.values()
+            ),
+            timeout,
+            f"a sleeper with a deadline by {at:g}",
+        )
+
     def step(self, sleepers: int, timeout: float = 10.0) -> float:
         """Once ``sleepers`` threads wait on the clock, one of them with a deadline,
         move the clock to the earliest deadline (one event at a time, as a

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.processes
 
 #: Run by the fresh virtualenv's Python: where sqlq was imported from, a task
 #: through one lease, and the migrations recorded in the new database (after a
-#: grouped add: the on-demand migration of the group triggers too).
+#: grouped add and a keyed add: the on-demand migrations of the group triggers and of
+#: the key indexes too).
 CHILD = """
 import json, sqlite3, sys
 import sqlq
@@ -39,6 +40,7 @@ with sqlq.Queue("queue.db", lease_seconds=30, max_attempts=3) as q:
     lease = q.claim()
     completed = q.complete(lease.task_id, token=lease.token)
     q.add("g1", group="tenant")
+    q.add("k1", key="nightly")
 with sqlite3.connect("queue.db") as conn:
     recorded = conn.execute("SELECT version, checksum FROM sqlq_migrations ORDER BY version")
     recorded = recorded.fetchall()

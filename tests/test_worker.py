@@ -294,7 +294,9 @@ def test_a_handler_long_past_its_time_limit_is_said_once_to_hold_its_slot(
     worker = Worker(queue, handler, time_limit=2.0, clock=clock)
     thread, out = _in_thread(worker, stop_when_idle=True)
     assert started.wait(10)
+    clock.wait_for_deadline(2.0)  # the monitor has armed the time limit (not only its beat)
     assert clock.step(2) == 2.0  # the time limit: failed
+    clock.wait_for_deadline(4.0)
     assert clock.step(2) == 4.0  # twice the limit: said, once
     clock.wait_for_sleepers(2)  # the monitor waits again, with nothing more due
     finish.set()
