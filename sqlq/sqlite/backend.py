@@ -781,9 +781,9 @@ class SqliteTransaction:
             cur = self._cur
             asked = self.now
             mark, counter, flags = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
-            due = flags & 1
-            self.groups: bool = bool(flags & 2)  # the queue has grouped tasks not finished
-            self.paused: bool = bool(flags & 4)  # its claims find nothing
+            due = flags & 1  # (the bits as they are: only their truth is asked)
+            self.groups: int = flags & 2  # the queue has grouped tasks not finished
+            self.paused: int = flags & 4  # its claims find nothing
             self.mark: Number = mark
             self._counter: int = counter
             self._stored_counter = counter
