@@ -1,4 +1,10 @@
-"""The write gate: processes take fair turns at the write lock, and waiting is bounded."""
+"""The write gate: processes take turns at the write lock, and waiting is bounded.
+
+How fairly four busy processes share the work is a benchmark's target
+(bench/targets.py, the least-served worker's share, median of runs), not a test's:
+on two cores the CPU scheduler decides it as much as the gate does (with the gate
+stubbed out, four drains on CI's two cores gave the same spread as with it), so a
+bound in a test was both flaky and unable to tell the gate's absence."""
 
 from __future__ import annotations
 
@@ -16,38 +22,6 @@ from sqlq.errors import Busy
 from sqlq.sqlite.gate import Gate
 
 pytestmark = pytest.mark.processes
-
-
-def _drain(path: str, go: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    q = sqlq.Queue(path, lease_seconds=300, max_attempts=3, synchronous="full")
-    go.wait()
-    n = 0
-    while (lease := q.claim()) is not None:
-        assert q.complete(lease.task_id, token=lease.token)
-        n += 1
-    q.close()
-    out.put(n)
-
-
-def test_four_processes_share_the_work(tmp_path: Path) -> None:
-    """With SQLite's own busy handler one of four workers often got nothing at all."""
-    path = str(tmp_path / "q.db")
-    tasks, procs = 2000, 4
-    with sqlq.Queue(path, lease_seconds=300, max_attempts=3) as q:
-        q.add_many([f"t{i}" for i in range(tasks)])
-    ctx = multiprocessing.get_context("spawn")
-    go, out = ctx.Event(), ctx.Queue()
-    workers = [ctx.Process(target=_drain, args=(path, go, out)) for _ in range(procs)]
-    for w in workers:
-        w.start()
-    time.sleep(2.0)  # let every worker open the queue before the race starts
-    go.set()
-    counts = sorted(out.get(timeout=120) for _ in workers)
-    for w in workers:
-        w.join(30)
-    assert sum(counts) == tasks
-    # A generous bound (a fair share is 500): starvation gave 0 here before the gate.
-    assert counts[0] >= 0.25 * tasks / procs, counts
 
 
 def _hold_gate(path: str, ready: multiprocessing.synchronize.Event) -> None:
