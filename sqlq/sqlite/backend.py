@@ -1005,8 +1005,11 @@ class SqliteTransaction:
 
     def complete_many(self, queue: str, items: list[Completion]) -> int:
         now = self.now
+        if all(result is None for _, _, result in items):
+            plain = [(queue, task_id, token or 0, now) for task_id, token, _ in items]
+            return int(self._cur.executemany(Q.complete_task, plain).rowcount)
         rows = [(queue, task_id, token or 0, now, result or "") for task_id, token, result in items]
-        return int(self._cur.executemany(Q.complete_task, rows).rowcount)
+        return int(self._cur.executemany(Q.complete_task_with_result, rows).rowcount)
 
     def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
         if self.paused:
@@ -1039,8 +1042,11 @@ class SqliteTransaction:
     def complete(
         self, queue: str, task_id: str, token: int | None, result: str | None = None
     ) -> bool:
-        params = (queue, task_id, token or 0, self.now, result or "")
-        return bool(self._cur.execute(Q.complete_task, params).rowcount == 1)
+        if result is None:
+            params: tuple[object, ...] = (queue, task_id, token or 0, self.now)
+            return bool(self._cur.execute(Q.complete_task, params).rowcount == 1)
+        params = (queue, task_id, token or 0, self.now, result)
+        return bool(self._cur.execute(Q.complete_task_with_result, params).rowcount == 1)
 
     def end_lease(
         self,

@@ -206,10 +206,18 @@ FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
 -- name: complete_task
--- RESERVED -> COMPLETED at time ?4 with the result ?5 (JSON text, or '' for
--- none: JSON text is never empty), for task ?2 of queue ?1 under the lease ?3
--- if that is not 0 (tokens start at 1).  complete_many runs it with
--- executemany.  No parameter is None (see "None is not bound" at the top).
+-- RESERVED -> COMPLETED at time ?4, for task ?2 of queue ?1 under the lease ?3
+-- if that is not 0 (tokens start at 1), with no result: the column stays NULL
+-- (it is NULL but in a COMPLETED task) and is not written, so the statement
+-- binds one parameter less and evaluates no nullif.  complete_many runs it
+-- with executemany.  No parameter is None (see "None is not bound" at the top).
+UPDATE sqlq_tasks
+SET state = 'COMPLETED', deadline = NULL, finished_at = ?4, updated_at = ?4
+WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3 = 0 OR lease_id = ?3)
+
+-- name: complete_task_with_result
+-- complete_task with the result ?5 (JSON text, or '' for none: JSON text is
+-- never empty), for a completion that has one (or a batch of which one has).
 UPDATE sqlq_tasks
 SET state = 'COMPLETED', deadline = NULL, finished_at = ?4, updated_at = ?4,
     result = nullif(?5, '')
