@@ -24,8 +24,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import REAL, UserDefinedType
 
-from .contract import State
-
 
 class ANY(UserDefinedType[object]):
     """SQLite's ANY column type of STRICT tables: any value, stored as given."""
@@ -38,10 +36,26 @@ class ANY(UserDefinedType[object]):
 
 metadata = MetaData()
 
-#: "state = 'WAITING' OR state = 'AVAILABLE' OR ...": a list of three or more
-#: constants with IN would make SQLite build a temporary b-tree for every row
-#: it checks (see sqlq/sqlite/migrations/0003).
-STATES_SQL = " OR ".join(f"state = '{state.value}'" for state in State)
+#: sqlq_tasks' state machine, one CASE branch a state (migration 14): what each
+#: state requires of the deadline, the token, the wake-up and finish times, the
+#: attempts, a stop request and a result; any other state fails (ELSE 0).
+STATE_MACHINE_SQL = """CASE state
+    WHEN 'RESERVED' THEN deadline IS NOT NULL AND lease_id IS NOT NULL AND run_at IS NULL
+                         AND finished_at IS NULL AND attempts >= 1 AND result IS NULL
+    WHEN 'COMPLETED' THEN deadline IS NULL AND run_at IS NULL AND finished_at IS NOT NULL
+                          AND attempts >= 1
+    WHEN 'AVAILABLE' THEN deadline IS NULL AND run_at IS NULL AND finished_at IS NULL
+                          AND attempts < max_attempts AND stop_requested_at IS NULL
+                          AND result IS NULL
+    WHEN 'WAITING' THEN deadline IS NULL AND run_at IS NOT NULL AND finished_at IS NULL
+                        AND attempts < max_attempts AND stop_requested_at IS NULL
+                        AND result IS NULL
+    WHEN 'DEAD' THEN deadline IS NULL AND run_at IS NULL AND finished_at IS NOT NULL
+                     AND attempts = max_attempts AND stop_requested_at IS NULL
+                     AND result IS NULL
+    WHEN 'CANCELLED' THEN deadline IS NULL AND run_at IS NULL AND finished_at IS NOT NULL
+                          AND result IS NULL
+    ELSE 0 END"""
 
 migrations = Table(
     "sqlq_migrations",
@@ -70,7 +84,7 @@ clock = Table(
 )
 
 #: sqlq_tasks checks its state machine, not the values every write of sqlq checks
-#: before its statement (migration 13).
+#: before its statement (migration 13), in one CHECK (migration 14).
 tasks = Table(
     "sqlq_tasks",
     metadata,
@@ -103,24 +117,10 @@ tasks = Table(
     Column("line_key", REAL, nullable=False, server_default=text("0")),
     Column("group_key", Text, nullable=True),
     UniqueConstraint("queue", "task_id"),
-    CheckConstraint(STATES_SQL),
     CheckConstraint("attempts >= 0"),
     CheckConstraint("max_attempts >= 1"),
     CheckConstraint("attempts <= max_attempts"),
-    CheckConstraint("(state = 'RESERVED') = (deadline IS NOT NULL)"),
-    CheckConstraint("state <> 'RESERVED' OR lease_id IS NOT NULL"),
-    CheckConstraint("(state = 'WAITING') = (run_at IS NOT NULL)"),
-    CheckConstraint("state NOT IN ('AVAILABLE', 'WAITING') OR attempts < max_attempts"),
-    CheckConstraint("state NOT IN ('RESERVED', 'COMPLETED') OR attempts >= 1"),
-    CheckConstraint("state <> 'DEAD' OR attempts = max_attempts"),
-    CheckConstraint(
-        "(state = 'COMPLETED' OR state = 'DEAD' OR state = 'CANCELLED') = (finished_at IS NOT NULL)"
-    ),
-    CheckConstraint(
-        "stop_requested_at IS NULL OR state = 'RESERVED' OR state = 'COMPLETED' "
-        "OR state = 'CANCELLED'"
-    ),
-    CheckConstraint("result IS NULL OR state = 'COMPLETED'"),
+    CheckConstraint(STATE_MACHINE_SQL),
     sqlite_strict=True,
 )
 

@@ -696,7 +696,7 @@ def test_migration_13_keeps_a_grouped_files_tasks_limits_and_triggers(
         objects, records, grouped = _schema_and_records(db_path)
         assert sorted(sql for kind, _, table, sql in objects if _on_tasks(kind, table)) == made
         assert records[0] == (-1, triggers.name, triggers.checksum) and grouped == 1
-        assert records[-1][0] == migrate.latest_version() == 13
+        assert records[-1][0] == migrate.latest_version() >= 13
         assert q.groups(2)["g"].running == 1
         assert q.reserve(2) == "plain"  # g2 waits: g's one slot is g1's
         assert q.reserve(2) is None
@@ -775,3 +775,59 @@ def test_migration_13_keeps_the_key_indexes_of_a_file_that_holds_keyed_tasks(
         answer = q.add("u", 60, key="k")
         assert answer.holder == ("t" if keyed else "u")
     assert _key_indexes(db_path) == (_declared_key_indexes(), [-2])
+
+
+def _tasks_table_of(statements: list[str]) -> str:
+    """The CREATE TABLE of sqlq_tasks in a migration's statements, made as "tasks"."""
+    (made,) = [s for s in statements if s.lstrip().startswith("CREATE TABLE sqlq_tasks_new")]
+    return made.replace("sqlq_tasks_new", "tasks", 1)
+
+
+def test_the_one_state_check_admits_exactly_the_rows_the_ten_checks_did() -> None:
+    """Migration 14 wrote migration 13's CHECKs of the state machine as one CASE on the
+    state.  Every row over the columns they read (each state and a state of no
+    meaning; each of deadline, token, wake-up, finish time, stop request and result
+    set or not; attempts below, at and above max_attempts, and 0) is admitted by
+    both tables or refused by both: 3,584 rows."""
+    conn = sqlite3.connect(":memory:")
+    before = _tasks_table_of(migrate.migrations()[12].statements())
+    after = _tasks_table_of(migrate.migrations()[13].statements())
+    conn.execute(before)
+    conn.execute(after.replace("CREATE TABLE tasks", "CREATE TABLE tasks_after", 1))
+    states = ["WAITING", "AVAILABLE", "RESERVED", "COMPLETED", "DEAD", "CANCELLED", "DONE"]
+    optional = ["lease_id", "deadline", "run_at", "finished_at", "stop_requested_at", "result"]
+    counts = [(0, 1), (1, 1), (1, 2), (2, 2), (0, 2), (3, 2), (2, 3), (-1, 2)]
+    admitted, compared = 0, 0
+    for state in states:
+        for mask in range(2 ** len(optional)):
+            values = {
+                c: (5 if c != "result" else "1") if mask >> i & 1 else None
+                for i, c in enumerate(optional)
+            }
+            for attempts, max_attempts in counts:
+                row = {
+                    "queue": "q",
+                    "task_id": f"t{compared}",
+                    "state": state,
+                    "seq": 1,
+                    "attempts": attempts,
+                    "max_attempts": max_attempts,
+                    "created_at": 0,
+                    "updated_at": 0,
+                    **values,
+                }
+                columns = ", ".join(row)
+                marks = ", ".join(f":{c}" for c in row)
+                outcome = []
+                for table in ("tasks", "tasks_after"):
+                    try:
+                        conn.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks})", row)
+                        outcome.append(True)
+                    except sqlite3.IntegrityError as exc:
+                        assert "CHECK constraint failed" in str(exc)
+                        outcome.append(False)
+                assert outcome[0] == outcome[1], row
+                admitted += outcome[0]
+                compared += 1
+    assert compared == 3584 and 0 < admitted < compared  # both kinds were compared
+    conn.close()

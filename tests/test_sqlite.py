@@ -83,8 +83,11 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         assert "sqlq_tasks_line" in claim and "TEMP B-TREE" not in claim
         get = plan(Q.get_task, {"queue": "q", "task_id": "t"})
         assert "USING INDEX" in get and "SCAN" not in get
-        complete = plan(Q.complete_task, ("q", "t", 1, 1, None))
-        assert "USING INDEX" in complete and "SCAN" not in complete
+        for complete in (
+            plan(Q.complete_task, ("q", "t", 1, 1)),
+            plan(Q.complete_task_with_result, ("q", "t", 1, 1, "1")),
+        ):
+            assert "USING INDEX" in complete and "SCAN" not in complete
         assert "sqlq_groups_live" in plan(Q.open_call, ("q", 5))
         for fair, groups in ((0, "sqlq_groups_by_head"), (1, "sqlq_groups_by_turn")):
             grouped = plan(Q.claim_grouped, ("q", 1, 1, 1, fair))
@@ -379,3 +382,38 @@ def test_the_files_paused_mark_follows_its_paused_queues_written_any_way(db_path
     assert a.reserve(4) is None and a.paused and b.reserve(4) == "t2"
     a.close()
     b.close()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "state = 'DONE'",  # no such state
+        "state = 'RESERVED', lease_id = 1",  # no deadline
+        "state = 'RESERVED', deadline = 5",  # no token
+        "run_at = 5",  # AVAILABLE with a wake-up time
+        "finished_at = 5",  # not finished
+        "state = 'COMPLETED', finished_at = 5",  # never attempted
+        "state = 'DEAD', finished_at = 5",  # attempts left
+        "result = '1'",  # a result of a task not completed
+        "stop_requested_at = 5",  # a stop request of a task not started
+        "attempts = 3",  # as many attempts as allowed, still in line
+    ],
+)
+def test_the_sqlite3_shell_cannot_write_a_row_the_queue_would_misread(
+    db_path: Path, change: str
+) -> None:
+    """An operator's UPDATE in the sqlite3 shell that breaks the state machine (what
+    the partial indexes, the due probes and the queue logic rely on) is refused by
+    sqlq_tasks' CHECK, and the task is left as it was."""
+    need(shutil.which("sqlite3"), "no sqlite3 shell on this machine")
+    q = open_queue(db_path, max_attempts=3)
+    q.add("t", 0)
+    shell = subprocess.run(
+        ["sqlite3", str(db_path), f"UPDATE sqlq_tasks SET {change} WHERE task_id = 't';"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert shell.returncode != 0 and "CHECK constraint failed" in shell.stderr, shell
+    assert q.reserve(1) == "t"
+    q.close()
