@@ -831,3 +831,30 @@ def test_the_one_state_check_admits_exactly_the_rows_the_ten_checks_did() -> Non
                 compared += 1
     assert compared == 3584 and 0 < admitted < compared  # both kinds were compared
     conn.close()
+
+
+def _group_triggers(path: Path) -> list[str]:
+    return sorted(
+        sql for kind, _, table, sql in _schema_and_records(path)[0] if _on_tasks(kind, table)
+    )
+
+
+def test_group_triggers_rolled_back_with_the_callers_transaction_are_made_again(
+    db_path: Path,
+) -> None:
+    """The first grouped add of a file makes the group triggers (on-demand migration
+    1); made inside a caller's transaction (conn=) that rolls back, even by the second
+    of two grouped adds, they are gone, and the queue object does not take them as
+    there: its next grouped add makes them anew, and the group's limit holds."""
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
+        q.add("plain", 0)
+        with pytest.raises(RuntimeError), q.engine.begin() as conn:  # two calls, one transaction
+            q.add("g1", 0, group="G", conn=conn)
+            q.add("g2", 0, group="G", conn=conn)
+            raise RuntimeError("the caller's transaction rolls back")
+        assert _group_triggers(db_path) == []
+        q.set_limit("G", concurrency=1)
+        assert q.add("a", 0, group="G") and q.add("b", 0, group="G")
+        assert len(_group_triggers(db_path)) > 0
+        assert q.reserve(1) in ("plain", "a") and q.reserve(1) in ("plain", "a")
+        assert q.reserve(1) is None  # b waits for a's slot

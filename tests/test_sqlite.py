@@ -76,7 +76,8 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         def plan(sql: str, params: dict[str, object] | tuple[object, ...]) -> str:
             return " | ".join(r[-1] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
-        for due in (plan(Q.open_call, ("q", 5)), plan(Q.due_events, ("q", 5))):
+        calls = (Q.open_call, Q.open_plain_call, Q.due_events)
+        for due in (plan(call, ("q", 5)) for call in calls):
             assert "sqlq_tasks_leases" in due and "sqlq_tasks_waiting" in due
             assert "SCAN sqlq_tasks" not in due
         claim = plan(Q.claim_front, ("q", 1, 1, 1))
@@ -89,6 +90,7 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         ):
             assert "USING INDEX" in complete and "SCAN" not in complete
         assert "sqlq_groups_live" in plan(Q.open_call, ("q", 5))
+        assert "sqlq_groups_live" in plan(Q.queue_flags, ("q",))
         for fair, groups in ((0, "sqlq_groups_by_head"), (1, "sqlq_groups_by_turn")):
             grouped = plan(Q.claim_grouped, ("q", 1, 1, 1, fair))
             assert groups in grouped and "sqlq_tasks_line" in grouped
@@ -416,4 +418,30 @@ def test_the_sqlite3_shell_cannot_write_a_row_the_queue_would_misread(
     )
     assert shell.returncode != 0 and "CHECK constraint failed" in shell.stderr, shell
     assert q.reserve(1) == "t"
+    q.close()
+
+
+def test_a_call_opened_as_claiming_nothing_still_claims_by_the_pause_and_the_limits(
+    db_path: Path,
+) -> None:
+    """A call that claims nothing (one_write: an add, a completion) opens without
+    reading the group and pause bits; a claim in such a call asks them first, so it
+    still finds nothing in a paused queue and keeps a group's limit."""
+    q = open_queue(db_path, max_attempts=3)
+    q.set_limit("G", concurrency=1)
+    q.add_many(["a", "b"], 0, group="G")
+    assert q.reserve(1) == "a"
+
+    def nothing(tx: object, asked: object) -> None:
+        pass
+
+    backend = q._backend  # type: ignore[attr-defined]
+    with backend.transaction(2, "default", None, nothing, one_write=True) as tx:
+        assert tx.claim("default", 30) is None  # b waits for a's slot
+    q.pause(3)
+    q.add("plain", 3)
+    with backend.transaction(4, "default", None, nothing, one_write=True) as tx:
+        assert tx.claim("default", 30) is None and tx.claim_many("default", 5, 30) == []
+    q.resume(5)
+    assert q.reserve(5) == "plain"
     q.close()

@@ -238,6 +238,7 @@ class SqliteBackend:
         self._closed = False
         self._held_for_fork = False
         self.keyed = False  # the dedupe keys' indexes are there (SqliteTransaction._keying)
+        self.grouped = False  # the group triggers are there (SqliteTransaction._grouping)
         _live_backends.add(self)
         try:
             with self._lock, self._guard():
@@ -397,7 +398,7 @@ class SqliteBackend:
         sqlq.backend.Backend).  With ``external`` (a SQLAlchemy Connection in an open
         transaction on this database) the call runs inside the caller's transaction,
         in a savepoint."""
-        return SqliteTransaction(self, now, queue, external, opened)
+        return SqliteTransaction(self, now, queue, external, opened, one_write)
 
     def _external_connection(self, external: Any) -> Any:
         if self._closed:
@@ -735,6 +736,7 @@ class SqliteTransaction:
         "_keys_made",
         "_locked",
         "_opened",
+        "_plain",
         "_stored_counter",
         "events",
         "groups",
@@ -751,9 +753,11 @@ class SqliteTransaction:
         queue: str,
         external: Any,
         opened: Opened,
+        one_write: bool = False,
     ) -> None:
         self._backend = backend
         self.now: Number = time.time() if now is None else now  # (Queue gives it)
+        self._plain = one_write  # claims nothing: open_plain_call
         self.queue = queue
         self._external = external
         self._opened = opened
@@ -780,10 +784,15 @@ class SqliteTransaction:
                 self._cur.execute(Q.savepoint)
             cur = self._cur
             asked = self.now
-            mark, counter, flags = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
-            due = flags & 1  # (the bits as they are: only their truth is asked)
-            self.groups: int = flags & 2  # the queue has grouped tasks not finished
-            self.paused: int = flags & 4  # its claims find nothing
+            if self._plain:  # the group and pause bits unknown (None): see _flags
+                mark, counter, due = cur.execute(Q.open_plain_call, (self.queue, asked)).fetchone()
+                self.groups: int | None = None
+                self.paused: int | None = None
+            else:
+                mark, counter, flags = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
+                due = flags & 1  # (the bits as they are: only their truth is asked)
+                self.groups = flags & 2  # the queue has grouped tasks not finished
+                self.paused = flags & 4  # its claims find nothing
             self.mark: Number = mark
             self._counter: int = counter
             self._stored_counter = counter
@@ -893,14 +902,25 @@ class SqliteTransaction:
         self._counter += 1
         return True
 
+    def _flags(self) -> None:
+        """Bits 2 and 4 of open_call, for a call opened as one that claims nothing (none
+        of sqlq's does claim; this keeps a claim right if one ever did)."""
+        flags = self._cur.execute(Q.queue_flags, (self.queue,)).fetchone()[0]
+        self.groups, self.paused = flags & 2, flags & 4
+
     def _grouping(self) -> None:
         """Before a grouped task is added: the triggers that keep its group's row (the
         on-demand migration the first such add of the file applies, see
         migrations/on_demand/0001), and the claims of this call take the statements
-        that know groups."""
-        if not self.groups:
-            apply_on_demand(self._cur, GROUP_TRIGGERS)
-            self.groups = True
+        that know groups.  Asked once per backend object once they are there for good
+        (as _keying), and not when the queue has groups in use (open_call's bit 2)."""
+        if self.groups:
+            return
+        backend = self._backend
+        if not backend.grouped:
+            there = apply_on_demand(self._cur, GROUP_TRIGGERS)
+            backend.grouped = there and self._external is None
+        self.groups = True
 
     def _keying(self) -> None:
         """Before a statement that uses a dedupe key: the keys' indexes (the on-demand
@@ -987,6 +1007,8 @@ class SqliteTransaction:
         return added
 
     def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
+        if self.paused is None:
+            self._flags()
         if self.paused:
             return []
         if self.groups:  # one at a time: each claim may use up a group's slot or rate
@@ -1012,6 +1034,8 @@ class SqliteTransaction:
         return int(self._cur.executemany(Q.complete_task_with_result, rows).rowcount)
 
     def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
+        if self.paused is None:
+            self._flags()
         if self.paused:
             return None
         token, now = self._counter + 1, self.now
