@@ -321,6 +321,31 @@ MUTANTS = [
         "        if now < self._now:\n            now = self._now\n        self._now = now",
         "        self._now = now",
     ),
+    # --- add's path for no option or a payload alone (**options: see Queue.add)
+    Mutant(
+        "durable-add-fast-path-drops-options",
+        "sqlq/durable.py",
+        'if len(options) != 1 or "payload" not in options:',
+        'if "payload" not in options:',
+    ),
+    Mutant(
+        "durable-add-fast-path-drops-payload",
+        "sqlq/durable.py",
+        'encoded = payloads.encode(options["payload"], self.max_payload_bytes)\n        else:',
+        'payloads.encode(options["payload"], self.max_payload_bytes)\n        else:',
+    ),
+    Mutant(
+        "durable-add-fast-path-drops-now",
+        "sqlq/durable.py",
+        "with self._call(now, None, True) as tx:  # (one_write",
+        "with self._call(None, None, True) as tx:  # (one_write",
+    ),
+    Mutant(
+        "memory-add-fast-path-drops-options",
+        "sqlq/memory.py",
+        'if len(options) != 1 or "payload" not in options:',
+        'if "payload" not in options:',
+    ),
     # --- the line, dead letters, purge, payloads
     Mutant(
         "sql-claim-takes-the-back-of-the-line",

@@ -269,6 +269,42 @@ def test_unknown_and_positional_options_of_add_are_refused(make_queue: Factory) 
     assert q.tasks(0) == []
 
 
+def test_add_keeps_its_time_payload_and_options_on_every_path(make_queue: Factory) -> None:
+    """Both faces' add has a path of its own for no option or a payload alone (see
+    WorkQueue.add, Queue.add): each call keeps its time, by position or keyword, and
+    its payload; a payload with another option keeps both."""
+    q = make_queue(10, 2)
+    assert q.add("a", 5) is True
+    assert q.add("b", now=6) is True
+    assert q.add("c", 7, payload={"w": 1}) is True
+    assert q.add("d", payload=[2], now=8) is True
+    assert q.add("e", 9, payload=None) is True
+    assert q.add("f", 9, payload="named", name="resize") is True
+    assert q.add("g", 9, payload="later", delay=5) is True
+    assert q.add("a", 9, payload="again") is False  # exists: no change
+    assert q.add("b", now=9) is False
+    seen = [(t.task_id, t.created_at, t.payload, t.name, t.state) for t in q.tasks(9)]
+    assert seen == [
+        ("a", 5, None, None, "AVAILABLE"),
+        ("b", 6, None, None, "AVAILABLE"),
+        ("c", 7, {"w": 1}, None, "AVAILABLE"),
+        ("d", 8, [2], None, "AVAILABLE"),
+        ("e", 9, None, None, "AVAILABLE"),
+        ("f", 9, "named", "resize", "AVAILABLE"),
+        ("g", 9, "later", None, "WAITING"),
+    ]
+    leases = q.claim_many(10, 14)
+    assert [(lease.task_id, lease.payload, lease.name) for lease in leases] == [
+        ("a", None, None),
+        ("b", None, None),
+        ("c", {"w": 1}, None),
+        ("d", [2], None),
+        ("e", None, None),
+        ("f", "named", "resize"),
+        ("g", "later", None),
+    ]
+
+
 @pytest.mark.parametrize("bad", [Fraction(1, 2), Decimal("1.5")])
 def test_numbers_that_are_not_int_or_float_are_not_times(make_queue: Factory, bad: object) -> None:
     """They compare with ints, so a check of the range alone would let them in."""
