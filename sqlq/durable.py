@@ -243,42 +243,60 @@ class Queue:
         group: str | None = None,
     ) -> Added: ...
 
-    def add(self, task_id: str, now: Number | None = None, **options: Any) -> bool | Added:
+    def add(
+        self,
+        task_id: str,
+        now: Number | None = None,
+        *,
+        payload: Any = None,
+        delay: Number | None = None,
+        run_at: Number | None = None,
+        conn: sa.Connection | None = None,
+        name: str | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        **options: Any,
+    ) -> bool | Added:
         """Put a new task at the back of the line (or WAITING until its delay is over).
 
-        False, and no change, if the id exists in any state.  The options, by keyword
-        (as the overloads above and ``_add`` name them): ``payload``; ``delay`` or
-        ``run_at``; ``conn`` (a connection of ``self.engine`` in an open transaction),
-        which adds the task in that transaction: it exists only if the caller
-        commits; ``name``, stored with the task and carried by its leases;
-        ``max_attempts`` and ``retry``, which replace the queue's for this task;
-        ``group`` (a tenant, a user, an API), which puts it under that group's limits
-        (see ``set_limit``); ``priority`` (an int from -1000 to 1000, higher first),
-        which places it in the line with the queue's ``aging`` (see sqlq.contract).
+        False, and no change, if the id exists in any state.  With ``conn`` (a
+        connection of ``self.engine`` in an open transaction) the task is added in
+        that transaction: it exists only if the caller commits.  ``name`` is stored
+        with the task and its leases carry it; ``max_attempts`` and ``retry``
+        replace the queue's for this task.  The options of issue 13, by keyword (as
+        the overloads above and ``_add`` name them): ``group`` (a tenant, a user, an
+        API) puts it under that group's limits (see ``set_limit``); ``priority`` (an
+        int from -1000 to 1000, higher first) places it in the line with the queue's
+        ``aging`` (see sqlq.contract); with ``key`` (a dedupe key), ``on_key``
+        ("refuse", "merge" or "debounce") and ``key_window`` (seconds) say what
+        happens if another task holds the key, and the answer is an
+        :class:`sqlq.keys.Added` naming the holder (see sqlq.keys).
 
-        With ``key`` (a dedupe key), ``on_key`` ("refuse", "merge" or "debounce")
-        and ``key_window`` (seconds) say what happens if another task holds the
-        key, and the answer is an :class:`sqlq.keys.Added` naming the holder (see
-        sqlq.keys).
-
-        The options come as ``**options`` so that an add without any pays for none of
-        them: at every call CPython looks the default of each keyword-only argument not
-        given up in a dict (about 150 instructions each: 1,750 for these twelve), where
-        an empty ``**options`` costs about 120.  An add with a payload alone stays on
-        this path too; any other goes to ``_add``, which takes the options by name, so
-        that an unknown one is a TypeError as before.
+        Those five come as ``**options`` so that an add that uses none of them pays
+        for none: at every call CPython looks up the default of each keyword-only
+        argument not given (about 150 instructions each), where an empty
+        ``**options`` costs about 120.  The options older than them keep their
+        keyword-only places, so an add with a name, a delay or conn= stays on this
+        path too; an add with any of the five goes to ``_add`` (about 3,600 more),
+        which takes every option by name, so that an unknown one is a TypeError.
         """
-        encoded = None
-        if options:  # a payload alone, the most common option, stays on this path
-            if len(options) != 1 or "payload" not in options:
-                return self._add(task_id, now, **options)
-            task_id = check_new_task_id(task_id)  # checked first, as _add does
-            encoded = payloads.encode(options["payload"], self.max_payload_bytes)
+        if options:
+            return self._add(
+                task_id, now, payload=payload, delay=delay, run_at=run_at, conn=conn,
+                name=name, max_attempts=max_attempts, retry=retry, **options,
+            )  # fmt: skip
+        task_id = check_new_task_id(task_id)
+        encoded = None if payload is None else payloads.encode(payload, self.max_payload_bytes)
+        start = NO_START if delay is None and run_at is None else check_start(delay, run_at)
+        if name is None and max_attempts is None and retry is None:
+            limit, policy = self.max_attempts, self.retry
         else:
-            task_id = check_new_task_id(task_id)
-        with self._call(now, None, True) as tx:  # (one_write: an insert, as _add's)
+            name = check_task_name(name)
+            limit, policy = self._policy(max_attempts, retry)
+        with self._call(now, conn, True) as tx:  # (one_write: an insert)
+            waiting = None if start is NO_START else _waiting(tx.now, first_run(tx.now, start))
             return tx.insert(
-                self.queue, task_id, self.max_attempts, self.retry, encoded, None, None,
+                self.queue, task_id, limit, policy, encoded, waiting, name,
                 priority=NO_PRIORITY, aging=self.aging, group=None,
             )  # fmt: skip
 

@@ -325,20 +325,28 @@ MUTANTS = [
     Mutant(
         "durable-add-fast-path-drops-options",
         "sqlq/durable.py",
-        'if len(options) != 1 or "payload" not in options:',
-        'if "payload" not in options:',
+        "        if options:\n            return self._add(",
+        "        if False:\n            return self._add(",
     ),
     Mutant(
         "durable-add-fast-path-drops-payload",
         "sqlq/durable.py",
-        'encoded = payloads.encode(options["payload"], self.max_payload_bytes)\n        else:',
-        'payloads.encode(options["payload"], self.max_payload_bytes)\n        else:',
+        "encoded = None if payload is None else payloads.encode(payload, self.max_payload_bytes)",
+        "encoded = None",
+    ),
+    Mutant(
+        "durable-add-fast-path-drops-name",
+        "sqlq/durable.py",
+        "                self.queue, task_id, limit, policy, encoded, waiting, name,\n"
+        "                priority=NO_PRIORITY,",
+        "                self.queue, task_id, limit, policy, encoded, waiting, None,\n"
+        "                priority=NO_PRIORITY,",
     ),
     Mutant(
         "durable-add-fast-path-drops-now",
         "sqlq/durable.py",
-        "with self._call(now, None, True) as tx:  # (one_write",
-        "with self._call(None, None, True) as tx:  # (one_write",
+        "with self._call(now, conn, True) as tx:  # (one_write",
+        "with self._call(None, conn, True) as tx:  # (one_write",
     ),
     Mutant(
         "memory-add-fast-path-drops-options",
