@@ -245,14 +245,23 @@ MUTANTS = [
     Mutant(
         "sql-complete-ignores-the-token",
         "sqlq/sqlite/queries.sql",
+        "updated_at = ?4\nWHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED'"
         " AND (?3 = 0 OR lease_id = ?3)",
-        "",
+        "updated_at = ?4\nWHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED'",
+    ),
+    Mutant(
+        "sql-complete-with-result-ignores-the-token",
+        "sqlq/sqlite/queries.sql",
+        "nullif(?5, '')\nWHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED'"
+        " AND (?3 = 0 OR lease_id = ?3)",
+        "nullif(?5, '')\nWHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED'",
+        RESULTS,
     ),
     Mutant(
         "sql-complete-ignores-the-state",
         "sqlq/sqlite/queries.sql",
-        "WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3",
-        "WHERE queue = ?1 AND task_id = ?2 AND (?3",
+        "updated_at = ?4\nWHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3",
+        "updated_at = ?4\nWHERE queue = ?1 AND task_id = ?2 AND (?3",
     ),
     Mutant(  # add_many's one INSERT kept though some id in the batch was not new
         "sqlite-add-many-keeps-a-partial-batch",
@@ -300,8 +309,14 @@ MUTANTS = [
     Mutant(
         "sql-deadline-exclusive",
         "sqlq/sqlite/queries.sql",
-        "WHERE queue = ?1 AND deadline <= max(?2",
-        "WHERE queue = ?1 AND deadline < max(?2",
+        "                WHERE queue = ?1 AND deadline <= max(?2",
+        "                WHERE queue = ?1 AND deadline < max(?2",
+    ),
+    Mutant(  # the open of a call that claims nothing (an add, a completion)
+        "sql-plain-call-deadline-exclusive",
+        "sqlq/sqlite/queries.sql",
+        "sqlq_tasks\n               WHERE queue = ?1 AND deadline <= max(?2",
+        "sqlq_tasks\n               WHERE queue = ?1 AND deadline < max(?2",
     ),
     Mutant(
         "sql-due-events-deadline-exclusive",
@@ -517,10 +532,8 @@ MUTANTS = [
     Mutant(
         "sql-claim-ignores-the-pause",
         "sqlq/sqlite/backend.py",
-        "    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:\n"
-        "        if self.paused:\n",
-        "    def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:\n"
-        "        if False:\n",
+        "            self._flags()\n        if self.paused:\n            return None\n",
+        "            self._flags()\n        if False:\n            return None\n",
         CONTROL,
     ),
     Mutant(
@@ -533,8 +546,12 @@ MUTANTS = [
     Mutant(
         "sql-pause-probed-only-in-a-file-never-paused",
         "sqlq/sqlite/queries.sql",
-        "       + iif(paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
-        "       + iif(NOT paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)",
+        "WHERE queue = ?1 AND live > 0), 0)\n"
+        "       + iif(paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)\n"
+        "FROM sqlq_clock WHERE id = 1\n\n-- name: open_plain_call",
+        "WHERE queue = ?1 AND live > 0), 0)\n"
+        "       + iif(NOT paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)\n"
+        "FROM sqlq_clock WHERE id = 1\n\n-- name: open_plain_call",
         CONTROL,
     ),
     Mutant(
