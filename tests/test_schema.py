@@ -164,6 +164,7 @@ RELEASED = [
     (11, "group_limits", "ed91f6abb0c2d9d15e692d6b94d832fc78fb2fcbe99074f3b4d08f1364cf4299"),
     (12, "workers", "0455c002dbe1f783b7ba175c34d3efbde54aaf64318591eeebdef61793ac1dbc"),
     (13, "leaner_tasks", "acdf1c5cafcb3b86ecaace60611206268f422720f2cde094bf9d1dc00cd9eaec"),
+    (14, "state_check", "335dee0b5e9e89c6cc7d621a25ebb7d424a23170010619e54f4ecd55e125c63a"),
 ]
 
 
