@@ -253,11 +253,14 @@ class Transaction(Protocol):
         """WAITING -> AVAILABLE (woken at ``at``); guarded by the wake-up ``order``."""
         ...
 
-    def redrive(self, row_id: int) -> bool:
-        """DEAD -> AVAILABLE at ``now`` with attempts reset; False, and no change, if
-        another task holds its dedupe key (see sqlq.keys).  The task's group, if
-        ``forget_groups`` forgot it, is made anew first, with the limits that apply
-        to it (as an add makes it)."""
+    def redrive(self, row_ids: list[int]) -> int:
+        """DEAD -> AVAILABLE at ``now`` with attempts reset, each task in the order
+        given; how many moved (a task whose dedupe key another task holds stays, see
+        sqlq.keys).  The tasks' groups, if ``forget_groups`` forgot them, are made
+        anew first, with the limits that apply to them (as an add makes them); a
+        backend of concurrent writers takes their rows in group-key order, whatever
+        the order of the tasks (two redrives of the same groups then never wait for
+        each other in a cycle)."""
         ...
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:

@@ -792,7 +792,7 @@ class Queue:
             else:
                 found = (tx.get(self.queue, task_id) for task_id in ids)
                 rows = [t.row_id for t in found if t is not None and t.state is State.DEAD]
-            return sum(tx.redrive(row_id) for row_id in rows)
+            return tx.redrive(rows) if rows else 0
 
     def purge(
         self,

@@ -774,7 +774,7 @@ MUTANTS = [
     Mutant(
         "sqlite-redrive-leaves-a-forgotten-group-unmade",
         "sqlq/sqlite/backend.py",
-        "        self._cur.execute(Q.remake_group, params)\n",
+        "            self._cur.execute(Q.remake_group, params)\n",
         "",
         ("tests/test_limits.py",),
     ),
@@ -806,8 +806,15 @@ MUTANTS = [
     Mutant(
         "pg-redrive-leaves-a-forgotten-group-unmade",
         "sqlq/postgresql/backend.py",
-        "        cur.execute(Q.remake_group, params)\n",
+        '        cur.execute(Q.remake_groups, {"ids": row_ids})\n',
         "",
+        ("tests/test_postgresql_faults.py",),
+    ),
+    Mutant(
+        "pg-redrive-makes-groups-in-the-tasks-order",
+        "sqlq/postgresql/backend.py",
+        '        cur.execute(Q.remake_groups, {"ids": row_ids})\n',
+        '        for one in row_ids:\n            cur.execute(Q.remake_groups, {"ids": [one]})\n',
         ("tests/test_postgresql_faults.py",),
     ),
     Mutant(

@@ -581,9 +581,9 @@ def test_an_add_or_redrive_beside_a_purge_forgetting_its_group_makes_the_group_a
     """A purge's transaction deletes the row of idle group G (what Queue.purge runs a
     batch at a time, here held open); an add of a task of G in another session, or a
     redrive of G's DEAD task, waits for it (the add in its trigger's INSERT ... ON
-    CONFLICT, the redrive in remake_group; or at commit, were the triggers deferred),
+    CONFLICT, the redrive in remake_groups; or at commit, were the triggers deferred),
     and once the purge commits makes G's row anew: the task counted, G's limit of one
-    lease applied.  (Without remake_group the redrive's trigger would find no row to
+    lease applied.  (Without remake_groups the redrive's trigger would find no row to
     count the task in, and G's task would never be claimed.)"""
     mover_session = calls(postgres_url, queue_name, lease=30.0)
     with (
@@ -607,6 +607,43 @@ def test_an_add_or_redrive_beside_a_purge_forgetting_its_group_makes_the_group_a
         assert [lease.task_id for lease in queue.claim_many(2)] == [first]
         assert queue.groups() == {"G": sqlq.GroupUse(1, 2)}
         mover_session.close()
+
+
+def test_two_redrives_over_two_idle_groups_in_opposite_orders_do_not_deadlock(
+    postgres_url: str, queue_name: str, calls: Callable[..., Calls]
+) -> None:
+    """Two redrives, each of a DEAD task of idle group G2 and one of G1, in opposite
+    orders, while another session holds G2's row for a moment.  The queue has no
+    unfinished grouped task, so neither takes the queue's turn.  Task by task, the
+    first would wait for G2 holding nothing, the second take G1 and wait for G2; G2
+    freed, the first would take it and wait for G1: a deadlock, Busy for one of them.
+    A redrive makes or locks its groups' rows in group-key order first, so the first
+    takes G1 before it waits for G2, the second waits for G1, and both redrive."""
+    first = calls(postgres_url, queue_name, lease=30.0)
+    second = calls(postgres_url, queue_name, lease=30.0)
+    with (
+        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
+        connect(postgres_url) as admin,
+        connect(postgres_url) as holder,
+    ):
+        queue.add_many(["b", "c"], group="G1")
+        queue.add_many(["a", "d"], group="G2")
+        for lease in queue.claim_many(4):
+            assert queue.fail(lease.task_id, token=lease.token, retry=False) == "DEAD"
+        holder.execute("BEGIN")
+        holder.execute(
+            "SELECT 1 FROM sqlq_groups WHERE queue = %s AND group_key = 'G2' FOR UPDATE",
+            (queue_name,),
+        )
+        first.send("redrive", task_ids=["a", "b"])
+        first.blocked(admin)  # on G2's row
+        second.send("redrive", task_ids=["c", "d"])
+        second.blocked(admin)
+        holder.execute("ROLLBACK")
+        assert (first.answer(), second.answer()) == ({"value": 2}, {"value": 2})
+        assert queue.groups() == {"G1": sqlq.GroupUse(0, 2), "G2": sqlq.GroupUse(0, 2)}
+        first.close()
+        second.close()
 
 
 def test_a_purge_beside_an_add_to_an_idle_group_never_waits_for_it(

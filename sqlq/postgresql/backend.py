@@ -948,19 +948,28 @@ class PostgresTransaction:
             raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
         self._announce = True
 
-    def redrive(self, row_id: int) -> bool:
-        """A task with a dedupe key is updated in a savepoint: a holder of its key that
+    def redrive(self, row_ids: list[int]) -> int:
+        """The rows of the tasks' groups are made or locked first, in one statement, in
+        group-key order (remake_groups): taken task by task, two redrives of tasks of
+        two idle or forgotten groups in opposite orders could each hold one group's
+        row and wait for the other's (a deadlock, Busy; such a queue has no unfinished
+        grouped task, so its calls do not take the queue's turn).
+
+        A task with a dedupe key is updated in a savepoint: a holder of its key that
         a concurrent add committed after this call's probe makes the unique index
         refuse the update, and the task stays DEAD (as when the probe sees the holder)
         without undoing the call.  A task without a key needs none."""
         cur = self._opened_cursor
-        params = {"id": row_id, "now": self._now, "keyed": False}
-        cur.execute(Q.remake_group, params)
-        redriven: bool = cur.execute(Q.redrive_task, params).rowcount == 1
-        if not redriven:  # it has a key (or is no longer DEAD)
-            redriven = self._redrive_keyed(cur, {**params, "keyed": True})
-        self._announce |= redriven
-        return redriven
+        cur.execute(Q.remake_groups, {"ids": row_ids})
+        moved = 0
+        for row_id in row_ids:
+            params = {"id": row_id, "now": self._now, "keyed": False}
+            redriven = cur.execute(Q.redrive_task, params).rowcount == 1
+            if not redriven:  # it has a key (or is no longer DEAD)
+                redriven = self._redrive_keyed(cur, {**params, "keyed": True})
+            moved += redriven
+        self._announce |= moved > 0
+        return moved
 
     def _redrive_keyed(self, cur: Any, params: dict[str, Any]) -> bool:
         cur.execute(Q.savepoint_redrive)

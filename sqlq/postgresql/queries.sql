@@ -474,7 +474,7 @@ WHERE id IN (SELECT id FROM sqlq_tasks
 -- delete the rows of the idle ones: no unfinished task (live = 0, and so no
 -- lease: running = 0) and no start owed to the rate (tat, the next start it
 -- allows, not after :now).  Their limits stay in sqlq_limits: sqlq_group_added
--- makes a group's row anew with them at its next add, remake_group at a redrive.
+-- makes a group's row anew with them at its next add, remake_groups at a redrive.
 -- Never waits for a lock, so it takes part in no deadlock: it locks the rows it
 -- deletes in name order, skipping a row another transaction holds (a call that
 -- moves one of the group's tasks, which will not leave it idle, or a claim), and
@@ -501,21 +501,26 @@ WITH span AS (
 SELECT (SELECT count(*) FROM gone), (SELECT max(group_key) FROM span),
        (SELECT count(*) FROM span)
 
--- name: remake_group
--- Before redrive_task: the row of the DEAD task's group, if forget_groups forgot
--- it (an add makes it in sqlq_group_added; a redrive moves a task whose group
--- may be gone), with the limits that apply to it as sqlq_group_added reads
--- them: the group's own, else the queue's default.  A row that exists is
--- locked (the update changes nothing), so that no purge forgets it before the
--- redrive's trigger counts the task in it; a purge that holds it is waited for,
--- and the row made anew.  No change for a task without a group.
+-- name: remake_groups
+-- Before redrive_task, for the DEAD tasks %(ids)s: the rows of their groups that
+-- forget_groups forgot (an add makes one in sqlq_group_added; a redrive moves
+-- tasks whose groups may be gone), with the limits that apply as
+-- sqlq_group_added reads them: the group's own, else the queue's default.  A
+-- row that exists is locked (the update changes nothing), so that no purge
+-- forgets it before the redrive's trigger counts a task in it; a purge that
+-- holds it is waited for, and the row made anew.  One row a group, made or
+-- locked in group-key order (the order of the sorted rows the INSERT takes), so
+-- that two redrives wait for each other in one order.  No change for tasks
+-- without a group.
 INSERT INTO sqlq_groups AS g (queue, group_key, cap, spacing)
-SELECT t.queue, t.group_key, coalesce(l.concurrency, 9223372036854775807), l.per / l.rate
+SELECT DISTINCT ON (t.group_key)
+       t.queue, t.group_key, coalesce(l.concurrency, 9223372036854775807), l.per / l.rate
 FROM sqlq_tasks AS t
 LEFT JOIN LATERAL (SELECT concurrency, rate, per FROM sqlq_limits
                    WHERE queue = t.queue AND group_key IN (t.group_key, '')
                    ORDER BY group_key = '' LIMIT 1) AS l ON true
-WHERE t.id = %(id)s AND t.state = 'DEAD' AND t.group_key IS NOT NULL
+WHERE t.id = ANY(%(ids)s) AND t.state = 'DEAD' AND t.group_key IS NOT NULL
+ORDER BY t.group_key
 ON CONFLICT (queue, group_key) DO UPDATE SET live = g.live
 
 -- name: queue_figures

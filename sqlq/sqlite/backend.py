@@ -1119,13 +1119,15 @@ class SqliteTransaction:
         }
         self._expect_one(Q.wake_task, params, task, "WAITING")
 
-    def redrive(self, row_id: int) -> bool:
-        params = {"id": row_id, "seq": self._counter + 1, "now": self.now}
-        self._cur.execute(Q.remake_group, params)
-        if self._cur.execute(Q.redrive_task, params).rowcount != 1:
-            return False
-        self._next_id()
-        return True
+    def redrive(self, row_ids: list[int]) -> int:
+        moved = 0  # (one writer at a time: the groups need no order)
+        for row_id in row_ids:
+            params = {"id": row_id, "seq": self._counter + 1, "now": self.now}
+            self._cur.execute(Q.remake_group, params)
+            if self._cur.execute(Q.redrive_task, params).rowcount == 1:
+                self._next_id()
+                moved += 1
+        return moved
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
         rows = self._cur.execute(Q.dead_ids, {"queue": queue, "limit": limit}).fetchall()
