@@ -112,7 +112,16 @@ class Task(Generic[P, R]):
         payload = self.arguments(kwargs)
         _check_queue(queue, now)
         task_id = uuid.uuid4().hex if task_id is None else task_id
-        options = {} if conn is None else {"conn": conn}
+        options: dict[str, Any] = {} if conn is None else {"conn": conn}
+        # Issue 13's options only when given: an add without them stays on the
+        # queue's direct path (Queue.add takes them as **options, through _add).
+        rank = self.priority if priority is None else priority
+        if rank != 0 or type(rank) is not int:  # (a bad value still gets add's error)
+            options["priority"] = rank
+        for option, value in (("key", key), ("on_key", on_key), ("key_window", key_window),
+                              ("group", group)):  # fmt: skip
+            if value is not None:
+                options[option] = value
         try:
             added = queue.add(
                 task_id,
@@ -123,11 +132,6 @@ class Task(Generic[P, R]):
                 name=self.name,
                 max_attempts=self.max_attempts,
                 retry=self.retry,
-                priority=self.priority if priority is None else priority,
-                key=key,
-                on_key=on_key,
-                key_window=key_window,
-                group=group,
                 **options,
             )
         except (InvalidPayload, PayloadTooLarge) as exc:

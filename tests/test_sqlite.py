@@ -438,6 +438,10 @@ def test_a_call_opened_as_claiming_nothing_still_claims_by_the_pause_and_the_lim
     backend = q._backend  # type: ignore[attr-defined]
     with backend.transaction(2, "default", None, nothing, one_write=True) as tx:
         assert tx.claim("default", 30) is None  # b waits for a's slot
+    assert q.complete("a", 2)
+    with backend.transaction(2, "default", None, nothing, one_write=True) as tx:
+        claimed = tx.claim("default", 30)  # the slot is free: b, through the group's line
+        assert claimed is not None and claimed[0] == "b"
     q.pause(3)
     q.add("plain", 3)
     with backend.transaction(4, "default", None, nothing, one_write=True) as tx:
