@@ -562,6 +562,13 @@ MUTANTS = [
         ("tests/test_sqlite.py",),
     ),
     Mutant(
+        "sqlite-rebuild-drops-the-users-objects",
+        "sqlq/sqlite/migrate.py",
+        "        kept = _set_aside_user_objects(conn, statements)\n",
+        "        kept: list[tuple[str, str, str]] = []\n",
+        ("tests/test_schema.py",),
+    ),
+    Mutant(
         "sql-key-indexes-taken-as-made-by-a-call-that-rolls-back",
         "sqlq/sqlite/backend.py",
         "            backend.keyed = there and self._external is None\n",

@@ -7,16 +7,19 @@ import hashlib
 import importlib
 import os
 import re
+import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from needs import need
 
 import sqlq
 from sqlq import schema
-from sqlq.errors import Busy, NotASqlqDatabase, SchemaTooNew
+from sqlq.errors import Busy, NotASqlqDatabase, SchemaError, SchemaTooNew
 from sqlq.sqlite import migrate
 from sqlq.sqlite.backend import SqliteBackend
 from sqlq.sqlite.driver import dbapi
@@ -859,3 +862,84 @@ def test_group_triggers_rolled_back_with_the_callers_transaction_are_made_again(
         assert len(_group_triggers(db_path)) > 0
         assert q.reserve(1) in ("plain", "a") and q.reserve(1) in ("plain", "a")
         assert q.reserve(1) is None  # b waits for a's slot
+
+
+_USER_OBJECTS = (
+    "CREATE VIEW my_report AS SELECT state, count(*) AS n FROM sqlq_tasks GROUP BY state",
+    "CREATE INDEX my_names ON sqlq_tasks (name)",
+    "CREATE TABLE my_audit (task_id TEXT, state TEXT)",
+    "CREATE TRIGGER my_moves AFTER UPDATE OF state ON sqlq_tasks "
+    "BEGIN INSERT INTO my_audit VALUES (new.task_id, new.state); END",
+)
+
+
+def _user_objects(path: Path) -> list[tuple[str, str]]:
+    return sorted((n, k) for n, k in _objects(path) if n.startswith("my_"))
+
+
+def test_a_rebuild_migration_keeps_the_users_views_triggers_and_indexes(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's own view, index and trigger on sqlq_tasks, made in the sqlite3 shell
+    on a version 13 file: migration 14 rebuilds the table (a view on it would stop
+    the rename; its indexes and triggers go with it), and makes them again after, in
+    its transaction: they are there and work on the migrated file."""
+    need(shutil.which("sqlite3"), "no sqlite3 shell on this machine")
+    with monkeypatch.context() as m:
+        old = migrate.migrations()[:13]
+        m.setattr(migrate, "migrations", lambda: old)
+        with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
+            q.add_many(["a", "b"], 0)
+    shell = subprocess.run(
+        ["sqlite3", str(db_path), ";\n".join(_USER_OBJECTS) + ";"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert shell.returncode == 0, shell.stderr
+    before = _user_objects(db_path)
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:  # migrated to 14
+        assert q.reserve(1) == "a"
+    assert _user_objects(db_path) == before and len(before) == 4
+    conn = dbapi.connect(str(db_path))
+    try:
+        assert conn.execute("SELECT max(version) FROM sqlq_migrations").fetchone()[0] == 14
+        assert dict(conn.execute("SELECT state, n FROM my_report").fetchall()) == {
+            "AVAILABLE": 1,
+            "RESERVED": 1,
+        }
+        assert conn.execute("SELECT * FROM my_audit").fetchall() == [("a", "RESERVED")]
+    finally:
+        conn.close()
+
+
+def test_a_users_object_the_rebuilt_table_no_longer_fits_stops_the_migration_by_name(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild that leaves out a column a user's view reads: the view cannot be made
+    again, so the migration stops with a SchemaError naming it, and the file stays at
+    the version before, the view in place."""
+    sqlq.Queue(db_path, lease_seconds=10, max_attempts=3).close()
+    conn = dbapi.connect(str(db_path), isolation_level=None)
+    conn.execute("CREATE VIEW my_results AS SELECT task_id, result FROM sqlq_tasks")
+    conn.close()
+    latest = migrate.latest_version()
+    narrower = migrate.Migration(
+        latest + 1,
+        "narrower",
+        "DROP VIEW sqlq_queue_stats;\nDROP VIEW sqlq_dead_letters;\nDROP VIEW sqlq_leases;\n"
+        "CREATE TABLE sqlq_tasks_new AS SELECT id, queue, task_id, state FROM sqlq_tasks;\n"
+        "DROP TABLE sqlq_tasks;\nALTER TABLE sqlq_tasks_new RENAME TO sqlq_tasks;\n",
+    )
+    with monkeypatch.context() as m:
+        newer = (*migrate.migrations(), narrower)
+        m.setattr(migrate, "migrations", lambda: newer)
+        m.setattr(migrate, "latest_version", lambda: latest + 1)
+        with pytest.raises(SchemaError, match="view 'my_results'"):
+            sqlq.Queue(db_path, lease_seconds=10, max_attempts=3)
+    conn = dbapi.connect(str(db_path))
+    try:
+        assert conn.execute("SELECT max(version) FROM sqlq_migrations").fetchone()[0] == latest
+        assert ("my_results", "view") in _objects(db_path)
+    finally:
+        conn.close()

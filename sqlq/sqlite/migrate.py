@@ -51,7 +51,14 @@ from functools import cache
 from typing import Any
 
 from .. import migration_files
-from ..errors import Busy, CannotOpen, NotASqlqDatabase, SchemaTooNew, StorageError
+from ..errors import (
+    Busy,
+    CannotOpen,
+    NotASqlqDatabase,
+    SchemaError,
+    SchemaTooNew,
+    StorageError,
+)
 from . import files
 from .driver import dbapi
 from .queries import Q
@@ -136,6 +143,46 @@ def _restore_on_demand(conn: Any, version: int) -> None:
                 name = _made_name(statement)
                 if name is None or name in missing:
                     conn.execute(statement)
+
+
+def _set_aside_user_objects(conn: Any, statements: list[str]) -> list[tuple[str, str, str]]:
+    """Before a migration that rebuilds (drops) a table: the user's own views,
+    triggers and indexes on it or naming it (Q.user_objects_on), views and triggers
+    dropped now (a view on the dropped table would stop the rebuild's rename; the
+    table's indexes go with it)."""
+    kept: list[tuple[str, str, str]] = []
+    for statement in statements:
+        dropped = _DROP_TABLE.search(statement)
+        if dropped is not None:
+            kept += conn.execute(Q.user_objects_on, {"table": dropped[1].lower()}).fetchall()
+    for kind, name, _ in kept:
+        if kind != "index":
+            quoted = name.replace('"', '""')
+            conn.execute(f'DROP {kind.upper()} IF EXISTS "{quoted}"')
+    return kept
+
+
+def _make_again(conn: Any, kept: list[tuple[str, str, str]], version: int) -> None:
+    """After the migration, in its transaction: the user's objects set aside, made
+    again from their own SQL; one that no longer fits the schema stops the migration
+    (the file stays at the version before), with its name."""
+    for kind, name, sql in kept:
+        try:
+            conn.execute(sql)
+            if kind == "view":  # (SQLite reads a view's columns only when it is used)
+                quoted = name.replace('"', '""')
+                conn.execute(f'SELECT * FROM "{quoted}" LIMIT 0').fetchall()
+        except dbapi.Error as exc:
+            raise SchemaError(
+                f"migration {version} rebuilds a table your {kind} {name!r} uses, and cannot "
+                f"make it again ({exc}); drop it, open the queue (which migrates the file), "
+                f"then make it again to fit the new schema (sqlq/schema.py)"
+            ) from exc
+
+
+_DROP_TABLE = re.compile(
+    r"^\s*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(\w+)", re.IGNORECASE | re.MULTILINE
+)
 
 
 def _made_name(statement: str) -> str | None:
@@ -307,9 +354,12 @@ def _apply(conn: Any, migration: Migration) -> None:
     conn.execute(Q.begin_write)
     try:
         conn.execute(Q.create_migrations_table)
-        for statement in migration.statements():
+        statements = migration.statements()
+        kept = _set_aside_user_objects(conn, statements)
+        for statement in statements:
             conn.execute(statement)
         _restore_on_demand(conn, migration.version)
+        _make_again(conn, kept, migration.version)
         conn.execute(
             Q.record_migration,
             {

@@ -805,6 +805,18 @@ ON CONFLICT (version) DO NOTHING
 -- The on-demand migrations a database recorded (their numbers, from 1), in order.
 SELECT -version FROM sqlq_migrations WHERE version < 0 ORDER BY version DESC
 
+-- name: user_objects_on
+-- The views, triggers and indexes of the user's own (not named sqlq_... or
+-- sqlite_...) on table :table or naming it, in the order they were made: a
+-- numbered migration that rebuilds the table drops them first and makes them
+-- again after (migrate.py), as a view on a dropped table would stop the
+-- rebuild's rename and the table's own indexes and triggers go with it.
+SELECT type, name, sql FROM sqlite_schema
+WHERE sql IS NOT NULL AND (type = 'view' OR type = 'trigger' OR type = 'index')
+  AND name NOT LIKE 'sqlq\_%' ESCAPE '\' AND name NOT LIKE 'sqlite\_%' ESCAPE '\'
+  AND (tbl_name = :table OR instr(lower(sql), :table) > 0)
+ORDER BY rowid
+
 -- name: missing_objects
 -- Which of the triggers and indexes named in :names (a JSON array) the database
 -- lacks.
