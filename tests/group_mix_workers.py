@@ -4,10 +4,13 @@ that moves grouped tasks, from several processes at once.
     python tests/group_mix_workers.py URL LOG GROUPS ROUNDS SEED
 
 Runs ROUNDS rounds on the queue at URL.  A round ends the leases it holds in one
-settle_and_claim (most completed, some failed to be retried, some abandoned to run
-out: a short lease, so other calls apply their expiry), claims up to three new ones
-in the same transaction, and now and then cancels a task or adds a task with a
-dedupe key that debounces the one holding it (moving it out of the line and back).
+settle_and_claim (most completed, some failed to be retried, some dead-lettered,
+some abandoned to run out: a short lease, so other calls apply their expiry),
+claims up to three new ones in the same transaction, and now and then cancels a
+task, adds one, redrives dead ones (of several groups, in one call) or adds a task
+with a dedupe key that debounces the one holding it (moving it out of the line and
+back).  Then it drains the queue: completes what it holds and claims more until no
+task of the queue is unfinished (waiting while other workers still hold some).
 Tasks are named ``<group>-<n>``, GROUPS the groups (comma-separated).  LOG, shared
 by all the workers (O_APPEND, one os.write a line), gets:
 
@@ -41,15 +44,20 @@ def main(argv: list[str]) -> int:
 
     queue = sqlq.Queue(url, lease_seconds=0.3, max_attempts=1000, busy_timeout=10)
     held: list[sqlq.Lease] = []
+    dead: list[str] = []  # dead-lettered here, some redriven later
     for n in range(int(rounds_arg)):
-        done, failed = [], []
+        done: list[sqlq.Lease] = []
+        failed: list[tuple[str, int, str] | tuple[str, int, str, bool]] = []
         for lease in held:
             log(f"end {lease.task_id} {lease.token}")
             roll = rng.random()
             if roll < 0.6:
                 done.append(lease)
-            elif roll < 0.85:
+            elif roll < 0.8:
                 failed.append((lease.task_id, lease.token, "again"))
+            elif roll < 0.87:
+                failed.append((lease.task_id, lease.token, "dead", False))
+                dead.append(lease.task_id)
             # else: abandoned, its lease runs out
         rng.shuffle(done)
         try:
@@ -64,6 +72,13 @@ def main(argv: list[str]) -> int:
                 )
             if rng.random() < 0.2:
                 queue.cancel(f"{rng.choice(groups)}-{rng.randrange(60)}")
+            if rng.random() < 0.1:
+                group = rng.choice(groups)
+                queue.add(f"{group}-a{os.getpid()}-{n}", group=group)
+            if dead and rng.random() < 0.15:
+                rng.shuffle(dead)
+                queue.redrive(task_ids=dead[:3])
+                del dead[:3]
             _, _, held = queue.settle_and_claim(3, completed=done, failed=failed)
         except Busy as exc:
             busy += 1
@@ -73,8 +88,23 @@ def main(argv: list[str]) -> int:
         for lease in held:
             log(f"start {lease.task_id} {lease.token}")
         time.sleep(rng.uniform(0.001, 0.004))  # the work of the leases
-    for lease in held:  # left to run out
-        log(f"end {lease.task_id} {lease.token}")
+    while True:  # drain: every task of the queue finished
+        for lease in held:
+            log(f"end {lease.task_id} {lease.token}")
+        try:
+            _, _, held = queue.settle_and_claim(3, completed=held)
+        except Busy as exc:
+            busy += 1
+            log(f"busy {busy} {type(exc.__cause__).__name__}")
+            held = []
+            continue
+        for lease in held:
+            log(f"start {lease.task_id} {lease.token}")
+        if not held:
+            counts = queue.counts()
+            if not counts["AVAILABLE"] + counts["WAITING"] + counts["RESERVED"]:
+                break
+            time.sleep(0.02)  # leases held elsewhere, or running out
     queue.close()
     return 0
 

@@ -59,6 +59,12 @@ class Mutant:
     original: str
     replacement: str
     tests: tuple[str, ...] = CORE
+    #: Further edits made with this one, (path, original, replacement) each: for a
+    #: fault that two defences guard against, each enough alone.
+    also: tuple[tuple[str, str, str], ...] = ()
+
+    def edits(self) -> list[tuple[str, str, str]]:
+        return [(self.path, self.original, self.replacement), *self.also]
 
 
 MUTANTS = [
@@ -440,8 +446,8 @@ MUTANTS = [
     Mutant(
         "pg-retries-announced-to-nobody",
         "sqlq/postgresql/backend.py",
-        "            if self._announce:",
-        "            if False:",
+        "        if self._announce:\n            cur.execute(Q.announce",
+        "        if False:\n            cur.execute(Q.announce",
         POSTGRESQL,
     ),
     Mutant(
@@ -622,20 +628,44 @@ MUTANTS = [
         LIMITS,
     ),
     Mutant(
-        "pg-expiry-keeps-the-slot",
-        "sqlq/postgresql/migrations/0008_group_limits.sql",
+        "pg-expiry-keeps-the-slot",  # (0011's body of the trigger: the one that runs)
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
         "- (OLD.state = 'RESERVED')::int,",
         "- (OLD.state = 'RESERVED' AND NEW.state = 'COMPLETED')::int,",
         LIMITS,
     ),
-    Mutant(  # calls that move grouped tasks no longer take the queue's turn first
-        "pg-grouped-moves-take-no-turn",
-        "sqlq/postgresql/queries.sql",
-        "c.grouped AND %(serial)s::boolean",
-        "false AND %(serial)s::boolean",
+    Mutant(  # calls that move grouped tasks count each move in its statement (no lock order)
+        "pg-group-moves-counted-at-each-statement",
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
+        "sqlq_group_moved AFTER UPDATE OF state ON sqlq_tasks\nDEFERRABLE INITIALLY DEFERRED",
+        "sqlq_group_moved AFTER UPDATE OF state ON sqlq_tasks\nDEFERRABLE INITIALLY IMMEDIATE",
         (
             "tests/test_postgresql_faults.py"
-            "::test_two_settles_over_two_groups_in_opposite_orders_do_not_deadlock",
+            "::test_settles_over_two_groups_in_opposite_orders_neither_wait_nor_deadlock",
+            "tests/test_postgresql_faults.py"
+            "::test_expiries_over_two_groups_beside_a_settle_neither_wait_nor_deadlock",
+            "tests/test_postgresql_faults.py"
+            "::test_a_redrive_over_two_groups_beside_a_settle_neither_waits_nor_deadlocks",
+        ),
+    ),
+    Mutant(  # a group made by an add reads the limits a set_limit is changing
+        "pg-group-made-without-the-limits-lock",
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
+        "    IF NOT FOUND THEN\n        PERFORM pg_advisory_xact_lock_shared(\n",
+        "    IF NOT FOUND THEN\n        PERFORM abs(\n",
+        (
+            "tests/test_postgresql_faults.py"
+            "::test_a_limit_set_while_an_add_makes_the_group_holds_it",
+        ),
+    ),
+    Mutant(  # a call in the caller's transaction leaves the counting at each statement
+        "pg-callers-transaction-left-counting-at-once",
+        "sqlq/postgresql/backend.py",
+        "            if self._immediate:\n                self._cur.execute(Q.defer_group_moves)",
+        "            if False:\n                self._cur.execute(Q.defer_group_moves)",
+        (
+            "tests/test_postgresql_faults.py"
+            "::test_a_call_in_the_callers_transaction_leaves_the_counting_deferred",
         ),
     ),
     Mutant(
@@ -753,21 +783,29 @@ MUTANTS = [
         "    ORDER BY group_key\n    FOR UPDATE\n",
         ("tests/test_postgresql_faults.py",),
     ),
-    Mutant(
+    Mutant(  # the move trigger finds no row of a group purge forgot, and makes none
         "pg-redrive-leaves-a-forgotten-group-unmade",
-        "sqlq/postgresql/backend.py",
-        "        cur.execute(Q.remake_group, params)\n",
-        "",
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
+        "        EXIT WHEN FOUND;\n        -- No row: a purge forgot",
+        "        EXIT;\n        -- No row: a purge forgot",
         ("tests/test_postgresql_faults.py",),
     ),
-    Mutant(
+    Mutant(  # the trigger reads a group's front first, and a call moving one group's
+        # tasks takes no lock_groups: either defence alone keeps the front right
         "postgresql-group-front-read-before-its-lock",
-        "sqlq/postgresql/migrations/0010_group_front_under_lock.sql",
-        "        PERFORM 1 FROM sqlq_groups\n"
-        "        WHERE queue = NEW.queue AND group_key = NEW.group_key\n"
-        "        FOR UPDATE;\n",
+        "sqlq/postgresql/migrations/0011_group_lock_order.sql",
+        "            PERFORM 1 FROM sqlq_groups\n"
+        "            WHERE queue = NEW.queue AND group_key = NEW.group_key\n"
+        "            FOR UPDATE;\n",
         "",
         ("tests/test_postgresql_faults.py",),
+        also=(
+            (
+                "sqlq/postgresql/backend.py",
+                "        if self._moved:\n            params = {",
+                "        if len(self._moved) > 1:\n            params = {",
+            ),
+        ),
     ),
     Mutant(
         "sqlite-key-window-finds-the-oldest-holder",
@@ -837,25 +875,26 @@ def check(mutants: list[Mutant]) -> None:
     """Every mutant's original text occurs exactly once in its file (or stop here)."""
     wrong = []
     for m in mutants:
-        found = (ROOT / m.path).read_text("utf-8").count(m.original)
-        if found != 1:
-            wrong.append(f"  {m.name}: {m.path} has its original text {found} times, not once")
+        for path, original, _ in m.edits():
+            found = (ROOT / path).read_text("utf-8").count(original)
+            if found != 1:
+                wrong.append(f"  {m.name}: {path} has its original text {found} times, not once")
     if wrong:
         sys.exit("mutants that no longer match the code (re-point them):\n" + "\n".join(wrong))
 
 
 def run(m: Mutant) -> str:
     """Apply the mutant, run its tests, restore the file: killed, survived, timeout or error."""
-    path = ROOT / m.path
-    original = path.read_bytes()
-    text = original.decode("utf-8")
+    originals = {ROOT / path: (ROOT / path).read_bytes() for path, _, _ in m.edits()}
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests]
     # A bytecode cache of its own: a cached .pyc of the original could pass for the
     # mutant (same size, same second).
     cache = tempfile.TemporaryDirectory(prefix="sqlq-mutant-")
     env = {**os.environ, "PYTHONPYCACHEPREFIX": cache.name}
     try:
-        path.write_text(text.replace(m.original, m.replacement, 1), "utf-8")
+        for path, original, replacement in m.edits():
+            text = (ROOT / path).read_text("utf-8")
+            (ROOT / path).write_text(text.replace(original, replacement, 1), "utf-8")
         proc = subprocess.Popen(
             command,
             cwd=ROOT,
@@ -873,7 +912,8 @@ def run(m: Mutant) -> str:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     finally:
-        path.write_bytes(original)
+        for path, content in originals.items():
+            path.write_bytes(content)
         cache.cleanup()
     # pytest: 0 all passed, 1 some failed; anything else is a broken run, not a verdict.
     return {0: "survived", 1: "killed"}.get(code, f"error (pytest exit {code})")

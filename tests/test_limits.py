@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from databases import fresh_schema
+from group_rows import mismatches
 from needs import need
 
 import sqlq
@@ -671,12 +672,15 @@ def test_calls_that_move_grouped_tasks_never_deadlock_on_postgresql(
     tmp_path: Path, postgres_url: str
 ) -> None:
     """Four processes settle their leases of several groups at once (completions in
-    a random order, failures retried, leases left to run out and expired by the
-    others' calls), claim, cancel and add debouncing tasks with dedupe keys, on
-    groups with concurrency limits; one of them is killed with SIGKILL mid-way and
-    replaced.  No call fails with Busy (PostgreSQL's deadlock detector undoes one
-    transaction of a lock cycle: it would say Busy), and no group ever has more
-    leases than its limit."""
+    a random order, failures retried or dead-lettered, leases left to run out and
+    expired by the others' calls), claim, cancel, add, redrive dead tasks of several
+    groups and add debouncing tasks with dedupe keys, on groups with concurrency
+    limits; one of them is killed with SIGKILL mid-way and replaced; then they drain
+    the queue to its last task.  No call fails with Busy (PostgreSQL's deadlock
+    detector undoes one transaction of a lock cycle: it would say Busy), no group ever
+    has more leases than its limit, and every group's row says what its tasks say
+    (unfinished tasks, leases, the front of its line: a stale front would have
+    claims find nothing and the drain never end)."""
     need(hasattr(signal, "SIGKILL"), "needs SIGKILL")
     log = tmp_path / "marks.log"
     caps = {"A": 2, "B": 1, "C": 2, "D": 3}
@@ -700,6 +704,12 @@ def test_calls_that_move_grouped_tasks_never_deadlock_on_postgresql(
         workers[0].wait()
         workers[0] = worker(4)
         _drain(workers)
+        with sqlq.Queue(url, lease_seconds=1, max_attempts=1000) as q:
+            with q.engine.connect() as conn:
+                assert mismatches(conn, q.queue) == []
+            counts = q.counts()
+            assert counts["AVAILABLE"] + counts["WAITING"] + counts["RESERVED"] == 0, counts
+            assert counts["DEAD"] > 0 and q.groups() == {}
     lines = log.read_text().splitlines()
     assert [line for line in lines if line.startswith("busy")] == []
     marks = [line for line in lines if not line.startswith("busy")]

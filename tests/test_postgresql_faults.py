@@ -24,14 +24,17 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import databases
 import postgres
 import psycopg
 import pytest
 import sqlalchemy
+from group_rows import mismatches
 from needs import need
 
 import sqlq
@@ -91,6 +94,7 @@ def connect(url: str) -> psycopg.Connection[Any]:
         user=parsed.username,
         password=parsed.password,
         dbname=parsed.database,
+        options=parsed.query.get("options"),  # a fresh schema's search_path
         autocommit=True,
     )
 
@@ -258,6 +262,22 @@ def lock_row(session: psycopg.Connection[Any], queue: str, task_id: str) -> None
     reads sqlq's table FOR UPDATE would)."""
     session.execute(
         "SELECT 1 FROM sqlq_tasks WHERE queue = %s AND task_id = %s FOR UPDATE", (queue, task_id)
+    )
+
+
+def claim_in_flight(session: psycopg.Connection[Any], queue: str, group: str, task_id: str) -> None:
+    """In a transaction ``session`` begins and leaves open: a claim of the group's task,
+    as claim_grouped makes it (the group's row locked, the task RESERVED)."""
+    session.execute("BEGIN")
+    session.execute(
+        "SELECT 1 FROM sqlq_groups WHERE queue = %s AND group_key = %s FOR UPDATE", (queue, group)
+    )
+    session.execute(
+        "UPDATE sqlq_tasks SET state = 'RESERVED', attempts = attempts + 1, "
+        "lease_id = nextval('sqlq_counter'), "
+        "deadline = extract(epoch FROM clock_timestamp()) + 30 "
+        "WHERE queue = %s AND task_id = %s",
+        (queue, task_id),
     )
 
 
@@ -464,48 +484,162 @@ def test_a_deadlock_is_busy(
         victim.close()
 
 
-def test_two_settles_over_two_groups_in_opposite_orders_do_not_deadlock(
+#: What a settle_and_claim of one completion and one failure (retried) answers.
+SETTLED = {"value": [[True], ["AVAILABLE"], []]}
+
+
+def answer_or_wait(process: Calls, admin: psycopg.Connection[Any]) -> dict[str, Any] | str:
+    """The process's answer to the call it was sent, or, once its session waits for a
+    lock instead, what kind of lock ("advisory": the queue's turn; "transactionid" or
+    "tuple": a row another transaction holds)."""
+    assert process.process.stdout is not None
+
+    def answered_or_waiting() -> dict[str, Any] | str | None:
+        ready, _, _ = select.select([process.process.stdout], [], [], 0.01)
+        if ready:
+            return process.answer()
+        row = admin.execute(
+            "SELECT l.locktype FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid) "
+            "WHERE a.application_name = %s AND NOT l.granted",
+            (process.application,),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    return wait_for(answered_or_waiting, "an answer or a wait")
+
+
+@contextmanager
+def leases_in_two_groups(
+    url: str, queue: str, in_g: list[str], in_h: list[str], at: int | None = None
+) -> Iterator[tuple[sqlq.Queue, psycopg.Connection[Any], psycopg.Connection[Any], dict[str, int]]]:
+    """A queue whose tasks ``in_g`` (group G) and ``in_h`` (group H) are all leased
+    (30 s, at time ``at``, else now), an admin session and a holder session: (queue,
+    admin, holder, the lease tokens)."""
+    with (
+        sqlq.Queue(url, lease_seconds=30, max_attempts=3, queue=queue) as q,
+        connect(url) as admin,
+        connect(url) as holder,
+    ):
+        q.add_many(in_g, at, group="G")
+        q.add_many(in_h, at, group="H")
+        token = {lease.task_id: lease.token for lease in q.claim_many(len(in_g) + len(in_h), at)}
+        yield q, admin, holder, token
+
+
+def settle(process: Calls, completed: str, failed: str, token: dict[str, int], **kw: Any) -> None:
+    """Send a settle_and_claim that completes the lease of ``completed``, then fails the
+    lease of ``failed`` (to be retried), and claims nothing."""
+    process.send(
+        "settle_and_claim",
+        0,
+        completed=[[completed, token[completed]]],
+        failed=[[failed, token[failed], "boom"]],
+        **kw,
+    )
+
+
+def test_settles_over_two_groups_in_opposite_orders_neither_wait_nor_deadlock(
     postgres_url: str, queue_name: str, calls: Callable[..., Calls]
 ) -> None:
     """Two workers each settle a lease of group G and one of group H in one call, in
     opposite orders: the first completes its task of H, then fails its task of G, whose
     row another session holds for a moment; the second completes its task of G, then
-    fails its task of H.  Row by row, each would hold one group's row and wait for the
-    other's: a deadlock, Busy for one of them.  A call that moves grouped tasks takes
-    the queue's turn before any row, so the second waits for the first to end, and
-    both settle."""
+    fails its task of H.  Counted row by row, each would hold one group's row and wait
+    for the other's: a deadlock, Busy (40P01) for one of them.  Counted at the end, in
+    group-key order (migration 11), the second waits for nothing (with the queue's turn,
+    it waited for the first call to end), and both settle."""
     first = calls(postgres_url, queue_name, lease=30.0)
     second = calls(postgres_url, queue_name, lease=30.0)
-    with (
-        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
-        connect(postgres_url) as admin,
-        connect(postgres_url) as holder,
+    with leases_in_two_groups(postgres_url, queue_name, ["g1", "g2"], ["h1", "h2"]) as (
+        queue,
+        admin,
+        holder,
+        token,
     ):
-        queue.add_many(["g1", "g2"], group="G")
-        queue.add_many(["h1", "h2"], group="H")
-        token = {lease.task_id: lease.token for lease in queue.claim_many(4)}
         holder.execute("BEGIN")
         lock_row(holder, queue_name, "g2")
-        first.send(
-            "settle_and_claim",
-            0,
-            completed=[["h1", token["h1"]]],
-            failed=[["g2", token["g2"], "boom"]],
-        )
+        settle(first, "h1", "g2", token)
         first.blocked(admin)  # on g2's row
-        second.send(
-            "settle_and_claim",
-            0,
-            completed=[["g1", token["g1"]]],
-            failed=[["h2", token["h2"], "boom"]],
-        )
-        second.blocked(admin)
+        settle(second, "g1", "h2", token)
+        waited = answer_or_wait(second, admin)
         holder.execute("ROLLBACK")
-        settled = {"value": [[True], ["AVAILABLE"], []]}
-        assert (first.answer(), second.answer()) == (settled, settled)
+        answers = (first.answer(), waited if isinstance(waited, dict) else second.answer())
+        assert answers == (SETTLED, SETTLED)
+        assert waited == SETTLED, f"the second call waited for a lock ({waited})"
+        assert mismatches(admin, queue_name) == []
         assert queue.groups() == {"G": sqlq.GroupUse(0, 1), "H": sqlq.GroupUse(0, 1)}
         first.close()
         second.close()
+
+
+def test_expiries_over_two_groups_beside_a_settle_neither_wait_nor_deadlock(
+    postgres_url: str, calls: Callable[..., Calls]
+) -> None:
+    """A call applies the expiries of two leases, h2's (group H) then g2's (group G: the
+    order their deadlines came), while a worker's settle has completed g1 (group G) and
+    waits for h1's row (group H), which another session holds for a moment.  Counted row
+    by row, the expiries would hold H's row and wait for G's, the settle hold G's and
+    wait for H's: a deadlock.  In the lock order the call applying them (an add) waits
+    for nothing (with the queue's turn, it waited for the settle to end).  Times are
+    passed in (a schema of its own: its clock moves for no other test)."""
+    with databases.fresh_schema(postgres_url) as url:
+        worker = calls(url, "q", lease=30.0)
+        adder = calls(url, "q", lease=30.0)
+        with leases_in_two_groups(url, "q", ["g1", "g2"], ["h1", "h2"], at=1000) as (
+            queue,
+            admin,
+            holder,
+            token,
+        ):
+            for task_id, seconds in (("g1", 1000), ("h1", 1000), ("h2", 10), ("g2", 20)):
+                assert queue.extend(task_id, token[task_id], 1000, seconds=seconds)
+            holder.execute("BEGIN")
+            lock_row(holder, "q", "h1")
+            settle(worker, "g1", "h1", token, now=1001)
+            worker.blocked(admin)  # on h1's row
+            adder.send("add", "u", 1025)  # h2 ran out at 1010, g2 at 1020
+            waited = answer_or_wait(adder, admin)
+            holder.execute("ROLLBACK")
+            answers = (worker.answer(), waited if isinstance(waited, dict) else adder.answer())
+            assert answers == (SETTLED, {"value": True})
+            assert waited == {"value": True}, f"the add waited for a lock ({waited})"
+            assert mismatches(admin, "q") == []
+            assert queue.groups(1025) == {"G": sqlq.GroupUse(0, 1), "H": sqlq.GroupUse(0, 2)}
+            worker.close()
+            adder.close()
+
+
+def test_a_redrive_over_two_groups_beside_a_settle_neither_waits_nor_deadlocks(
+    postgres_url: str, queue_name: str, calls: Callable[..., Calls]
+) -> None:
+    """A redrive of h3 (group H) then g3 (group G) while a worker's settle has completed
+    g1 (group G) and waits for h1's row (group H), which another session holds for a
+    moment.  Counted row by row: a deadlock.  In the lock order the redrive waits for
+    nothing (with the queue's turn, it waited for the settle to end)."""
+    worker = calls(postgres_url, queue_name, lease=30.0)
+    redriver = calls(postgres_url, queue_name, lease=30.0)
+    with leases_in_two_groups(postgres_url, queue_name, ["g1", "g3"], ["h1", "h3"]) as (
+        queue,
+        admin,
+        holder,
+        token,
+    ):
+        for task_id in ("h3", "g3"):
+            assert queue.fail(task_id, token=token[task_id], retry=False) == "DEAD"
+        holder.execute("BEGIN")
+        lock_row(holder, queue_name, "h1")
+        settle(worker, "g1", "h1", token)
+        worker.blocked(admin)  # on h1's row
+        redriver.send("redrive", task_ids=["h3", "g3"])
+        waited = answer_or_wait(redriver, admin)
+        holder.execute("ROLLBACK")
+        answers = (worker.answer(), waited if isinstance(waited, dict) else redriver.answer())
+        assert answers == (SETTLED, {"value": 2})
+        assert waited == {"value": 2}, f"the redrive waited for a lock ({waited})"
+        assert mismatches(admin, queue_name) == []
+        assert queue.groups() == {"G": sqlq.GroupUse(0, 1), "H": sqlq.GroupUse(0, 2)}
+        worker.close()
+        redriver.close()
 
 
 def test_a_cancel_beside_a_claim_of_its_groups_next_task_leaves_the_front_right(
@@ -524,18 +658,7 @@ def test_a_cancel_beside_a_claim_of_its_groups_next_task_leaves_the_front_right(
     ):
         queue.add_many(["a", "b"], group="G")
         queue.add("h1", group="H")
-        holder.execute("BEGIN")  # a claim of b in flight, as claim_grouped makes it
-        holder.execute(
-            "SELECT 1 FROM sqlq_groups WHERE queue = %s AND group_key = 'G' FOR UPDATE",
-            (queue_name,),
-        )
-        holder.execute(
-            "UPDATE sqlq_tasks SET state = 'RESERVED', attempts = attempts + 1, "
-            "lease_id = nextval('sqlq_counter'), "
-            "deadline = extract(epoch FROM clock_timestamp()) + 30 "
-            "WHERE queue = %s AND task_id = 'b'",
-            (queue_name,),
-        )
+        claim_in_flight(holder, queue_name, "G", "b")
         canceller.send("cancel", "a")
         canceller.blocked(admin)  # on G's row
         holder.execute("COMMIT")
@@ -546,6 +669,143 @@ def test_a_cancel_beside_a_claim_of_its_groups_next_task_leaves_the_front_right(
         queue.add("c", group="G")
         assert [lease.task_id for lease in queue.claim_many(2)] == ["c"]
         canceller.close()
+
+
+@pytest.mark.parametrize("other", ["cancel", "release"])
+def test_two_moves_in_a_group_beside_a_claim_of_it_leave_its_front_right(
+    postgres_url: str, queue_name: str, calls: Callable[..., Calls], other: str
+) -> None:
+    """A claim of group G holds G's row and reserves b; meanwhile a cancel of c, and a
+    cancel of d or a release of a's lease, wait to count their moves.  Each counts its
+    move once it holds G's row (lock_groups, then the trigger's own lock before it
+    reads G's front), so the last to count reads the front after every other move of
+    G committed.  Had they read G's front before the claim committed (b), G's row would
+    point at a task no longer AVAILABLE, and claims would find nothing though h1 of
+    group H waits."""
+    first = calls(postgres_url, queue_name, lease=30.0)
+    second = calls(postgres_url, queue_name, lease=30.0)
+    with (
+        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
+        connect(postgres_url) as admin,
+        connect(postgres_url) as holder,
+    ):
+        queue.add("a", group="G")
+        lease = queue.claim()
+        assert lease is not None and lease.task_id == "a"
+        queue.add_many(["b", "c", "d"], group="G")
+        queue.add("h1", group="H")
+        claim_in_flight(holder, queue_name, "G", "b")
+        first.send("cancel", "c")
+        first.blocked(admin)  # on G's row
+        if other == "cancel":
+            second.send("cancel", "d")
+        else:
+            second.send("release", "a", lease.token)
+        second.blocked(admin)
+        holder.execute("COMMIT")
+        assert first.answer() == {"value": "CANCELLED"}
+        assert second.answer() == {"value": "CANCELLED" if other == "cancel" else True}
+        assert mismatches(admin, queue_name) == []
+        taken = [lease.task_id for lease in queue.claim_many(3)]
+        assert taken == (["h1"] if other == "cancel" else ["d", "h1", "a"])
+        first.close()
+        second.close()
+
+
+def test_a_limit_set_while_an_add_makes_the_group_holds_it(
+    postgres_url: str, queue_name: str, calls: Callable[..., Calls]
+) -> None:
+    """An add in the caller's transaction makes group N's row (its trigger ran at the
+    end of the call) and has not committed; a set_limit of N meanwhile cannot see the
+    row.  It waits for the add (the queue's limits lock, shared by the trigger that
+    made the row, exclusive in set_limit), then limits N: two claims take one task.
+    Without the wait N kept no limit, and two claims ran at once under a limit of 1."""
+    setter = calls(postgres_url, queue_name)
+    with (
+        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
+        connect(postgres_url) as admin,
+    ):
+        with queue.engine.begin() as conn:
+            assert queue.add("n1", group="N", conn=conn)
+            setter.send("set_limit", "N", concurrency=1)
+            waited = answer_or_wait(setter, admin)
+        answer = waited if isinstance(waited, dict) else setter.answer()
+        assert answer == {"value": None}
+        assert waited == "advisory", "the set_limit did not wait for the add"
+        queue.add("n2", group="N")
+        assert [lease.task_id for lease in queue.claim_many(2)] == ["n1"]
+        assert mismatches(admin, queue_name) == []
+        setter.close()
+
+
+def test_a_set_limit_waiting_for_a_groups_row_and_adds_in_the_lock_order(
+    postgres_url: str, queue_name: str, calls: Callable[..., Calls]
+) -> None:
+    """The lock order of limits: set_limit takes the limits lock, then the rows of the
+    groups it limits; an add that makes a group's row takes the lock shared; an add to
+    a group that has its row takes no limits lock.  A caller's transaction holds G's
+    row (a completion in G), a set_limit of the default waits for it (holding the limits
+    lock), an add making group N waits for the set_limit, and the caller then adds to
+    G in the same transaction: no cycle (had the add to G asked for the limits lock
+    too, it would wait for the set_limit that waits for it: a deadlock).  Once the
+    caller commits, the set_limit limits G and N (made after it: it read the limits)."""
+    setter = calls(postgres_url, queue_name)
+    adder = calls(postgres_url, queue_name)
+    with (
+        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
+        connect(postgres_url) as admin,
+    ):
+        queue.add_many(["g1", "g2"], group="G")
+        lease = queue.claim()
+        assert lease is not None and lease.task_id == "g1"
+        with queue.engine.begin() as conn:
+            assert queue.complete("g1", token=lease.token, conn=conn)
+            setter.send("set_limit", None, concurrency=1)
+            assert answer_or_wait(setter, admin) in ("transactionid", "tuple")  # G's row
+            adder.send("add", "n1", group="N")
+            assert answer_or_wait(adder, admin) == "advisory"  # the limits lock
+            assert queue.add("g3", group="G", conn=conn)
+        assert setter.answer() == {"value": None}
+        assert adder.answer() == {"value": True}
+        queue.add("n2", group="N")
+        assert [lease.task_id for lease in queue.claim_many(4)] == ["g2", "n1"]
+        assert mismatches(admin, queue_name) == []
+        setter.close()
+        adder.close()
+
+
+def test_a_call_in_the_callers_transaction_leaves_the_counting_deferred(
+    postgres_url: str, queue_name: str
+) -> None:
+    """A call in the caller's transaction counts its moves of grouped tasks at its end
+    (SET CONSTRAINTS ... IMMEDIATE), then defers the counting again: the mode outlives
+    the call's savepoint, and the caller's later moves would count statement by
+    statement, out of the lock order.  A move the caller makes after the call is
+    counted at the commit."""
+    with sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue:
+        queue.add_many(["a", "b"], group="G")
+        lease = queue.claim()
+        assert lease is not None and lease.task_id == "a"
+
+        def live(conn: sqlalchemy.Connection) -> int:
+            return int(
+                conn.exec_driver_sql(
+                    "SELECT live FROM sqlq_groups WHERE queue = %(q)s AND group_key = 'G'",
+                    {"q": queue_name},
+                ).scalar_one()
+            )
+
+        with queue.engine.begin() as conn:
+            assert queue.complete("a", token=lease.token, conn=conn)
+            assert live(conn) == 1  # counted at the call's end
+            conn.exec_driver_sql(
+                "UPDATE sqlq_tasks SET state = 'CANCELLED', finished_at = 1 "
+                "WHERE queue = %(q)s AND task_id = 'b'",
+                {"q": queue_name},
+            )
+            assert live(conn) == 1  # counted at the commit
+        with queue.engine.connect() as conn:
+            assert live(conn) == 0
 
 
 def _group_row(queue: sqlq.Queue, group: str) -> tuple[Any, ...] | None:
@@ -580,11 +840,11 @@ def test_an_add_or_redrive_beside_a_purge_forgetting_its_group_makes_the_group_a
 ) -> None:
     """A purge's transaction deletes the row of idle group G (what Queue.purge runs a
     batch at a time, here held open); an add of a task of G in another session, or a
-    redrive of G's DEAD task, waits for it (the add in its trigger's INSERT ... ON
-    CONFLICT, the redrive in remake_group; or at commit, were the triggers deferred),
-    and once the purge commits makes G's row anew: the task counted, G's limit of one
-    lease applied.  (Without remake_group the redrive's trigger would find no row to
-    count the task in, and G's task would never be claimed.)"""
+    redrive of G's DEAD task, waits for it (at the end of its call: lock_groups, the
+    counting triggers being deferred), and once the purge commits its trigger makes
+    G's row anew: the task counted, G's limit of one lease applied.  (Had the move
+    trigger made no row, the redrive's task would be counted nowhere, and G's task
+    would never be claimed.)"""
     mover_session = calls(postgres_url, queue_name, lease=30.0)
     with (
         sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,

@@ -30,6 +30,7 @@ import hypothesis.strategies as st
 import pytest
 import sqlalchemy as sa
 from databases import queue_options
+from group_rows import mismatches
 from hypothesis import HealthCheck, seed, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -881,6 +882,20 @@ class LimitsDurableVsMemory(OnDurable):
     def pause_or_resume(self, pause: bool, move: Any) -> None:
         self._same("pause" if pause else "resume", self._time(move))
 
+    @invariant()
+    def group_rows_agree_with_their_tasks(self) -> None:
+        """On PostgreSQL, after every step: each group's row says what its tasks say,
+        the front of its line included (the answers compare only leases and unfinished
+        tasks; a wrong front shows in a claim only when it decides)."""
+        _check_group_rows(getattr(self, "left", None), self.log)
+
+
+def _check_group_rows(queue: sqlq.Queue | None, log: list[str]) -> None:
+    if queue is None or queue.engine.dialect.name != "postgresql":
+        return
+    with queue.engine.connect() as conn:
+        assert mismatches(conn, queue.queue) == [], f"calls: {'; '.join(log)}"
+
 
 def test_limits_durable_vs_memory(
     new_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch
@@ -1091,8 +1106,10 @@ def test_long_histories_agree_and_reach_mixed_due_events(new_url: Callable[[], s
     for number in HISTORY_SEEDS:
         history = _History(number, new_url())
         try:
-            for _ in range(HISTORY_CALLS):
+            for call in range(HISTORY_CALLS):
                 history.step()
+                if call % 10 == 9:  # (on PostgreSQL)
+                    _check_group_rows(history.durable, history.log[-25:])
             history._same("tasks", history.now + 100, limit=len(HISTORY_IDS))
         finally:
             history.close()

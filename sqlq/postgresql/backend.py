@@ -568,8 +568,10 @@ class PostgresTransaction:
         "_cur",
         "_events",
         "_external",
+        "_immediate",
         "_locked",
         "_mark",
+        "_moved",
         "_now",
         "_one_write",
         "_opened",
@@ -601,6 +603,8 @@ class PostgresTransaction:
         self._locked = False
         self._announce = False  # a task became AVAILABLE: NOTIFY before commit
         self._events: list[tuple[Number, int, TaskRow]] = []
+        self._moved: set[str] = set()  # groups of the tasks moved, not yet locked
+        self._immediate = False  # the call's moves of grouped tasks count at once
 
     @property
     def now(self) -> Number:
@@ -652,20 +656,18 @@ class PostgresTransaction:
             self._open_with(self._cur)
             return
         self._cur = backend.send_first(Q.open_call, self._call_params(None))
-        mark, now, due, serial = self._cur.fetchone()
-        if not due and not serial and now <= mark + MARK_LAG:
+        mark, now, due = self._cur.fetchone()
+        if not due and now <= mark + MARK_LAG:
             self._mark, self._now, self._autocommit = mark, now, True
             return
         self._cur.execute(Q.begin)
-        if serial:  # the turn open_call took ended with it: taken again, first
-            self._cur.execute(Q.lock_queue, {"queue": self.queue})
         self._after_clock(mark, now, due)
 
     def _open_with(self, cur: Any) -> None:
         """In the call's transaction: strict mode's turn, open_call, the due events."""
         if self._backend.strict:
             cur.execute(Q.lock_queue, {"queue": self.queue})
-        mark, now, due, _ = cur.execute(Q.open_call, self._call_params(None)).fetchone()
+        mark, now, due = cur.execute(Q.open_call, self._call_params(None)).fetchone()
         self._after_clock(mark, now, due)
 
     def _after_clock(self, mark: Number, now: Number, due: bool) -> None:
@@ -682,30 +684,22 @@ class PostgresTransaction:
         if due or (asked is not None and asked < mark):
             self._opened(self, now if asked is None else asked)
 
-    def _call_params(self, now: Number | None, serial: bool = True) -> dict[str, Any]:
-        """The parameters of _call (queries.sql): the call's time once known, and
-        whether the call takes the queue's turn in a queue with grouped tasks (every
-        call but a claim: see _call's lock order)."""
-        return {
-            "queue": self.queue,
-            "now": now,
-            "asked": self._asked,
-            "lag": MARK_LAG,
-            "serial": serial,
-        }
+    def _call_params(self, now: Number | None) -> dict[str, Any]:
+        """The parameters of _call (queries.sql): the call's time once known."""
+        return {"queue": self.queue, "now": now, "asked": self._asked, "lag": MARK_LAG}
 
-    def _write(
-        self, statement: str, params: dict[str, Any], serial: bool = True
-    ) -> list[tuple[Any, ...]]:
+    def _write(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Run a statement that starts with _call (queries.sql); its rows without the
         clock's four columns.  The first statement of a lazy call carries the clock
         and the due check; if something is due (or the mark must be raised) it
-        changed nothing, and runs again once the call has opened.  ``serial``
-        false: a claim, which needs no turn (see _call)."""
-        params.update(self._call_params(None if self._pending else self._now, serial))
+        changed nothing, and runs again once the call has opened.  A statement sent
+        in autocommit (``lock`` true: the whole of a one-write call) locks the
+        group rows of its moves itself (see lock_groups)."""
+        params.update(self._call_params(None if self._pending else self._now))
+        params["lock"] = self._autocommit
         if self._pending:
             self._pending = False
-            commits = self._autocommit = self._one_write
+            commits = self._autocommit = params["lock"] = self._one_write
             self._cur = self._backend.send_first(statement, params, not commits, commits)
             rows = self._cur.fetchall()
             mark, now, due, go = rows[0][:4]
@@ -713,11 +707,35 @@ class PostgresTransaction:
             if go:
                 return [row[4:] for row in rows]
             if commits:
-                self._autocommit = False
+                self._autocommit = params["lock"] = False
                 self._cur.execute(Q.begin)
             self._after_clock(mark, now, due)
             params["now"] = now
         return [row[4:] for row in self._cur.execute(statement, params).fetchall()]
+
+    def _moved_groups(self, *groups: str | None) -> None:
+        """The call moved tasks of these groups (None: ungrouped): their rows are
+        locked before the deferred triggers count the moves (see _lock_groups)."""
+        self._moved.update(group for group in groups if group is not None)
+
+    def _lock_groups(self) -> None:
+        """The lock order (PostgreSQL migration 0011): after the task rows, the rows of
+        the groups whose tasks the call moved, in one statement, in group-key order."""
+        if self._moved:
+            params = {"queue": self.queue, "keys": sorted(self._moved)}
+            self._cur.execute(Q.lock_groups, params)
+            self._moved.clear()
+
+    def _count_moves_now(self) -> None:
+        """Before a claim of a grouped task, or a read of the groups' rows: the call's
+        moves so far counted (their groups locked first), and its later ones by their
+        own statements.  A claim is thus counted under the group row it locked (a
+        claim_many never takes a group's last slot twice), and a read sees the moves
+        of the call (the due events it applied)."""
+        if not self._immediate:
+            self._lock_groups()
+            self._cur.execute(Q.count_group_moves)
+            self._immediate = True
 
     def __exit__(
         self,
@@ -733,19 +751,48 @@ class PostgresTransaction:
                 self._pending = False
                 self._unlock()
                 return
-            lag = 0.0 if self._asked is not None else MARK_LAG
-            if self._now > self._mark + lag:
-                cur.execute(Q.raise_mark, {"now": self._now, "lag": lag})
-            if self._announce:
-                cur.execute(Q.announce, {"channel": self._backend.channel(self.queue)})
-            if self._external is not None:
-                cur.execute(Q.restore_search_path, {"path": self._callers_path})
-                cur.execute(Q.release_savepoint)
-            elif not self._autocommit:
-                cur.execute(Q.commit)
+            if self._moved and self._external is None and not self._autocommit:
+                with cur.connection.pipeline():  # lock_groups with the commit: one round trip
+                    self._end(cur)
+            else:
+                self._end(cur)
         except BaseException as error:
             self._fail(error)
         self._unlock()
+
+    def _end(self, cur: Any) -> None:
+        """The call's last statements: the groups' rows and counts, the mark, the
+        announcement, the commit (or the savepoint's release)."""
+        lag = 0.0 if self._asked is not None else MARK_LAG
+        raises = self._now > self._mark + lag
+        if not self._autocommit:
+            self._end_group_moves(raises)
+        if raises:
+            cur.execute(Q.raise_mark, {"now": self._now, "lag": lag})
+        if self._announce:
+            cur.execute(Q.announce, {"channel": self._backend.channel(self.queue)})
+        if self._external is not None:
+            cur.execute(Q.restore_search_path, {"path": self._callers_path})
+            cur.execute(Q.release_savepoint)
+        elif not self._autocommit:
+            cur.execute(Q.commit)
+
+    def _end_group_moves(self, raises: bool) -> None:
+        """Before the clock row (``raises``: raise_mark follows) and the commit: the
+        rows of the groups moved, in key order, then the triggers run (at once if the
+        clock's row comes next, or the call is in the caller's transaction; else at
+        the commit).  In the caller's transaction they are deferred again after, so
+        that its later calls keep the lock order."""
+        moved = bool(self._moved)
+        self._lock_groups()
+        if self._external is not None:
+            if moved and not self._immediate:
+                self._cur.execute(Q.count_group_moves)
+                self._immediate = True
+            if self._immediate:
+                self._cur.execute(Q.defer_group_moves)
+        elif moved and raises and not self._immediate:
+            self._cur.execute(Q.count_group_moves)
 
     def _fail(self, exc: BaseException) -> NoReturn:
         """Undo the call and raise: a psycopg error as its sqlq error, the cause kept."""
@@ -799,7 +846,9 @@ class PostgresTransaction:
         params = _new_task(queue, task_id, max_attempts, retry, payload, run_at, name)
         params.update(group_key=group, priority=priority, aging=aging)
         params["channel"] = self._backend.channel(queue)
-        ((added, _announced),) = self._write(Q.insert_task, params)
+        ((added, _announced, _locked),) = self._write(Q.insert_task, params)
+        if added:
+            self._moved_groups(group)
         return bool(added)
 
     def insert_many(
@@ -843,8 +892,11 @@ class PostgresTransaction:
                 "channel": self._backend.channel(queue),
                 "priority": priority,
                 "aging": aging,
+                "lock": self._autocommit,
             }
             added = {row[0] for row in self._opened_cursor.execute(Q.insert_many, params)}
+            if added:
+                self._moved_groups(group)
         else:
             added = set()
         answers = []
@@ -855,7 +907,7 @@ class PostgresTransaction:
 
     def claim_many(self, queue: str, n: int, seconds: Number, fair: bool = False) -> list[Claimed]:
         params = {"queue": queue, "n": n, "seconds": seconds, "max_time": MAX_TIME}
-        found = self._write(Q.claim_front_many, params, serial=False)
+        found = self._write(Q.claim_front_many, params)
         if found[0][0]:  # grouped tasks: one at a time, each may use up a group's slot
             return claim_each(lambda: self._claim_grouped(queue, seconds, fair), n)
         rows = [_claimed(row[1:]) for row in found if row[1]]
@@ -869,19 +921,27 @@ class PostgresTransaction:
             "tokens": [token for _, token, _ in items],
             "results": [result for _, _, result in items],
         }
-        ((done,),) = self._write(Q.complete_many, params)
+        ((done, groups),) = self._write(Q.complete_many, params)
+        self._moved_groups(*(groups or ()))
         return int(done)
 
     def claim(self, queue: str, seconds: Number, fair: bool = False) -> Claimed | None:
         params = {"queue": queue, "seconds": seconds, "max_time": MAX_TIME}
-        ((grouped, *row),) = self._write(Q.claim_front, params, serial=False)
+        ((grouped, *row),) = self._write(Q.claim_front, params)
         if grouped:
             return self._claim_grouped(queue, seconds, fair)
         return _claimed(tuple(row)) if row[0] else None
 
     def _claim_grouped(self, queue: str, seconds: Number, fair: bool) -> Claimed | None:
         params = {"queue": queue, "seconds": seconds, "max_time": MAX_TIME, "fair": fair}
-        (row,) = self._write(Q.claim_grouped, params, serial=False)
+        if self._immediate:
+            (row,) = self._write(Q.claim_grouped, params)
+        else:  # the call's first grouped claim: counting at once first, one round trip
+            params.update(self._call_params(self._now), lock=False)
+            with self._cur.connection.pipeline():
+                self._count_moves_now()
+                self._cur.execute(Q.claim_grouped, params)
+            row = self._cur.fetchone()[4:]
         return _claimed(row) if row[0] else None
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
@@ -899,7 +959,8 @@ class PostgresTransaction:
         self, queue: str, task_id: str, token: int | None, result: str | None = None
     ) -> bool:
         params = {"queue": queue, "task_id": stored(task_id), "token": token, "result": result}
-        ((done,),) = self._write(Q.complete_task, params)
+        ((done, group, _locked),) = self._write(Q.complete_task, params)
+        self._moved_groups(group)
         return bool(done)
 
     def end_lease(
@@ -928,6 +989,7 @@ class PostgresTransaction:
             raise InvariantViolation(
                 f"task {task.task_id!r} was no longer RESERVED under its lease"
             )
+        self._moved_groups(row[1])
         return int(row[0])
 
     def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool | None:
@@ -944,8 +1006,10 @@ class PostgresTransaction:
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
         cur = self._opened_cursor  # (first: the call's time is known once it opened)
         params = {"id": task.row_id, "order": order, "at": at, "now": self._now}
-        if cur.execute(Q.wake_task, params).rowcount != 1:
+        row = cur.execute(Q.wake_task, params).fetchone()
+        if row is None:
             raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
+        self._moved_groups(row[0])
         self._announce = True
 
     def redrive(self, row_id: int) -> bool:
@@ -955,24 +1019,26 @@ class PostgresTransaction:
         without undoing the call.  A task without a key needs none."""
         cur = self._opened_cursor
         params = {"id": row_id, "now": self._now, "keyed": False}
-        cur.execute(Q.remake_group, params)
-        redriven: bool = cur.execute(Q.redrive_task, params).rowcount == 1
-        if not redriven:  # it has a key (or is no longer DEAD)
-            redriven = self._redrive_keyed(cur, {**params, "keyed": True})
-        self._announce |= redriven
-        return redriven
+        row = cur.execute(Q.redrive_task, params).fetchone()
+        if row is None:  # it has a key (or is no longer DEAD)
+            row = self._redrive_keyed(cur, {**params, "keyed": True})
+        if row is None:
+            return False
+        self._moved_groups(row[0])
+        self._announce = True
+        return True
 
-    def _redrive_keyed(self, cur: Any, params: dict[str, Any]) -> bool:
+    def _redrive_keyed(self, cur: Any, params: dict[str, Any]) -> tuple[str | None] | None:
         cur.execute(Q.savepoint_redrive)
         try:
-            redriven: bool = cur.execute(Q.redrive_task, params).rowcount == 1
+            row: tuple[str | None] | None = cur.execute(Q.redrive_task, params).fetchone()
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != KEY_HOLDER_INDEX:
                 raise
             cur.execute(Q.rollback_redrive)
-            return False
+            return None
         cur.execute(Q.release_redrive)
-        return redriven
+        return row
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
         params = {"queue": queue, "limit": None if limit < 0 else limit}
@@ -998,7 +1064,10 @@ class PostgresTransaction:
         return int(forgotten), last if seen == batch else None
 
     def stats(self, queue: str) -> Figures:
-        return _figures(self._opened_cursor, queue)
+        cur = self._opened_cursor
+        if self._moved:  # the fronts of the groups' lines after the call's due events
+            self._count_moves_now()
+        return _figures(cur, queue)
 
     def outcome(self, queue: str, task_id: str) -> Outcome | None:
         params = {"queue": queue, "task_id": stored(task_id)}
@@ -1033,7 +1102,11 @@ class PostgresTransaction:
 
     def cancel_unstarted(self, queue: str, task_id: str) -> bool:
         params = {"queue": queue, "task_id": stored(task_id), "now": self.now}
-        return bool(self._cur.execute(Q.cancel_unstarted, params).rowcount == 1)
+        row = self._cur.execute(Q.cancel_unstarted, params).fetchone()
+        if row is None:
+            return False
+        self._moved_groups(row[0])
+        return True
 
     def request_stop(self, queue: str, task_id: str) -> bool:
         params = {"queue": queue, "task_id": stored(task_id), "now": self.now}
@@ -1046,7 +1119,12 @@ class PostgresTransaction:
         return changed
 
     def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
+        """The queue's limits lock first, then the rows of the groups it limits (in
+        key order), then the limits (see lock_limits)."""
         cur, params = self._opened_cursor, {"queue": queue, "group_key": group}
+        cur.execute(Q.lock_limits, params)
+        cur.execute(Q.lock_limited_groups, {**params, "keys": sorted(self._moved)})
+        self._moved.clear()  # (the due events' groups: locked in the same order)
         if limit is None:
             changed = bool(cur.execute(Q.remove_limit, params).rowcount)
         else:
@@ -1061,7 +1139,10 @@ class PostgresTransaction:
         return {group: Limit(*rest) for group, *rest in rows}
 
     def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
-        rows = self._opened_cursor.execute(Q.list_groups, {"queue": queue}).fetchall()
+        cur = self._opened_cursor
+        if self._moved:  # (the call's due events)
+            self._count_moves_now()
+        rows = cur.execute(Q.list_groups, {"queue": queue}).fetchall()
         return {group: (running, live) for group, running, live in rows}
 
     def beat_worker(self, row: WorkerRow) -> None:
@@ -1098,6 +1179,8 @@ class PostgresTransaction:
         params = _new_task(queue, task_id, max_attempts, retry, payload, run_at, name)
         params.update(key=key, group_key=group, priority=priority, aging=aging, now=self._now)
         added = cur.execute(Q.insert_keyed_task, params).fetchone() is not None
+        if added:
+            self._moved_groups(group)
         self._announce |= added and run_at is None
         return added
 
@@ -1113,9 +1196,12 @@ class PostgresTransaction:
             "payload_bytes": payload if isinstance(payload, bytes) else None,
             "now": self._now,
         }
-        changed = cur.execute(Q.debounce_task, params).fetchone() is not None
-        self._announce |= changed and run_at is None and holder.state is State.WAITING
-        return changed
+        row = cur.execute(Q.debounce_task, params).fetchone()
+        if row is None:
+            return False
+        self._moved_groups(row[0])
+        self._announce |= run_at is None and holder.state is State.WAITING
+        return True
 
 
 def _figures(cur: Any, queue: str) -> Figures:

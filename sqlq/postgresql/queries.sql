@@ -72,9 +72,9 @@ SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(q
 -- (see _call, with :now NULL): the high-water mark of passed-in times, the
 -- call's time (the later of the mark and :asked, or of the mark and the
 -- server's clock when nothing was asked), and whether anything in the queue is
--- due then; last, whether it took the queue's turn (see _call).
+-- due then.
 WITH {{_call}}
-SELECT mark, now, due, serial FROM call
+SELECT mark, now, due FROM call
 
 -- name: _call
 -- Fragment: the call's clock, the first CTE of open_call and of each statement
@@ -86,29 +86,18 @@ SELECT mark, now, due, serial FROM call
 -- then, and the write goes ahead only if nothing is due, no time was asked and
 -- the mark is at most :lag behind; otherwise the statement changes nothing and
 -- the call opens as open_call's callers do, then runs it again with :now.
+-- `grouped`: the schema ever had a grouped task (sqlq_clock.grouped; until then
+-- no claim probes the queue's groups).
 -- The probes use the partial indexes: the IS NOT NULL conditions are what lets
 -- the planner choose them (the time is unknown when it plans; without them it
 -- guesses that a third of the table matches and scans it all).
--- Lock order (see migrations/0008): in a queue with unfinished grouped tasks
--- (only probed in a schema that ever had one: sqlq_clock.grouped), a call that
--- may move tasks other than by claiming them (:serial) first takes the queue's
--- turn (the advisory lock of lock_queue and try_lock_queue), before any row
--- lock of the statement: `serial` (the turn taken) is computed when `call` is
--- read (a CTE with volatile functions is computed once, whole), and the
--- statement locks its rows after that.
 call AS (
     SELECT t.mark, t.now, t.due,
            %(now)s::float8 IS NOT NULL
            OR (%(asked)s::float8 IS NULL AND NOT t.due
                AND t.now <= t.mark + %(lag)s::float8) AS go,
-           t.grouped,
-           t.serial AND pg_advisory_xact_lock(
-                            hashtextextended(current_schema() || ':' || %(queue)s, 0))::text
-                        IS NOT NULL AS serial
+           t.grouped
     FROM (SELECT c.now AS mark, x.now, c.grouped,
-                 c.grouped AND %(serial)s::boolean
-                 AND EXISTS (SELECT 1 FROM sqlq_groups
-                             WHERE queue = %(queue)s AND live > 0) AS serial,
                  %(now)s::float8 IS NULL
                  AND (EXISTS (SELECT 1 FROM sqlq_tasks
                               WHERE queue = %(queue)s AND deadline IS NOT NULL
@@ -126,8 +115,52 @@ call AS (
           WHERE c.id = 1) AS t
 )
 
+-- name: lock_groups
+-- Lock order (migration 0011), before the deferred triggers count a call's moves
+-- of grouped tasks: the rows of every group :keys of the queue whose tasks the
+-- call moved, in one statement, in group-key order (a group whose row does not
+-- exist yet is made by its add's trigger).  Then the clock row (raise_mark).
+SELECT 1 FROM sqlq_groups
+WHERE queue = %(queue)s AND group_key = ANY (%(keys)s::text[])
+ORDER BY group_key
+FOR UPDATE
+
+-- name: count_group_moves
+-- Run the deferred triggers that count the call's moves of grouped tasks now
+-- (after lock_groups), and every later move of the transaction at the end of its
+-- statement: before raise_mark (the clock row comes last), before a claim (which
+-- counts its lease at once, under the group row it locked), at the end of a call
+-- in the caller's transaction (conn=).
+SET CONSTRAINTS sqlq_group_added, sqlq_group_moved IMMEDIATE
+
+-- name: defer_group_moves
+-- After count_group_moves in the caller's transaction (conn=): the caller's later
+-- calls count their moves at their end again, in the lock order (the mode set
+-- outlives the call's savepoint).
+SET CONSTRAINTS sqlq_group_added, sqlq_group_moved DEFERRED
+
+-- name: lock_limits
+-- set_limit and remove_limit, before any group row: the queue's limits lock,
+-- exclusive until the transaction ends.  The trigger that makes a group's row
+-- (migration 0011) takes it shared before it reads sqlq_limits: an add making a
+-- group is waited for, then its group is found and limited; an add that makes a
+-- group meanwhile waits, then reads the new limits.
+SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(queue)s || ':limits', 0))
+
+-- name: lock_limited_groups
+-- set_limit and remove_limit, after lock_limits: the rows of the groups whose
+-- limits change (the one group, or every group of the queue for the default ''),
+-- with those of the groups :keys whose tasks the call moved before (its due
+-- events), in group-key order (the lock order of lock_groups).
+SELECT 1 FROM sqlq_groups
+WHERE queue = %(queue)s
+  AND (%(group_key)s = '' OR group_key = %(group_key)s OR group_key = ANY (%(keys)s::text[]))
+ORDER BY group_key
+FOR UPDATE
+
 -- name: due_events
--- After open_call found something due (and this call has the queue's turn):
+-- After open_call found something due (and this call has the queue's turn to
+-- apply them: try_lock_queue):
 -- everything due in the queue at :now, in the order it fell due (time, then
 -- counter: the lease token or the wake-up order), each row locked for this
 -- transaction; a row another transaction holds is skipped (it is about to
@@ -178,6 +211,8 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
 -- the next counter value as its seq and contract.line_key's line key; nothing (and no counter value) if the id exists in
 -- any state.  Announces an AVAILABLE task on :channel (see
 -- listen.py) in the same statement.  Then (added, announced): 1 or 0 each.
+-- :lock (the statement is the whole call, in autocommit): the lock order of
+-- lock_groups in the statement, after the insert: the group's row, if it has one.
 WITH {{_call}}, added AS (
     INSERT INTO sqlq_tasks
         (queue, task_id, state, seq, attempts, max_attempts, run_at, payload, payload_bytes,
@@ -194,10 +229,16 @@ WITH {{_call}}, added AS (
                       WHERE queue = %(queue)s AND task_id = %(task_id)s)
     ON CONFLICT (queue, task_id) DO NOTHING
     RETURNING state
+), locked AS (
+    SELECT 1 FROM sqlq_groups
+    WHERE %(lock)s AND queue = %(queue)s AND group_key = %(group_key)s
+      AND (SELECT count(*) FROM added) > 0
+    FOR UPDATE
 )
 SELECT call.mark, call.now, call.due, call.go,
        (SELECT count(*) FROM added),
-       (SELECT count(pg_notify(%(channel)s, '')) FILTER (WHERE state = 'AVAILABLE') FROM added)
+       (SELECT count(pg_notify(%(channel)s, '')) FILTER (WHERE state = 'AVAILABLE') FROM added),
+       (SELECT count(*) FROM locked)
 FROM call
 
 -- name: insert_many
@@ -205,7 +246,8 @@ FROM call
 -- their order (seq increasing along them); the ids must be distinct and new
 -- (add_many finds the existing ones first).  Returns the ids added (one that
 -- another transaction added meanwhile is not), and announces them on :channel
--- if they are AVAILABLE.
+-- if they are AVAILABLE.  :lock (in autocommit): the group's row locked after
+-- the inserts, as insert_task's.
 WITH items AS (
     SELECT ids.task_id, ids.payload, ids.payload_bytes, ids.name, ids.k
     FROM unnest(%(ids)s::text[], %(payloads)s::text[], %(blobs)s::bytea[], %(names)s::text[])
@@ -227,8 +269,13 @@ WITH items AS (
 ), announced AS (
     SELECT count(pg_notify(%(channel)s, '')) FILTER (WHERE state = 'AVAILABLE') AS n
     FROM added
+), locked AS (
+    SELECT 1 FROM sqlq_groups
+    WHERE %(lock)s AND queue = %(queue)s AND group_key = %(group_key)s
+      AND (SELECT count(*) FROM added) > 0
+    FOR UPDATE
 )
-SELECT task_id, (SELECT n FROM announced) FROM added
+SELECT task_id, (SELECT n FROM announced), (SELECT count(*) FROM locked) FROM added
 
 -- name: existing_ids
 -- Which of the ids in :ids a queue already has.
@@ -244,8 +291,7 @@ SELECT task_id FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = ANY (%(ids)
 -- probe of sqlq_groups_live, in a schema that ever had a grouped task:
 -- sqlq_clock.grouped), from its ungrouped line; the answer says whether it has
 -- any (then claim_grouped claims).  A claim takes rows only with SKIP LOCKED:
--- it never waits for a lock, so it runs without the queue's turn (:serial
--- false, see _call).  Then the task, or NULLs.
+-- it never waits for a lock.  Then the task, or NULLs.
 WITH {{_call}}, grouped AS (
     SELECT call.grouped
            AND EXISTS (SELECT 1 FROM sqlq_groups WHERE queue = %(queue)s AND live > 0) AS found
@@ -328,7 +374,9 @@ FOR UPDATE
 -- first in the answer), under the lease :token if it is not NULL, and only
 -- while the lease runs (deadline after the call's time): a lease that ran out is
 -- refused even before a call has applied its expiry.  Stores :result (JSON
--- text or NULL).  Then 1 or 0.
+-- text or NULL).  Then 1 or 0, and the task's group (for lock_groups).  :lock
+-- (the statement is the whole call, in autocommit): the group's row locked in
+-- the statement, after the task's (the lock order of lock_groups).
 WITH {{_call}}, done AS (
     UPDATE sqlq_tasks
     SET state = 'COMPLETED', deadline = NULL, finished_at = call.now, updated_at = call.now,
@@ -337,13 +385,19 @@ WITH {{_call}}, done AS (
     WHERE call.go AND queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
       AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
       AND deadline > call.now
-    RETURNING 1
+    RETURNING group_key
+), locked AS (
+    SELECT 1 FROM sqlq_groups
+    WHERE %(lock)s AND queue = %(queue)s AND group_key = (SELECT max(group_key) FROM done)
+    FOR UPDATE
 )
-SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM done) FROM call
+SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM done),
+       (SELECT max(group_key) FROM done), (SELECT count(*) FROM locked)
+FROM call
 
 -- name: complete_many
 -- complete_task for each (id, token, result) of the arrays, in one statement.
--- Then how many completed.
+-- Then how many completed, and their groups (for lock_groups).
 WITH {{_call}}, done AS (
     UPDATE sqlq_tasks
     SET state = 'COMPLETED', deadline = NULL, finished_at = call.now, updated_at = call.now,
@@ -353,16 +407,18 @@ WITH {{_call}}, done AS (
     WHERE call.go AND sqlq_tasks.queue = %(queue)s AND sqlq_tasks.task_id = item.task_id
       AND sqlq_tasks.state = 'RESERVED' AND sqlq_tasks.lease_id = item.token
       AND sqlq_tasks.deadline > call.now
-    RETURNING 1
+    RETURNING sqlq_tasks.group_key
 )
-SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM done) FROM call
+SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM done),
+       (SELECT array_agg(DISTINCT group_key) FILTER (WHERE group_key IS NOT NULL) FROM done)
+FROM call
 
 -- name: end_lease
 -- End a lease that failed, ran out or was given back: AVAILABLE (the next
 -- counter value as seq, and the line key of a task that joins the line at the
 -- call's time :now), WAITING (the next value as wake-up order, until
 -- :run_at) or DEAD (:finished_at).  Compare-and-set on the lease the caller
--- saw; no row means the task moved.  Returns the new seq.
+-- saw; no row means the task moved.  Returns the new seq and the task's group.
 UPDATE sqlq_tasks
 SET state = %(state)s,
     seq = CASE WHEN %(state)s IN ('AVAILABLE', 'WAITING') THEN nextval('sqlq_counter')
@@ -372,7 +428,7 @@ SET state = %(state)s,
     attempts = attempts + %(attempts_delta)s, last_error = %(error)s,
     finished_at = %(finished_at)s::float8, updated_at = %(at)s::float8
 WHERE id = %(id)s AND state = 'RESERVED' AND lease_id = %(token)s
-RETURNING seq
+RETURNING seq, group_key
 
 -- name: extend_lease
 -- Heartbeat (see _call; (mark, now, due, go) first in the answer): the lease's
@@ -393,19 +449,21 @@ SELECT call.mark, call.now, call.due, call.go, (SELECT stop FROM moved) FROM cal
 -- name: wake_task
 -- WAITING -> AVAILABLE when run_at (:at) has come, joining the line at the
 -- call's time :now (its place: see insert_task).  Compare-and-set on the
--- wake-up the caller saw.
+-- wake-up the caller saw.  A row (the task's group) if woken.
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', seq = nextval('sqlq_counter'), run_at = NULL,
     updated_at = %(at)s::float8,
     line_key = %(now)s::float8 - priority * aging
 WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
+RETURNING group_key
 
 -- name: redrive_task
 -- DEAD -> AVAILABLE at the back of the line, attempts reset; the last error is kept.
 -- :keyed false: only a task without a dedupe key.  :keyed true: also one with a
 -- key, unless another task holds it (a probe of sqlq_tasks_key_holder; a holder
 -- that a concurrent add makes meanwhile is not seen here, but makes that unique
--- index refuse the update: run it after savepoint_redrive).
+-- index refuse the update: run it after savepoint_redrive).  A row (the task's
+-- group) if redriven.
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = nextval('sqlq_counter'), finished_at = NULL,
     updated_at = %(now)s::float8,
@@ -416,6 +474,7 @@ WHERE id = %(id)s AND state = 'DEAD'
                                     WHERE holder.queue = sqlq_tasks.queue
                                       AND holder.dedupe_key = sqlq_tasks.dedupe_key
                                       AND holder.finished_at IS NULL))
+RETURNING group_key
 
 -- name: savepoint_redrive
 -- Before redrive_task: an update that sqlq_tasks_key_holder refuses (another
@@ -473,14 +532,15 @@ WHERE id IN (SELECT id FROM sqlq_tasks
 -- :batch groups of a queue after the name :after (a range of the primary key),
 -- delete the rows of the idle ones: no unfinished task (live = 0, and so no
 -- lease: running = 0) and no start owed to the rate (tat, the next start it
--- allows, not after :now).  Their limits stay in sqlq_limits: sqlq_group_added
--- makes a group's row anew with them at its next add, remake_group at a redrive.
+-- allows, not after :now).  Their limits stay in sqlq_limits: the triggers make
+-- a group's row anew with them at its next add or redrive.
 -- Never waits for a lock, so it takes part in no deadlock: it locks the rows it
 -- deletes in name order, skipping a row another transaction holds (a call that
 -- moves one of the group's tasks, which will not leave it idle, or a claim), and
 -- FOR UPDATE rechecks live, running and tat on the row's latest version.  An
--- add of the group that comes after waits for this transaction in its trigger's
--- INSERT ... ON CONFLICT, and then makes the row anew (the conflict is gone).
+-- add or a redrive of the group that comes after waits for this transaction
+-- (lock_groups, or its trigger), and its trigger then makes the row anew
+-- (migration 0011).
 -- Returns how many it forgot, the last name of the range and its size.
 WITH span AS (
     SELECT group_key FROM sqlq_groups
@@ -500,23 +560,6 @@ WITH span AS (
 )
 SELECT (SELECT count(*) FROM gone), (SELECT max(group_key) FROM span),
        (SELECT count(*) FROM span)
-
--- name: remake_group
--- Before redrive_task: the row of the DEAD task's group, if forget_groups forgot
--- it (an add makes it in sqlq_group_added; a redrive moves a task whose group
--- may be gone), with the limits that apply to it as sqlq_group_added reads
--- them: the group's own, else the queue's default.  A row that exists is
--- locked (the update changes nothing), so that no purge forgets it before the
--- redrive's trigger counts the task in it; a purge that holds it is waited for,
--- and the row made anew.  No change for a task without a group.
-INSERT INTO sqlq_groups AS g (queue, group_key, cap, spacing)
-SELECT t.queue, t.group_key, coalesce(l.concurrency, 9223372036854775807), l.per / l.rate
-FROM sqlq_tasks AS t
-LEFT JOIN LATERAL (SELECT concurrency, rate, per FROM sqlq_limits
-                   WHERE queue = t.queue AND group_key IN (t.group_key, '')
-                   ORDER BY group_key = '' LIMIT 1) AS l ON true
-WHERE t.id = %(id)s AND t.state = 'DEAD' AND t.group_key IS NOT NULL
-ON CONFLICT (queue, group_key) DO UPDATE SET live = g.live
 
 -- name: queue_figures
 -- What Queue.stats shows, in one statement (one snapshot): tasks per state as
@@ -708,10 +751,12 @@ SELECT greatest(now, extract(epoch FROM clock_timestamp())::float8) FROM sqlq_cl
 
 -- name: cancel_unstarted
 -- cancel: AVAILABLE or WAITING -> CANCELLED at :now (finished, out of the line).
+-- A row (the task's group) if cancelled.
 UPDATE sqlq_tasks
 SET state = 'CANCELLED', run_at = NULL, finished_at = %(now)s::float8,
     updated_at = %(now)s::float8
 WHERE queue = %(queue)s AND task_id = %(task_id)s AND state IN ('AVAILABLE', 'WAITING')
+RETURNING group_key
 
 -- name: request_stop
 -- cancel of a running task: record that its worker is asked to stop (the first
@@ -853,7 +898,7 @@ RETURNING 1
 -- place in the line) if :stays, else taking the next counter value and the
 -- line key of contract.line_key at :now.
 -- Compare-and-set on the state and seq the add found (a claim may have taken
--- the task meanwhile).  Returns a row if changed.
+-- the task meanwhile).  Returns a row (the task's group) if changed.
 UPDATE sqlq_tasks
 SET state = CASE WHEN %(run_at)s::float8 IS NULL THEN 'AVAILABLE' ELSE 'WAITING' END,
     run_at = %(run_at)s::float8,
@@ -861,7 +906,7 @@ SET state = CASE WHEN %(run_at)s::float8 IS NULL THEN 'AVAILABLE' ELSE 'WAITING'
     line_key = CASE WHEN %(stays)s THEN line_key ELSE %(now)s::float8 - priority * aging END,
     payload = %(payload)s, payload_bytes = %(payload_bytes)s, updated_at = %(now)s::float8
 WHERE id = %(id)s AND state = %(state)s AND seq = %(seen)s
-RETURNING 1
+RETURNING group_key
 
 -- name: _line_order
 -- Fragment: the order of a line (the ungrouped one, a group's, and between the
@@ -880,7 +925,8 @@ line_key, seq
 -- first (:fair false) or, round robin, the one whose latest start is oldest.
 -- Its row is locked (a group another call is claiming from or moving is
 -- passed over), rechecked on its latest version, and the trigger
--- sqlq_group_moved counts the lease in this statement, under that lock.
+-- sqlq_group_moved counts the lease in this statement, under that lock (the call
+-- set the counting triggers IMMEDIATE before: count_group_moves).
 -- Then the task, or NULLs.
 WITH {{_call}}, ungrouped AS (
     SELECT id, line_key, seq FROM sqlq_tasks
