@@ -435,8 +435,13 @@ class Backend(Protocol):
         external: Any,
         opened: Opened,
         one_write: bool = False,
+        sets_limits: bool = False,
     ) -> AbstractContextManager[Transaction]:
         """One call on ``queue``: a write transaction at ``now`` (see the module docstring).
+
+        ``sets_limits``: the call is a set_limit (or remove_limit), never in the
+        caller's transaction; a backend may then take a lock of its own first (the
+        PostgreSQL schema's limits lock, exclusive).
 
         ``one_write``: the call makes at most one change, in one statement after
         which nothing of the call can raise (an add, a completion, a heartbeat; it may

@@ -691,7 +691,7 @@ class Queue:
         Ungrouped tasks have no limits."""
         key = limit_key(group)
         limit = check_limit(concurrency, rate, per)
-        with self._call(now) as tx:
+        with self._call(now, sets_limits=True) as tx:
             tx.set_limit(self.queue, key, limit)
 
     def remove_limit(self, group: str | None, now: Number | None = None) -> bool:
@@ -699,7 +699,7 @@ class Queue:
         queue's default again (or, for the default, groups without limits of their
         own are unlimited).  False if none were set."""
         key = limit_key(group)
-        with self._call(now) as tx:
+        with self._call(now, sets_limits=True) as tx:
             return tx.set_limit(self.queue, key, None)
 
     def limits(self, now: Number | None = None) -> dict[str | None, Limit]:
@@ -991,12 +991,16 @@ class Queue:
     # --- internals ------------------------------------------------------------------
 
     def _call(
-        self, now: Number | None, conn: sa.Connection | None = None, one_write: bool = False
+        self,
+        now: Number | None,
+        conn: sa.Connection | None = None,
+        one_write: bool = False,
+        sets_limits: bool = False,
     ) -> AbstractContextManager[Transaction]:
         """One call: a transaction at ``now`` in which everything due has happened.
         ``one_write``: the call changes at most one thing, as its last statement, and
         raises nothing after it (see Backend.transaction): not the claims, which
-        decode payloads after their write."""
+        decode payloads after their write.  ``sets_limits``: a set_limit's call."""
         if now is not None:
             now, opened = check_time(now), self._opened
         elif self._server_time:  # the database's clock, one for every machine
@@ -1007,7 +1011,7 @@ class Queue:
                 self._check_clock(now)
         else:
             now, opened = check_time(self._clock()), self._opened
-        return self._backend.transaction(now, self.queue, conn, opened, one_write)
+        return self._backend.transaction(now, self.queue, conn, opened, one_write, sets_limits)
 
     def _opened(self, tx: Transaction, asked: Number) -> None:
         """What a call's transaction runs once it has read the clock, if something fell

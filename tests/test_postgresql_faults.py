@@ -738,17 +738,22 @@ def test_a_limit_set_while_an_add_makes_the_group_holds_it(
         setter.close()
 
 
-def test_a_set_limit_waiting_for_a_groups_row_and_adds_in_the_lock_order(
+#: The kinds of lock a call waits for when it waits for a row (see answer_or_wait).
+ROW = ("transactionid", "tuple")
+
+
+def test_calls_in_the_callers_transaction_beside_a_set_limit_wait_in_the_lock_order(
     postgres_url: str, queue_name: str, calls: Callable[..., Calls]
 ) -> None:
-    """The lock order of limits: set_limit takes the limits lock, then the rows of the
-    groups it limits; an add that makes a group's row takes the lock shared; an add to
-    a group that has its row takes no limits lock.  A caller's transaction holds G's
-    row (a completion in G), a set_limit of the default waits for it (holding the limits
-    lock), an add making group N waits for the set_limit, and the caller then adds to
-    G in the same transaction: no cycle (had the add to G asked for the limits lock
-    too, it would wait for the set_limit that waits for it: a deadlock).  Once the
-    caller commits, the set_limit limits G and N (made after it: it read the limits)."""
+    """A caller's transaction completes g1 (group G: it holds G's row), then adds to G
+    and makes group M, in key order; a set_limit of the default and an add making
+    group N come between.  The caller's first call took the schema's limits lock
+    shared, so the set_limit waits for it before any group row, and the add queues
+    behind the set_limit; the caller's later calls take the lock again at once.
+    (With the limits lock taken only where a group's row is made, the set_limit held
+    it and waited for G's row while the caller, making M, waited for the lock: a
+    deadlock, Busy for one of them.)  Once the caller commits, the set_limit limits
+    every group, N included (made after it: it read the limits)."""
     setter = calls(postgres_url, queue_name)
     adder = calls(postgres_url, queue_name)
     with (
@@ -761,17 +766,139 @@ def test_a_set_limit_waiting_for_a_groups_row_and_adds_in_the_lock_order(
         with queue.engine.begin() as conn:
             assert queue.complete("g1", token=lease.token, conn=conn)
             setter.send("set_limit", None, concurrency=1)
-            assert answer_or_wait(setter, admin) in ("transactionid", "tuple")  # G's row
+            set_limit_waited = answer_or_wait(setter, admin)
             adder.send("add", "n1", group="N")
-            assert answer_or_wait(adder, admin) == "advisory"  # the limits lock
+            add_waited = answer_or_wait(adder, admin)
             assert queue.add("g3", group="G", conn=conn)
+            assert queue.add("m1", group="M", conn=conn)
         assert setter.answer() == {"value": None}
         assert adder.answer() == {"value": True}
+        assert (set_limit_waited, add_waited) == ("advisory", "advisory")  # the limits lock
         queue.add("n2", group="N")
-        assert [lease.task_id for lease in queue.claim_many(4)] == ["g2", "n1"]
+        assert sorted(lease.task_id for lease in queue.claim_many(5)) == ["g2", "m1", "n1"]
         assert mismatches(admin, queue_name) == []
         setter.close()
         adder.close()
+
+
+def test_a_redrive_making_a_forgotten_group_beside_a_set_limit_waits_in_the_lock_order(
+    postgres_url: str, queue_name: str, calls: Callable[..., Calls]
+) -> None:
+    """A redrive of a2 (group A) and b1 (group B, whose row a purge forgot) waits for
+    A's row, which a caller's transaction holds (a completion in A); a set_limit of
+    the default comes next.  The redrive took the schema's limits lock shared in its
+    first statement, so the set_limit waits for that lock, holding no group row; once
+    the caller commits, the redrive takes A's row, makes B's anew and commits, and the
+    set_limit limits both.  (With the limits lock taken only where a group's row is
+    made, the set_limit held it and waited for A's row behind the redrive, which held
+    A's row and waited for the lock to make B's: a deadlock, Busy for one of them.)"""
+    redriver = calls(postgres_url, queue_name, lease=30.0)
+    setter = calls(postgres_url, queue_name)
+    with (
+        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
+        connect(postgres_url) as admin,
+    ):
+        queue.add_many(["a1", "a2"], group="A")
+        queue.add("b1", group="B")
+        token = {lease.task_id: lease.token for lease in queue.claim_many(3)}
+        for task_id in ("a2", "b1"):
+            assert queue.fail(task_id, token=token[task_id], retry=False) == "DEAD"
+        assert queue.purge().groups == 1  # B: no unfinished task
+        assert _group_row(queue, "B") is None
+        with queue.engine.begin() as conn:
+            assert queue.complete("a1", token=token["a1"], conn=conn)
+            redriver.send("redrive", task_ids=["a2", "b1"])
+            redrive_waited = answer_or_wait(redriver, admin)
+            setter.send("set_limit", None, concurrency=1)
+            set_limit_waited = answer_or_wait(setter, admin)
+        assert redriver.answer() == {"value": 2}
+        assert setter.answer() == {"value": None}
+        assert redrive_waited in ROW  # A's row
+        assert set_limit_waited == "advisory"  # the limits lock
+        assert _group_row(queue, "A") == (1, 0, 1)
+        assert _group_row(queue, "B") == (1, 0, 1)
+        assert mismatches(admin, queue_name) == []
+        redriver.close()
+        setter.close()
+
+
+def test_a_set_limit_beside_a_callers_transaction_holding_the_clock_waits_for_it_first(
+    postgres_url: str, calls: Callable[..., Calls]
+) -> None:
+    """A caller's transaction adds an ungrouped task at 1010 (raising the clock's mark:
+    it holds the clock's row until it commits), then completes g1 (group G); a
+    set_limit at 1020 comes between.  The caller's first call took the schema's
+    limits lock shared, so the set_limit waits for it.  (Had only the calls that move
+    grouped tasks taken it, the set_limit would hold it and wait for the clock's row
+    to raise the mark, while the completion waited for the lock: a deadlock.)  Times
+    are passed in (a schema of its own)."""
+    with databases.fresh_schema(postgres_url) as url:
+        setter = calls(url, "q")
+        with (
+            sqlq.Queue(url, lease_seconds=30, max_attempts=3, queue="q") as queue,
+            connect(url) as admin,
+        ):
+            queue.add("g1", 1000, group="G")
+            lease = queue.claim(1000)
+            assert lease is not None
+            with queue.engine.begin() as conn:
+                assert queue.add("u1", 1010, conn=conn)
+                setter.send("set_limit", "G", 1020, concurrency=1)
+                waited = answer_or_wait(setter, admin)
+                assert queue.complete("g1", 1010, token=lease.token, conn=conn)
+            assert setter.answer() == {"value": None}
+            assert waited == "advisory"
+            assert _group_row(queue, "G") == (0, 0, 1)
+            setter.close()
+
+
+def test_a_set_limit_takes_the_limits_lock_before_its_due_events(
+    postgres_url: str, calls: Callable[..., Calls]
+) -> None:
+    """A set_limit at 1020 finds r's lease (group G, until 1010) run out; a caller's
+    transaction, which took the limits lock shared in its first call (an add to H at
+    1001), then completes r at 1005, in time.  The set_limit waits for the lock before
+    it reads its due events, so the completion finds r's row free.  (Had it applied
+    r's expiry first, holding r's row, and then waited for the lock, the completion
+    would wait for r's row: a deadlock.)"""
+    with databases.fresh_schema(postgres_url) as url:
+        setter = calls(url, "q")
+        with (
+            sqlq.Queue(url, lease_seconds=10, max_attempts=3, queue="q") as queue,
+            connect(url) as admin,
+        ):
+            queue.add("r", 1000, group="G")
+            lease = queue.claim(1000)
+            assert lease is not None and lease.task_id == "r"
+            with queue.engine.begin() as conn:
+                assert queue.add("h1", 1001, group="H", conn=conn)
+                setter.send("set_limit", "G", 1020, concurrency=1)
+                waited = answer_or_wait(setter, admin)
+                assert queue.complete("r", 1005, token=lease.token, conn=conn)
+            assert setter.answer() == {"value": None}
+            assert waited == "advisory"
+            info = queue.info("r")
+            assert info is not None and info.state == "COMPLETED"
+            assert mismatches(admin, "q") == []
+            setter.close()
+
+
+def test_the_limits_lock_is_no_queues_turn(postgres_url: str, queue_name: str) -> None:
+    """The turn of a queue named "<name>:limits" (held by a session, as a strict call
+    holds it) is not the limits lock of queue <name>: a set_limit goes ahead.  (When
+    the limits lock was the advisory lock of the text "<schema>:<name>:limits", it was
+    that turn, and the set_limit waited for it: Busy after busy_timeout.)"""
+    with (
+        sqlq.Queue(
+            postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name, busy_timeout=2
+        ) as queue,
+        connect(postgres_url) as holder,
+    ):
+        holder.execute("BEGIN")
+        holder.execute(Q.lock_queue, {"queue": f"{queue_name}:limits"})
+        queue.set_limit("G", concurrency=1)
+        assert queue.limits() == {"G": sqlq.Limit(1, None, None)}
+        holder.execute("ROLLBACK")
 
 
 def test_a_call_in_the_callers_transaction_leaves_the_counting_deferred(

@@ -28,6 +28,33 @@ Concurrency model:
   anything was sent connects again at once and goes on.
 * Across ``fork``: the child never uses (nor closes: that would end the parent's
   session) a connection it inherited; it opens its own on first use.
+
+The lock order (grouped tasks, PostgreSQL migration 0011), in every transaction:
+
+0. the schema's limits lock L (an advisory lock in the two-int key space, which no
+   queue's turn can share): exclusive in set_limit's first statement, shared in
+   the first statement of every other call of a schema that ever had a grouped
+   task (queries.sql _call), and again (at no cost once held) in lock_groups and
+   in the counting triggers, before any group row;
+1. task rows, as the call's statements reach them (claims and due events skip a
+   row another transaction holds);
+2. the rows of the groups whose tasks the call moved, in one statement, in key
+   order (lock_groups; a claim's group row is taken SKIP LOCKED);
+3. the clock row (raise_mark), last.
+
+Why no cycle: set_limit (L exclusive) waits for L while it holds nothing, and
+once it holds L no other transaction holds a group row or the clock row (each
+took L shared first, so none runs), so it waits for nobody who waits for it.  A
+transaction holding L shared never waits for L (PostgreSQL grants a holder's
+re-take at once, even with an exclusive request queued); a call waiting for L
+shared holds nothing yet: it is its first statement, and in the caller's
+transaction (conn=) the first sqlq call took L, so a later call cannot wait for
+L after a group row or the clock row.  Among L's sharers, waits for group rows
+climb in key order and end at the clock row, whose holder commits next.  Not
+covered: calls of the caller's transaction (conn=) in descending group-key order
+(README: make them in key order), and a caller's transaction whose earlier call
+raised the clock's mark before the schema's first grouped task committed, then
+moves or adds a grouped task beside a set_limit (PostgreSQL ends one: Busy).
 """
 
 from __future__ import annotations
@@ -308,9 +335,15 @@ class PostgresBackend:
         return self._engine
 
     def transaction(
-        self, now: Number | None, queue: str, external: Any, opened: Opened, one_write: bool = False
+        self,
+        now: Number | None,
+        queue: str,
+        external: Any,
+        opened: Opened,
+        one_write: bool = False,
+        sets_limits: bool = False,
     ) -> PostgresTransaction:
-        return PostgresTransaction(self, now, queue, external, opened, one_write)
+        return PostgresTransaction(self, now, queue, external, opened, one_write, sets_limits)
 
     def _external_connection(self, external: Any) -> Any:
         if self._closed:
@@ -576,6 +609,7 @@ class PostgresTransaction:
         "_one_write",
         "_opened",
         "_pending",
+        "_sets_limits",
         "queue",
     )
 
@@ -587,10 +621,12 @@ class PostgresTransaction:
         external: Any,
         opened: Opened,
         one_write: bool = False,
+        sets_limits: bool = False,
     ) -> None:
         self._backend = backend
         self._asked = now
         self._one_write = one_write
+        self._sets_limits = sets_limits  # the limits lock exclusive (see _call_params)
         self._autocommit = False
         self._pending = False  # opened lazily, nothing sent yet
         self._callers_path = ""
@@ -685,8 +721,16 @@ class PostgresTransaction:
             self._opened(self, now if asked is None else asked)
 
     def _call_params(self, now: Number | None) -> dict[str, Any]:
-        """The parameters of _call (queries.sql): the call's time once known."""
-        return {"queue": self.queue, "now": now, "asked": self._asked, "lag": MARK_LAG}
+        """The parameters of _call (queries.sql): the call's time once known; whether
+        the call takes the schema's limits lock exclusive (set_limit's) rather than
+        shared (see "The lock order" in the module's docstring)."""
+        return {
+            "queue": self.queue,
+            "now": now,
+            "asked": self._asked,
+            "lag": MARK_LAG,
+            "limits": self._sets_limits,
+        }
 
     def _write(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Run a statement that starts with _call (queries.sql); its rows without the
@@ -1119,10 +1163,12 @@ class PostgresTransaction:
         return changed
 
     def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
-        """The queue's limits lock first, then the rows of the groups it limits (in
-        key order), then the limits (see lock_limits)."""
+        """Under the schema's limits lock, exclusive since the call's first statement
+        (a transaction opened with ``sets_limits``): the rows of the groups it limits
+        and of its due events' groups (in key order), then the limits."""
+        if not self._sets_limits:
+            raise InvariantViolation("set_limit needs a call opened with sets_limits=True")
         cur, params = self._opened_cursor, {"queue": queue, "group_key": group}
-        cur.execute(Q.lock_limits, params)
         cur.execute(Q.lock_limited_groups, {**params, "keys": sorted(self._moved)})
         self._moved.clear()  # (the due events' groups: locked in the same order)
         if limit is None:

@@ -88,6 +88,13 @@ SELECT mark, now, due FROM call
 -- the call opens as open_call's callers do, then runs it again with :now.
 -- `grouped`: the schema ever had a grouped task (sqlq_clock.grouped; until then
 -- no claim probes the queue's groups).
+-- The lock order's first lock (migration 0011; backend.py, "The lock order"):
+-- the schema's limits lock, exclusive for a call that sets limits (:limits),
+-- else shared in a schema that ever had a grouped task, before any row lock of
+-- the statement (`limits` is computed when `call` is read: a CTE with volatile
+-- functions is computed once, whole, and every row the statement locks is
+-- reached through `call`).  A later statement of the transaction takes it again
+-- at no cost.
 -- The probes use the partial indexes: the IS NOT NULL conditions are what lets
 -- the planner choose them (the time is unknown when it plans; without them it
 -- guesses that a third of the table matches and scans it all).
@@ -96,7 +103,12 @@ call AS (
            %(now)s::float8 IS NOT NULL
            OR (%(asked)s::float8 IS NULL AND NOT t.due
                AND t.now <= t.mark + %(lag)s::float8) AS go,
-           t.grouped
+           t.grouped,
+           CASE WHEN %(limits)s::boolean
+                THEN pg_advisory_xact_lock(1936813169, hashtext(current_schema()))::text
+                WHEN t.grouped
+                THEN pg_advisory_xact_lock_shared(1936813169, hashtext(current_schema()))::text
+           END AS limits
     FROM (SELECT c.now AS mark, x.now, c.grouped,
                  %(now)s::float8 IS NULL
                  AND (EXISTS (SELECT 1 FROM sqlq_tasks
@@ -117,13 +129,18 @@ call AS (
 
 -- name: lock_groups
 -- Lock order (migration 0011), before the deferred triggers count a call's moves
--- of grouped tasks: the rows of every group :keys of the queue whose tasks the
--- call moved, in one statement, in group-key order (a group whose row does not
--- exist yet is made by its add's trigger).  Then the clock row (raise_mark).
-SELECT 1 FROM sqlq_groups
-WHERE queue = %(queue)s AND group_key = ANY (%(keys)s::text[])
+-- of grouped tasks: the limits lock, shared (held since the call's first
+-- statement, unless that statement found the schema without grouped tasks),
+-- then the rows of every group :keys of the queue whose tasks the call moved, in
+-- one statement, in group-key order (a group whose row does not exist yet is
+-- made by its add's trigger).  Then the clock row (raise_mark).
+WITH limits AS (
+    SELECT pg_advisory_xact_lock_shared(1936813169, hashtext(current_schema()))::text AS held
+)
+SELECT 1 FROM sqlq_groups, limits
+WHERE queue = %(queue)s AND group_key = ANY (%(keys)s::text[]) AND limits.held IS NOT NULL
 ORDER BY group_key
-FOR UPDATE
+FOR UPDATE OF sqlq_groups
 
 -- name: count_group_moves
 -- Run the deferred triggers that count the call's moves of grouped tasks now
@@ -139,16 +156,9 @@ SET CONSTRAINTS sqlq_group_added, sqlq_group_moved IMMEDIATE
 -- outlives the call's savepoint).
 SET CONSTRAINTS sqlq_group_added, sqlq_group_moved DEFERRED
 
--- name: lock_limits
--- set_limit and remove_limit, before any group row: the queue's limits lock,
--- exclusive until the transaction ends.  The trigger that makes a group's row
--- (migration 0011) takes it shared before it reads sqlq_limits: an add making a
--- group is waited for, then its group is found and limited; an add that makes a
--- group meanwhile waits, then reads the new limits.
-SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(queue)s || ':limits', 0))
-
 -- name: lock_limited_groups
--- set_limit and remove_limit, after lock_limits: the rows of the groups whose
+-- set_limit and remove_limit, under the limits lock (exclusive: taken by the
+-- call's first statement, see _call): the rows of the groups whose
 -- limits change (the one group, or every group of the queue for the default ''),
 -- with those of the groups :keys whose tasks the call moved before (its due
 -- events), in group-key order (the lock order of lock_groups).

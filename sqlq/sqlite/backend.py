@@ -392,6 +392,7 @@ class SqliteBackend:
         external: Any,
         opened: Opened,
         one_write: bool = False,  # each call is one transaction anyway: the write lock
+        sets_limits: bool = False,  # (the write lock orders a set_limit as every call)
     ) -> SqliteTransaction:
         """One call on ``queue`` at ``now``, as a context manager (see
         sqlq.backend.Backend).  With ``external`` (a SQLAlchemy Connection in an open

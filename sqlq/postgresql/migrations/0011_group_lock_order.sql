@@ -6,16 +6,21 @@
 -- The triggers that count a grouped task's moves are deferred constraint
 -- triggers: a move is counted when the call's transaction ends (or when the
 -- call flushes them: SET CONSTRAINTS ... IMMEDIATE), not in the statement that
--- made it.  A call's lock order is then (see sqlq/postgresql/backend.py):
+-- made it.  The lock order (the one statement of it: sqlq/postgresql/backend.py,
+-- "The lock order"):
 --
--- 1. the task rows, as its statements reach them (a claim never waits: SKIP
---    LOCKED on tasks and groups alike);
+-- 0. the schema's limits lock, an advisory lock in the two-int key space
+--    (1936813169 = "sqlq", hashtext of the schema), which no queue's turn (one
+--    bigint key) can be: shared by every call of a schema that ever had a
+--    grouped task, in the call's first statement (queries.sql _call), by
+--    lock_groups and by these triggers before any group row (free when the
+--    transaction holds it); exclusive in set_limit's first statement;
+-- 1. the task rows, as a call's statements reach them (a claim never waits:
+--    SKIP LOCKED on tasks and groups alike);
 -- 2. in one statement (queries.sql lock_groups), the rows of all the groups it
 --    moved tasks of, in group-key order, before the deferred triggers run;
 -- 3. the clock row (raise_mark), after the triggers ran.
 --
--- A chain of waits through group rows climbs in key order and ends at the
--- clock, whose holder waits for nothing, so no two calls wait for each other.
 -- A claim counts its lease at once (the claim sets the triggers IMMEDIATE for
 -- its statement, after flushing the call's earlier moves in that order), under
 -- the group row it locked with SKIP LOCKED, so that no two claims take a group's
@@ -28,17 +33,15 @@
 -- redrive no longer makes it in its own statement, which would lock the row in
 -- the middle of the call, out of the lock order).
 --
--- sqlq_group_added takes a group's limits from sqlq_limits only when it makes
--- the group's row, under the queue's limits lock (an advisory lock, shared
--- here, exclusive in set_limit until set_limit's transaction ends): a set_limit
--- that runs while an add makes a group waits for the add's commit, then finds
--- and limits the group; an add that makes a group while a set_limit runs waits
--- for its commit, then reads its limits.  A group's row that exists is updated
--- first, with no lock but the row's: a call holding a group's row never waits
--- for the limits lock (set_limit takes it before any group row).
+-- A group's limits are read from sqlq_limits only when its row is made, under
+-- the limits lock: a set_limit (exclusive) that starts while an add makes a
+-- group waits for the add's commit, then finds and limits the group; an add that
+-- makes a group while a set_limit runs waits for its commit, then reads its
+-- limits.
 
 CREATE OR REPLACE FUNCTION sqlq_group_added() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1936813169, hashtext(TG_TABLE_SCHEMA));
     UPDATE sqlq_groups AS g
     SET live = g.live + 1,
         head_key = CASE WHEN NEW.state = 'AVAILABLE'
@@ -49,8 +52,6 @@ BEGIN
                     THEN NEW.seq ELSE g.head END
     WHERE g.queue = NEW.queue AND g.group_key = NEW.group_key;
     IF NOT FOUND THEN
-        PERFORM pg_advisory_xact_lock_shared(
-            hashtextextended(current_schema() || ':' || NEW.queue || ':limits', 0));
         INSERT INTO sqlq_groups AS g (queue, group_key, live, head_key, head, cap, spacing)
         SELECT NEW.queue, NEW.group_key, 1,
                CASE WHEN NEW.state = 'AVAILABLE' THEN NEW.line_key END,
@@ -80,6 +81,7 @@ DECLARE
     front_key double precision;
     front bigint;
 BEGIN
+    PERFORM pg_advisory_xact_lock_shared(1936813169, hashtext(TG_TABLE_SCHEMA));
     LOOP
         IF OLD.state = 'AVAILABLE' OR NEW.state = 'AVAILABLE' THEN
             PERFORM 1 FROM sqlq_groups
@@ -106,11 +108,8 @@ BEGIN
         WHERE queue = NEW.queue AND group_key = NEW.group_key;
         EXIT WHEN FOUND;
         -- No row: a purge forgot the group (it had no unfinished task), and a redrive
-        -- brings one back.  Made anew as sqlq_group_added makes a group (under the
-        -- limits lock, shared); a row another transaction makes meanwhile is waited
-        -- for, then updated as above.
-        PERFORM pg_advisory_xact_lock_shared(
-            hashtextextended(current_schema() || ':' || NEW.queue || ':limits', 0));
+        -- brings one back.  Made anew as sqlq_group_added makes a group; a row
+        -- another transaction makes meanwhile is waited for, then updated as above.
         INSERT INTO sqlq_groups (queue, group_key, live, running, head_key, head, cap, spacing)
         SELECT NEW.queue, NEW.group_key,
                (NEW.state IN ('AVAILABLE', 'WAITING', 'RESERVED'))::int,
