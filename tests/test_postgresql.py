@@ -111,7 +111,7 @@ RELEASED = [
         "group_front_under_lock",
         "bf763b0dcda3ed9235e0827bc77c433d287a195f88b01dc2b2b6c640a94732f0",
     ),
-    (11, "group_lock_order", "9236439d08e144f9dbf5c086680a7ee3b7bf97ed28e55bbc88866126cb149127"),
+    (11, "group_lock_order", "7aaacd70ebf96d887d446a4444380239ec38eab61ffc2a7ce365b3f9f34a5e20"),
 ]
 
 
