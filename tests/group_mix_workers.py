@@ -7,11 +7,14 @@ Runs ROUNDS rounds on the queue at URL.  A round ends the leases it holds in one
 settle_and_claim (most completed, some failed to be retried, some dead-lettered,
 some abandoned to run out: a short lease, so other calls apply their expiry),
 claims up to three new ones in the same transaction, and now and then cancels a
-task, adds one, redrives dead ones (of several groups, in one call) or adds a task
+task, adds one, redrives dead ones (of several groups, in one call), adds a task
 with a dedupe key that debounces the one holding it (moving it out of the line and
-back).  Then it drains the queue: completes what it holds and claims more until no
-task of the queue is unfinished (waiting while other workers still hold some).
-Tasks are named ``<group>-<n>``, GROUPS the groups (comma-separated).  LOG, shared
+back), sets a group's limit again (set_limit: the schema's limits lock, exclusive),
+purges (forgetting idle groups), or adds two tasks in one transaction of its own
+(conn=, in group-key order), the second making a group of its own.  Then it drains
+the queue: completes what it holds and claims more until no task of the queue is
+unfinished (waiting while other workers still hold some).  Tasks are named
+``<group>-<n>``, GROUPS the groups with their concurrency limits (``A:2,B:1``).  LOG, shared
 by all the workers (O_APPEND, one os.write a line), gets:
 
     start <task> <token>   a lease was claimed (its transaction committed)
@@ -34,7 +37,8 @@ from sqlq.errors import Busy
 
 def main(argv: list[str]) -> int:
     url, log_path, groups_arg, rounds_arg, seed = argv
-    groups = groups_arg.split(",")
+    caps = {group: int(cap) for group, cap in (g.split(":") for g in groups_arg.split(","))}
+    groups = list(caps)
     rng = random.Random(int(seed))
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     busy = 0
@@ -79,6 +83,17 @@ def main(argv: list[str]) -> int:
                 rng.shuffle(dead)
                 queue.redrive(task_ids=dead[:3])
                 del dead[:3]
+            if rng.random() < 0.05:
+                group = rng.choice(groups)
+                queue.set_limit(group, concurrency=caps[group])
+            if rng.random() < 0.03:
+                queue.purge()
+            if rng.random() < 0.05:  # a group of its own: "Z..." comes after A-D
+                with queue.engine.begin() as conn:
+                    group = rng.choice(groups)
+                    queue.add(f"{group}-t{os.getpid()}-{n}", group=group, conn=conn)
+                    own = f"Z{os.getpid()}{n}"
+                    queue.add(f"{own}-0", group=own, conn=conn)
             _, _, held = queue.settle_and_claim(3, completed=done, failed=failed)
         except Busy as exc:
             busy += 1

@@ -67,6 +67,19 @@ class Mutant:
         return [(self.path, self.original, self.replacement), *self.also]
 
 
+#: Edits that two or more mutants make: the limits lock (PostgreSQL) not taken
+#: shared by every call's first statement, nor by lock_groups.
+_NO_SHARED_LIMITS_LOCK_AT_CALL_START = (
+    "sqlq/postgresql/queries.sql",
+    "                WHEN t.grouped\n",
+    "                WHEN false\n",
+)
+_NO_LIMITS_LOCK_IN_LOCK_GROUPS = (
+    "sqlq/postgresql/queries.sql",
+    "    SELECT pg_advisory_xact_lock_shared(1936813169, hashtext(current_schema()))::text AS held",
+    "    SELECT ''::text AS held",
+)
+
 MUTANTS = [
     Mutant(
         "registry-never-pruned",
@@ -651,12 +664,60 @@ MUTANTS = [
     Mutant(  # a group made by an add reads the limits a set_limit is changing
         "pg-group-made-without-the-limits-lock",
         "sqlq/postgresql/migrations/0011_group_lock_order.sql",
-        "    IF NOT FOUND THEN\n        PERFORM pg_advisory_xact_lock_shared(\n",
-        "    IF NOT FOUND THEN\n        PERFORM abs(\n",
+        "BEGIN\n    PERFORM pg_advisory_xact_lock_shared(1936813169, hashtext(TG_TABLE_SCHEMA));\n"
+        "    UPDATE sqlq_groups AS g",
+        "BEGIN\n    UPDATE sqlq_groups AS g",
         (
             "tests/test_postgresql_faults.py"
             "::test_a_limit_set_while_an_add_makes_the_group_holds_it",
         ),
+        also=(_NO_SHARED_LIMITS_LOCK_AT_CALL_START, _NO_LIMITS_LOCK_IN_LOCK_GROUPS),
+    ),
+    Mutant(  # the limits lock only where a group's row is made: after the group rows
+        "pg-limits-lock-after-the-group-rows",
+        *_NO_SHARED_LIMITS_LOCK_AT_CALL_START,
+        (
+            "tests/test_postgresql_faults.py::"
+            "test_calls_in_the_callers_transaction_beside_a_set_limit_wait_in_the_lock_order",
+            "tests/test_postgresql_faults.py::"
+            "test_a_redrive_making_a_forgotten_group_beside_a_set_limit_waits_in_the_lock_order",
+        ),
+        also=(_NO_LIMITS_LOCK_IN_LOCK_GROUPS,),
+    ),
+    Mutant(  # only the calls that lock group rows take the limits lock, not every call
+        "pg-limits-lock-not-at-every-calls-start",
+        *_NO_SHARED_LIMITS_LOCK_AT_CALL_START,
+        (
+            "tests/test_postgresql_faults.py::"
+            "test_a_set_limit_beside_a_callers_transaction_holding_the_clock_waits_for_it_first",
+        ),
+    ),
+    Mutant(  # set_limit applies its due events (holding their rows), then takes the lock
+        "pg-set-limit-locks-limits-after-its-due-events",
+        "sqlq/postgresql/queries.sql",
+        "CASE WHEN %(limits)s::boolean\n",
+        "CASE WHEN false\n",
+        (
+            "tests/test_postgresql_faults.py::"
+            "test_a_set_limit_takes_the_limits_lock_before_its_due_events",
+        ),
+        also=(
+            (
+                "sqlq/postgresql/backend.py",
+                "        cur.execute(Q.lock_limited_groups,",
+                "        cur.execute('SELECT pg_advisory_xact_lock(1936813169, "
+                "hashtext(current_schema()))')\n"
+                "        cur.execute(Q.lock_limited_groups,",
+            ),
+        ),
+    ),
+    Mutant(  # the limits lock of queue q is the turn of a queue named "q:limits"
+        "pg-limits-lock-is-a-queues-turn",
+        "sqlq/postgresql/queries.sql",
+        "THEN pg_advisory_xact_lock(1936813169, hashtext(current_schema()))::text",
+        "THEN pg_advisory_xact_lock(hashtextextended(current_schema() || ':' || %(queue)s "
+        "|| ':limits', 0))::text",
+        ("tests/test_postgresql_faults.py::test_the_limits_lock_is_no_queues_turn",),
     ),
     Mutant(  # a call in the caller's transaction leaves the counting at each statement
         "pg-callers-transaction-left-counting-at-once",

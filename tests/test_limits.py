@@ -674,8 +674,9 @@ def test_calls_that_move_grouped_tasks_never_deadlock_on_postgresql(
     """Four processes settle their leases of several groups at once (completions in
     a random order, failures retried or dead-lettered, leases left to run out and
     expired by the others' calls), claim, cancel, add, redrive dead tasks of several
-    groups and add debouncing tasks with dedupe keys, on groups with concurrency
-    limits; one of them is killed with SIGKILL mid-way and replaced; then they drain
+    groups, add debouncing tasks with dedupe keys, set limits again, purge, and add
+    tasks in transactions of their own (conn=) that make new groups, on groups with
+    concurrency limits; one of them is killed with SIGKILL mid-way and replaced; then they drain
     the queue to its last task.  No call fails with Busy (PostgreSQL's deadlock
     detector undoes one transaction of a lock cycle: it would say Busy), no group ever
     has more leases than its limit, and every group's row says what its tasks say
@@ -684,7 +685,7 @@ def test_calls_that_move_grouped_tasks_never_deadlock_on_postgresql(
     need(hasattr(signal, "SIGKILL"), "needs SIGKILL")
     log = tmp_path / "marks.log"
     caps = {"A": 2, "B": 1, "C": 2, "D": 3}
-    groups = ",".join(caps)
+    groups = ",".join(f"{group}:{cap}" for group, cap in caps.items())
 
     def worker(seed: int) -> subprocess.Popen[bytes]:
         command = [sys.executable, str(GROUP_MIX_WORKERS), url, str(log), groups, "120", str(seed)]

@@ -717,8 +717,9 @@ def test_a_limit_set_while_an_add_makes_the_group_holds_it(
 ) -> None:
     """An add in the caller's transaction makes group N's row (its trigger ran at the
     end of the call) and has not committed; a set_limit of N meanwhile cannot see the
-    row.  It waits for the add (the queue's limits lock, shared by the trigger that
-    made the row, exclusive in set_limit), then limits N: two claims take one task.
+    row.  It waits for the add (the schema's limits lock, shared by the add's call and
+    by the trigger that made the row, exclusive in set_limit), then limits N: two
+    claims take one task.
     Without the wait N kept no limit, and two claims ran at once under a limit of 1."""
     setter = calls(postgres_url, queue_name)
     with (
