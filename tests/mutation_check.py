@@ -689,7 +689,7 @@ MUTANTS = [
         *_NO_SHARED_LIMITS_LOCK_AT_CALL_START,
         (
             "tests/test_postgresql_faults.py::"
-            "test_a_set_limit_beside_a_callers_transaction_holding_the_clock_waits_for_it_first",
+            "test_a_set_limit_waits_for_the_limits_lock_before_anything_else",
         ),
     ),
     Mutant(  # set_limit applies its due events (holding their rows), then takes the lock
@@ -699,7 +699,7 @@ MUTANTS = [
         "CASE WHEN false\n",
         (
             "tests/test_postgresql_faults.py::"
-            "test_a_set_limit_takes_the_limits_lock_before_its_due_events",
+            "test_a_set_limit_waits_for_the_limits_lock_before_anything_else",
         ),
         also=(
             (

@@ -823,63 +823,46 @@ def test_a_redrive_making_a_forgotten_group_beside_a_set_limit_waits_in_the_lock
         setter.close()
 
 
-def test_a_set_limit_beside_a_callers_transaction_holding_the_clock_waits_for_it_first(
-    postgres_url: str, calls: Callable[..., Calls]
+@pytest.mark.parametrize("first", ["clock", "due-events"])
+def test_a_set_limit_waits_for_the_limits_lock_before_anything_else(
+    postgres_url: str, calls: Callable[..., Calls], first: str
 ) -> None:
-    """A caller's transaction adds an ungrouped task at 1010 (raising the clock's mark:
-    it holds the clock's row until it commits), then completes g1 (group G); a
-    set_limit at 1020 comes between.  The caller's first call took the schema's
-    limits lock shared, so the set_limit waits for it.  (Had only the calls that move
-    grouped tasks taken it, the set_limit would hold it and wait for the clock's row
-    to raise the mark, while the completion waited for the lock: a deadlock.)  Times
-    are passed in (a schema of its own)."""
+    """A caller's transaction makes a first call, then completes r (group G, leased at
+    1000); a set_limit at 1020 comes between.  The caller's first call took the
+    schema's limits lock shared, so the set_limit waits for it before anything else.
+
+    "clock": the first call adds an ungrouped task at 1010, raising the clock's mark
+    (the caller holds the clock's row until it commits).  Had only the calls that
+    move grouped tasks taken the lock, the set_limit would hold it and wait for the
+    clock's row to raise the mark, while the completion waited for the lock.
+    "due-events": the first call adds to group H at 1001, and r's lease (10 s) has run
+    out by 1020, not by the completion's 1005.  Had the set_limit applied r's expiry
+    first, holding r's row, then waited for the lock, the completion would wait for
+    r's row.  Either way a deadlock, Busy for one of them.  Times are passed in (a
+    schema of its own)."""
+    lease_seconds, (task_id, at, group), completed_at = {
+        "clock": (30, ("u1", 1010, None), 1010),
+        "due-events": (10, ("h1", 1001, "H"), 1005),
+    }[first]
     with databases.fresh_schema(postgres_url) as url:
         setter = calls(url, "q")
         with (
-            sqlq.Queue(url, lease_seconds=30, max_attempts=3, queue="q") as queue,
-            connect(url) as admin,
-        ):
-            queue.add("g1", 1000, group="G")
-            lease = queue.claim(1000)
-            assert lease is not None
-            with queue.engine.begin() as conn:
-                assert queue.add("u1", 1010, conn=conn)
-                setter.send("set_limit", "G", 1020, concurrency=1)
-                waited = answer_or_wait(setter, admin)
-                assert queue.complete("g1", 1010, token=lease.token, conn=conn)
-            assert setter.answer() == {"value": None}
-            assert waited == "advisory"
-            assert _group_row(queue, "G") == (0, 0, 1)
-            setter.close()
-
-
-def test_a_set_limit_takes_the_limits_lock_before_its_due_events(
-    postgres_url: str, calls: Callable[..., Calls]
-) -> None:
-    """A set_limit at 1020 finds r's lease (group G, until 1010) run out; a caller's
-    transaction, which took the limits lock shared in its first call (an add to H at
-    1001), then completes r at 1005, in time.  The set_limit waits for the lock before
-    it reads its due events, so the completion finds r's row free.  (Had it applied
-    r's expiry first, holding r's row, and then waited for the lock, the completion
-    would wait for r's row: a deadlock.)"""
-    with databases.fresh_schema(postgres_url) as url:
-        setter = calls(url, "q")
-        with (
-            sqlq.Queue(url, lease_seconds=10, max_attempts=3, queue="q") as queue,
+            sqlq.Queue(url, lease_seconds=lease_seconds, max_attempts=3, queue="q") as queue,
             connect(url) as admin,
         ):
             queue.add("r", 1000, group="G")
             lease = queue.claim(1000)
             assert lease is not None and lease.task_id == "r"
             with queue.engine.begin() as conn:
-                assert queue.add("h1", 1001, group="H", conn=conn)
+                assert queue.add(task_id, at, group=group, conn=conn)
                 setter.send("set_limit", "G", 1020, concurrency=1)
                 waited = answer_or_wait(setter, admin)
-                assert queue.complete("r", 1005, token=lease.token, conn=conn)
+                assert queue.complete("r", completed_at, token=lease.token, conn=conn)
             assert setter.answer() == {"value": None}
             assert waited == "advisory"
             info = queue.info("r")
             assert info is not None and info.state == "COMPLETED"
+            assert _group_row(queue, "G") == (0, 0, 1)
             assert mismatches(admin, "q") == []
             setter.close()
 
