@@ -679,8 +679,8 @@ MUTANTS = [
         LIMITS,
     ),
     Mutant(
-        "pg-expiry-keeps-the-slot",
-        "sqlq/postgresql/migrations/0008_group_limits.sql",
+        "pg-expiry-keeps-the-slot",  # (0010 made the counting function anew: its text is live)
+        "sqlq/postgresql/migrations/0010_group_front_under_lock.sql",
         "- (OLD.state = 'RESERVED')::int,",
         "- (OLD.state = 'RESERVED' AND NEW.state = 'COMPLETED')::int,",
         LIMITS,
