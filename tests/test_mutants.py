@@ -9,16 +9,23 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
 
-def test_every_mutant_finds_its_original_text_exactly_once() -> None:
+def _mutation_check() -> Any:
+    """tests/mutation_check.py as a module (not collected by pytest: no test_ name)."""
     spec = importlib.util.spec_from_file_location("mutation_check", HERE / "mutation_check.py")
     assert spec is not None and spec.loader is not None
     check = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("mutation_check", check)  # (its dataclass looks itself up)
     spec.loader.exec_module(check)
+    return check
+
+
+def test_every_mutant_finds_its_original_text_exactly_once() -> None:
+    check = _mutation_check()
     wrong = {
         m.name: count
         for m in check.MUTANTS
@@ -33,11 +40,7 @@ def test_no_mutant_points_at_migration_text_a_later_migration_replaces() -> None
     (a function or trigger made anew) changes code that no longer runs: it survives
     whatever the tests do (pg-expiry-keeps-the-slot pointed at 0008 after 0010 made
     its function anew)."""
-    spec = importlib.util.spec_from_file_location("mutation_check", HERE / "mutation_check.py")
-    assert spec is not None and spec.loader is not None
-    check = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("mutation_check", check)
-    spec.loader.exec_module(check)
+    check = _mutation_check()
     stale = []
     for m in check.MUTANTS:
         path = check.ROOT / m.path

@@ -157,8 +157,7 @@ def _set_aside_user_objects(conn: Any, statements: list[str]) -> list[tuple[str,
             kept += conn.execute(Q.user_objects_on, {"table": dropped[1].lower()}).fetchall()
     for kind, name, _ in kept:
         if kind != "index":
-            quoted = name.replace('"', '""')
-            conn.execute(f'DROP {kind.upper()} IF EXISTS "{quoted}"')
+            conn.execute(f"DROP {kind.upper()} IF EXISTS {_quoted(name)}")
     return kept
 
 
@@ -170,14 +169,18 @@ def _make_again(conn: Any, kept: list[tuple[str, str, str]], version: int) -> No
         try:
             conn.execute(sql)
             if kind == "view":  # (SQLite reads a view's columns only when it is used)
-                quoted = name.replace('"', '""')
-                conn.execute(f'SELECT * FROM "{quoted}" LIMIT 0').fetchall()
+                conn.execute(f"SELECT * FROM {_quoted(name)} LIMIT 0").fetchall()
         except dbapi.Error as exc:
             raise SchemaError(
                 f"migration {version} rebuilds a table your {kind} {name!r} uses, and cannot "
                 f"make it again ({exc}); drop it, open the queue (which migrates the file), "
                 f"then make it again to fit the new schema (sqlq/schema.py)"
             ) from exc
+
+
+def _quoted(name: str) -> str:
+    """A user's object name as an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 _DROP_TABLE = re.compile(
