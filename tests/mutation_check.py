@@ -213,8 +213,9 @@ MUTANTS = [
     Mutant(
         "sqlite-claim-reuses-a-token",
         "sqlq/sqlite/backend.py",
-        "        self._counter = token\n        task_id, attempts, payload, name = row",
-        "        task_id, attempts, payload, name = row",
+        "            raise InvariantViolation(f\"task {task_id!r} was found AVAILABLE, then not taken\")\n"
+        "        self._counter = token\n",
+        "            raise InvariantViolation(f\"task {task_id!r} was found AVAILABLE, then not taken\")\n",
     ),
     # --- compare-and-set guards
     Mutant(
@@ -278,8 +279,15 @@ MUTANTS = [
     Mutant(
         "sql-extend-ignores-the-token",
         "sqlq/sqlite/queries.sql",
-        "WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED' AND lease_id = :token",
-        "WHERE queue = :queue AND task_id = :task_id AND state = 'RESERVED'",
+        "WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND lease_id = ?3\n",
+        "WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED'\n",
+    ),
+    Mutant(
+        "sqlite-heartbeat-never-sees-a-stop",
+        "sqlq/sqlite/backend.py",
+        "        return bool(cur.execute(Q.stop_asked, (queue, task_id)).fetchone()[0])\n",
+        "        return False\n",
+        CONTROL,
     ),
     Mutant(
         "sql-clock-write-without-guard",
@@ -373,8 +381,9 @@ MUTANTS = [
     Mutant(
         "sql-claim-takes-the-back-of-the-line",
         "sqlq/sqlite/queries.sql",
-        "            ORDER BY line_key, seq LIMIT 1)",
-        "            ORDER BY line_key DESC, seq DESC LIMIT 1)",
+        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\nORDER BY line_key, seq LIMIT 1",
+        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n"
+        "ORDER BY line_key DESC, seq DESC LIMIT 1",
     ),
     Mutant(
         "sql-claim-many-takes-the-back-of-the-line",
@@ -652,8 +661,8 @@ MUTANTS = [
     Mutant(
         "sql-group-cap-off-by-one",
         "sqlq/sqlite/queries.sql",
-        "running < cap\n                                AND tat <= ?4 AND NOT ?5",
-        "running <= cap\n                                AND tat <= ?4 AND NOT ?5",
+        "running < cap\n                                AND tat <= ?2 AND NOT ?3",
+        "running <= cap\n                                AND tat <= ?2 AND NOT ?3",
         LIMITS,
     ),
     Mutant(
@@ -666,8 +675,8 @@ MUTANTS = [
     Mutant(
         "sql-rate-ignored",
         "sqlq/sqlite/queries.sql",
-        "                                AND tat <= ?4 AND NOT ?5\n",
-        "                                AND NOT ?5\n",
+        "                                AND tat <= ?2 AND NOT ?3\n",
+        "                                AND NOT ?3\n",
         LIMITS,
     ),
     Mutant(  # only a completion frees a slot: a failure or an expiry keeps it
@@ -846,8 +855,8 @@ MUTANTS = [
     Mutant(
         "sql-claim-ignores-priorities",
         "sqlq/sqlite/queries.sql",
-        "            ORDER BY line_key, seq LIMIT 1)",
-        "            ORDER BY seq LIMIT 1)",
+        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\nORDER BY line_key, seq LIMIT 1",
+        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\nORDER BY seq LIMIT 1",
         PRIORITIES,
     ),
     Mutant(

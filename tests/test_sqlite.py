@@ -80,8 +80,10 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         for due in (plan(call, ("q", 5)) for call in calls):
             assert "sqlq_tasks_leases" in due and "sqlq_tasks_waiting" in due
             assert "SCAN sqlq_tasks" not in due
-        claim = plan(Q.claim_front, ("q", 1, 1, 1))
+        claim = plan(Q.claim_front, ("q",))
         assert "sqlq_tasks_line" in claim and "TEMP B-TREE" not in claim
+        take = plan(Q.take_task, (1, 1, 1, 1))
+        assert "INTEGER PRIMARY KEY" in take and "SCAN" not in take
         get = plan(Q.get_task, {"queue": "q", "task_id": "t"})
         assert "USING INDEX" in get and "SCAN" not in get
         for complete in (
@@ -92,7 +94,7 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         assert "sqlq_groups_live" in plan(Q.open_call, ("q", 5))
         assert "sqlq_groups_live" in plan(Q.queue_flags, ("q",))
         for fair, groups in ((0, "sqlq_groups_by_head"), (1, "sqlq_groups_by_turn")):
-            grouped = plan(Q.claim_grouped, ("q", 1, 1, 1, fair))
+            grouped = plan(Q.claim_grouped, ("q", 1, fair))
             assert groups in grouped and "sqlq_tasks_line" in grouped
             front = "sqlq_tasks_line (queue=? AND group_key=? AND line_key=? AND seq=?)"
             assert front in grouped

@@ -1038,16 +1038,19 @@ class SqliteTransaction:
             self._flags()
         if self.paused:
             return None
-        token, now = self._counter + 1, self.now
-        deadline = time_after(now, seconds)
+        cur, now = self._cur, self.now
         if self.groups:
-            row = self._cur.execute(Q.claim_grouped, (queue, token, deadline, now, fair)).fetchone()
+            row = cur.execute(Q.claim_grouped, (queue, now, fair)).fetchone()
         else:
-            row = self._cur.execute(Q.claim_front, (queue, token, deadline, now)).fetchone()
+            row = cur.execute(Q.claim_front, (queue,)).fetchone()
         if row is None:
             return None
+        row_id, task_id, attempts, payload, name = row
+        token = self._counter + 1
+        params = (row_id, token, time_after(now, seconds), now)
+        if cur.execute(Q.take_task, params).rowcount != 1:
+            raise InvariantViolation(f"task {task_id!r} was found AVAILABLE, then not taken")
         self._counter = token
-        task_id, attempts, payload, name = row
         return task_id, token, attempts, payload, name
 
     def get(self, queue: str, task_id: str) -> TaskRow | None:
@@ -1099,15 +1102,11 @@ class SqliteTransaction:
         return seq
 
     def extend(self, queue: str, task_id: str, token: int, seconds: Number) -> bool | None:
-        params = {
-            "queue": queue,
-            "task_id": task_id,
-            "token": token,
-            "deadline": time_after(self.now, seconds),
-            "now": self.now,
-        }
-        row = self._cur.execute(Q.extend_lease, params).fetchone()
-        return None if row is None else bool(row[0])
+        cur, now = self._cur, self.now
+        params = (queue, task_id, token, time_after(now, seconds), now)
+        if cur.execute(Q.extend_lease, params).rowcount != 1:
+            return None
+        return bool(cur.execute(Q.stop_asked, (queue, task_id)).fetchone()[0])
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
         params = {
