@@ -852,6 +852,13 @@ MUTANTS = [
         KEYS,
     ),
     # --- priorities
+    Mutant(  # a plain add's line key: the time it joins, as contract.line_key's at priority 0
+        "sql-plain-add-joins-the-line-at-zero",
+        "sqlq/sqlite/queries.sql",
+        "        ?11, ?9)\nON CONFLICT",
+        "        ?11, 0)\nON CONFLICT",
+        PRIORITIES,
+    ),
     Mutant(
         "sql-claim-ignores-priorities",
         "sqlq/sqlite/queries.sql",

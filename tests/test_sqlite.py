@@ -104,6 +104,33 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
     conn.close()
 
 
+def test_a_plain_add_writes_the_row_the_general_insert_writes(db_path: Path) -> None:
+    """insert_plain_task (an AVAILABLE task of no group, priority 0) and insert_task
+    with those values store the same row, column for column, for payloads and names
+    given or not."""
+    open_queue(db_path).close()
+    conn = driver.dbapi.connect(db_path, isolation_level=None)
+    cases = [("", ""), ('{"a": 1}', "send"), (b"\x00bytes", "")]
+    for n, (body, name) in enumerate(cases):
+        common = ("q", "q-general-%d" % n, "AVAILABLE", 10 + n, 3, 0, body, "fixed", 1.5, 9.0,
+                  1000.25 + n, name, 0, 42.0, "")  # fmt: skip
+        conn.execute(Q.insert_task, common)
+        plain = ("q", "q-plain-%d" % n, 10 + n, 3, body, "fixed", 1.5, 9.0, 1000.25 + n, name,
+                 42.0)  # fmt: skip
+        conn.execute(Q.insert_plain_task, plain)
+    cursor = conn.execute("SELECT * FROM sqlq_tasks WHERE queue = 'q' ORDER BY task_id")
+    names = [d[0] for d in cursor.description]
+    stored = {row[names.index("task_id")]: row for row in cursor.fetchall()}
+    ignored = {names.index("id"), names.index("task_id")}
+    assert len(stored) == 2 * len(cases)
+    for n in range(len(cases)):
+        general, plain = stored["q-general-%d" % n], stored["q-plain-%d" % n]
+        assert [v for i, v in enumerate(general) if i not in ignored] == [
+            v for i, v in enumerate(plain) if i not in ignored
+        ]
+    conn.close()
+
+
 def test_database_errors_become_typed_errors_with_the_cause(tmp_path: Path) -> None:
     with pytest.raises(CannotOpen, match=r"folder .* does not exist"):
         open_queue(tmp_path / "no" / "such" / "folder" / "q.db")

@@ -893,6 +893,14 @@ class SqliteTransaction:
     ) -> bool:
         if group is not None:
             self._grouping()
+        if run_at is None and group is None and priority == 0:
+            plain = (queue, task_id, self._counter + 1, max_attempts,
+                     "" if payload is None else payload, retry.kind, retry.base, retry.cap,
+                     self.now, name or "", aging)  # fmt: skip
+            if self._cur.execute(Q.insert_plain_task, plain).rowcount != 1:
+                return False
+            self._counter += 1
+            return True
         state = "AVAILABLE" if run_at is None else "WAITING"
         row = (queue, task_id, state, self._counter + 1, max_attempts, run_at or 0,
                "" if payload is None else payload, retry.kind, retry.base, retry.cap,

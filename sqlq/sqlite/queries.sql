@@ -163,6 +163,21 @@ VALUES (?1, ?2, ?3, ?4, 0, ?5, iif(?3 = 'WAITING', ?6, NULL), nullif(?7, ''), ?8
         ?11, ?11, nullif(?12, ''), ?13, ?14, ?11 - ?13 * ?14, nullif(?15, ''))
 ON CONFLICT (queue, task_id) DO NOTHING
 
+-- name: insert_plain_task
+-- insert_task for the usual add: AVAILABLE now, of no group and priority 0.
+-- Its line key is the time it joins the line (contract.line_key with priority
+-- 0); the state, run_at (NULL), priority and group are written here or are the
+-- columns' defaults: four parameters, a NULLIF, an IIF and the line key's
+-- arithmetic fewer than insert_task.  Positional: (queue, task_id, seq,
+-- max_attempts, payload, retry_kind, retry_base, retry_cap, now, name, aging),
+-- the aging kept with the task as given (priority 0 never reads it).
+INSERT INTO sqlq_tasks
+    (queue, task_id, state, seq, attempts, max_attempts, payload,
+     retry_kind, retry_base, retry_cap, created_at, updated_at, name, aging, line_key)
+VALUES (?1, ?2, 'AVAILABLE', ?3, 0, ?4, nullif(?5, ''), ?6, ?7, ?8, ?9, ?9, nullif(?10, ''),
+        ?11, ?9)
+ON CONFLICT (queue, task_id) DO NOTHING
+
 -- name: insert_batch
 -- add_many in one statement: insert_task for each element of the JSON array
 -- ?2, the k-th (from 0) with seq ?4 + k + 1; the elements are [id, payload,
