@@ -213,9 +213,8 @@ MUTANTS = [
     Mutant(
         "sqlite-claim-reuses-a-token",
         "sqlq/sqlite/backend.py",
-        "            raise InvariantViolation(f\"task {task_id!r} was found AVAILABLE, then not taken\")\n"
-        "        self._counter = token\n",
-        "            raise InvariantViolation(f\"task {task_id!r} was found AVAILABLE, then not taken\")\n",
+        'AVAILABLE, then not taken")\n        self._counter = token\n',
+        'AVAILABLE, then not taken")\n',
     ),
     # --- compare-and-set guards
     Mutant(
@@ -381,15 +380,22 @@ MUTANTS = [
     Mutant(
         "sql-claim-takes-the-back-of-the-line",
         "sqlq/sqlite/queries.sql",
-        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\nORDER BY line_key, seq LIMIT 1",
+        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n"
+        "ORDER BY line_key, seq LIMIT 1",
         "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n"
         "ORDER BY line_key DESC, seq DESC LIMIT 1",
     ),
     Mutant(
         "sql-claim-many-takes-the-back-of-the-line",
         "sqlq/sqlite/queries.sql",
-        "ORDER BY line_key, seq LIMIT :n",
-        "ORDER BY line_key DESC, seq DESC LIMIT :n",
+        "ORDER BY line_key, seq LIMIT ?2",
+        "ORDER BY line_key DESC, seq DESC LIMIT ?2",
+    ),
+    Mutant(  # claim_many's tokens: the line's order, one each, from the counter on
+        "sql-claim-many-tokens-off-by-one",
+        "sqlq/sqlite/queries.sql",
+        "lease_id = ?2 + line.key + 1,",
+        "lease_id = ?2 + line.key,",
     ),
     Mutant(
         "sql-redrive-keeps-attempts",
@@ -862,7 +868,8 @@ MUTANTS = [
     Mutant(
         "sql-claim-ignores-priorities",
         "sqlq/sqlite/queries.sql",
-        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\nORDER BY line_key, seq LIMIT 1",
+        "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\n"
+        "ORDER BY line_key, seq LIMIT 1",
         "WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL\nORDER BY seq LIMIT 1",
         PRIORITIES,
     ),

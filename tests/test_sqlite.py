@@ -84,6 +84,10 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         assert "sqlq_tasks_line" in claim and "TEMP B-TREE" not in claim
         take = plan(Q.take_task, (1, 1, 1, 1))
         assert "INTEGER PRIMARY KEY" in take and "SCAN" not in take
+        take_many = plan(Q.take_tasks, ("[1, 2]", 1, 1, 1))
+        assert "INTEGER PRIMARY KEY" in take_many and "SCAN sqlq_tasks" not in take_many
+        front_many = plan(Q.claim_front_many, ("q", 10))
+        assert "sqlq_tasks_line" in front_many and "TEMP B-TREE" not in front_many
         get = plan(Q.get_task, {"queue": "q", "task_id": "t"})
         assert "USING INDEX" in get and "SCAN" not in get
         for complete in (
@@ -112,10 +116,10 @@ def test_a_plain_add_writes_the_row_the_general_insert_writes(db_path: Path) -> 
     conn = driver.dbapi.connect(db_path, isolation_level=None)
     cases = [("", ""), ('{"a": 1}', "send"), (b"\x00bytes", "")]
     for n, (body, name) in enumerate(cases):
-        common = ("q", "q-general-%d" % n, "AVAILABLE", 10 + n, 3, 0, body, "fixed", 1.5, 9.0,
+        common = ("q", f"q-general-{n}", "AVAILABLE", 10 + n, 3, 0, body, "fixed", 1.5, 9.0,
                   1000.25 + n, name, 0, 42.0, "")  # fmt: skip
         conn.execute(Q.insert_task, common)
-        plain = ("q", "q-plain-%d" % n, 10 + n, 3, body, "fixed", 1.5, 9.0, 1000.25 + n, name,
+        plain = ("q", f"q-plain-{n}", 10 + n, 3, body, "fixed", 1.5, 9.0, 1000.25 + n, name,
                  42.0)  # fmt: skip
         conn.execute(Q.insert_plain_task, plain)
     cursor = conn.execute("SELECT * FROM sqlq_tasks WHERE queue = 'q' ORDER BY task_id")
@@ -124,7 +128,7 @@ def test_a_plain_add_writes_the_row_the_general_insert_writes(db_path: Path) -> 
     ignored = {names.index("id"), names.index("task_id")}
     assert len(stored) == 2 * len(cases)
     for n in range(len(cases)):
-        general, plain = stored["q-general-%d" % n], stored["q-plain-%d" % n]
+        general, plain = stored[f"q-general-{n}"], stored[f"q-plain-{n}"]
         assert [v for i, v in enumerate(general) if i not in ignored] == [
             v for i, v in enumerate(plain) if i not in ignored
         ]

@@ -36,7 +36,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from operator import itemgetter
 from types import TracebackType
 from typing import Any, Literal, NoReturn, TypeVar
 
@@ -1021,17 +1020,17 @@ class SqliteTransaction:
             return []
         if self.groups:  # one at a time: each claim may use up a group's slot or rate
             return claim_each(lambda: self.claim(queue, seconds, fair), n)
-        params = {
-            "queue": queue,
-            "n": n,
-            "base": self._counter,
-            "deadline": time_after(self.now, seconds),
-            "now": self.now,
-        }
-        rows: list[Claimed] = self._cur.execute(Q.claim_front_many, params).fetchall()
-        self._counter += len(rows)
-        rows.sort(key=itemgetter(1))
-        return rows
+        cur, now, base = self._cur, self.now, self._counter
+        found = cur.execute(Q.claim_front_many, (queue, n)).fetchall()
+        if not found:
+            return []
+        ids = json.dumps([row[0] for row in found])
+        params = (ids, base, time_after(now, seconds), now)
+        if cur.execute(Q.take_tasks, params).rowcount != len(found):
+            raise InvariantViolation("tasks found AVAILABLE at the front were not all taken")
+        self._counter = base + len(found)
+        return [(task_id, base + k, attempts, payload, name)
+                for k, (_, task_id, attempts, payload, name) in enumerate(found, 1)]  # fmt: skip
 
     def complete_many(self, queue: str, items: list[Completion]) -> int:
         now = self.now
