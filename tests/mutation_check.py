@@ -388,8 +388,8 @@ MUTANTS = [
     Mutant(
         "sql-claim-many-takes-the-back-of-the-line",
         "sqlq/sqlite/queries.sql",
-        "ORDER BY line_key, seq LIMIT ?2",
-        "ORDER BY line_key DESC, seq DESC LIMIT ?2",
+        "ORDER BY line_key, seq LIMIT +?2",
+        "ORDER BY line_key DESC, seq DESC LIMIT +?2",
     ),
     Mutant(  # claim_many's tokens: the line's order, one each, from the counter on
         "sql-claim-many-tokens-off-by-one",

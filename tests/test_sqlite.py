@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -132,6 +133,44 @@ def test_a_plain_add_writes_the_row_the_general_insert_writes(db_path: Path) -> 
         assert [v for i, v in enumerate(general) if i not in ignored] == [
             v for i, v in enumerate(plain) if i not in ignored
         ]
+    conn.close()
+
+
+def test_statements_with_a_limit_are_not_planned_anew_at_each_execution(db_path: Path) -> None:
+    """SQLite prepares a statement again when a parameter it read while planning is
+    bound anew (a bare ``LIMIT :n``): the authorizer, which SQLite asks while it
+    prepares, must not be asked at the second execution of any statement with a LIMIT.
+    (Written ``LIMIT :n``, each would be parsed and planned at every execution.)"""
+    open_queue(db_path).close()
+    conn = driver.dbapi.connect(db_path, isolation_level=None)
+    asked: list[int] = []
+
+    def authorizer(*_: object) -> int:
+        asked.append(1)
+        return 0  # SQLITE_OK
+
+    conn.set_authorizer(authorizer)
+    limit = re.compile(r"LIMIT \+?[:?]([a-z_0-9]+)")
+    # (These two are planned at every execution anyway, and should be: SQLite reads
+    # their ``state = :state`` to know whether a partial index serves it.)
+    anyway = {"list_tasks_in_state", "purge_batch"}
+    limited = [n for n, query in Q.all.items() if limit.search(query.sql) and n not in anyway]
+    assert "claim_front_many" in limited and "browse_newest" in limited
+    conn.execute("BEGIN IMMEDIATE")
+    for name in limited:
+        sql = getattr(Q, name)
+        named = sorted(set(re.findall(r"(?<!:):([a-z_]+)", sql)))
+        numbered = max(map(int, re.findall(r"\?(\d+)", sql)), default=0)
+        limits = set(limit.findall(sql))
+        for value in (1, 2):  # the LIMIT's parameters bound anew, the others alike
+            if named:
+                params: object = {p: value if p in limits else 1 for p in named}
+            else:
+                params = tuple(value if str(k) in limits else 1 for k in range(1, numbered + 1))
+            asked.clear()
+            conn.execute(sql, params).fetchall()
+        assert asked == [], f"{name} was prepared again"
+    conn.execute("ROLLBACK")
     conn.close()
 
 
