@@ -392,10 +392,16 @@ MUTANTS = [
         "ORDER BY line_key DESC, seq DESC LIMIT +?2",
     ),
     Mutant(  # claim_many's tokens: the line's order, one each, from the counter on
-        "sql-claim-many-tokens-off-by-one",
-        "sqlq/sqlite/queries.sql",
-        "lease_id = ?2 + line.key + 1,",
-        "lease_id = ?2 + line.key,",
+        "sqlite-claim-many-tokens-out-of-line",
+        "sqlq/sqlite/backend.py",
+        "for k, row in enumerate(found, 1)]\n",
+        "for k, row in enumerate(reversed(found), 1)]\n",
+    ),
+    Mutant(  # the DB-API module's default cache: hot statements prepared again
+        "sqlite-statement-cache-default",
+        "sqlq/sqlite/backend.py",
+        '"cached_statements": STATEMENT_CACHE,',
+        '"cached_statements": 100,',
     ),
     Mutant(
         "sql-redrive-keeps-attempts",

@@ -170,6 +170,10 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
     return os.path.realpath(path)
 
 
+#: Prepared statements kept per connection (see SqliteBackend's connect_args).
+STATEMENT_CACHE = 1024
+
+
 class SqliteBackend:
     keeps_time = False  # every call is given its time
 
@@ -216,6 +220,12 @@ class SqliteBackend:
                 "isolation_level": None,  # sqlq issues BEGIN IMMEDIATE / COMMIT itself
                 "check_same_thread": False,  # calls are serialised by self._lock
                 "timeout": self.busy_timeout,
+                # The DB-API module keeps this many prepared statements per connection;
+                # once full, each new one evicts the last one added, so two statements
+                # that take turns would be parsed and planned again at every execution
+                # (a worker that once ran migrations, listings and purges would).  More
+                # than every statement sqlq can run: queries.sql, the migrations.
+                "cached_statements": STATEMENT_CACHE,
             },
         )
         sa.event.listen(self._engine, "connect", self._on_connect)
@@ -1024,9 +1034,9 @@ class SqliteTransaction:
         found = cur.execute(Q.claim_front_many, (queue, n)).fetchall()
         if not found:
             return []
-        ids = json.dumps([row[0] for row in found])
-        params = (ids, base, time_after(now, seconds), now)
-        if cur.execute(Q.take_tasks, params).rowcount != len(found):
+        deadline = time_after(now, seconds)
+        takes = [(row[0], base + k, deadline, now) for k, row in enumerate(found, 1)]
+        if cur.executemany(Q.take_task, takes).rowcount != len(found):
             raise InvariantViolation("tasks found AVAILABLE at the front were not all taken")
         self._counter = base + len(found)
         return [(task_id, base + k, attempts, payload, name)

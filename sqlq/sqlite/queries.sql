@@ -211,8 +211,12 @@ WHERE queue = :queue AND task_id IN (SELECT value FROM json_each(:ids))
 -- name: claim_front_many
 -- The first ?2 tasks of queue ?1's ungrouped line, front first, with
 -- claim_front's columns (a queue without groups: see claim_grouped); then
--- take_tasks reserves them.  (Not one UPDATE ... FROM ... RETURNING: see
--- claim_front.)  Not run while the queue is paused (open_call).
+-- claim_many reserves the k-th (from 1) with take_task and the token counter +
+-- k, in one executemany.  (Not one UPDATE ... FROM ... RETURNING: see
+-- claim_front.  Nor one UPDATE ... FROM json_each(ids): with statistics from
+-- ANALYZE taken when the line was short, SQLite may read the line once per
+-- id; a lookup by row id has one plan.)  Not run while the queue is paused
+-- (open_call).
 SELECT id, task_id, attempts + 1, payload, name FROM sqlq_tasks
 WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL
 ORDER BY line_key, seq LIMIT +?2
@@ -241,17 +245,6 @@ ORDER BY line_key, seq LIMIT 1
 UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
 WHERE id = ?1 AND state = 'AVAILABLE'
-
--- name: take_tasks
--- take_task for the tasks whose row ids are the JSON array ?1 (claim_front_many's,
--- front first): the k-th (from 0) gets the token ?2 + k + 1, the deadline ?3,
--- at time ?4.  Compare-and-set on the state; claim_many checks the row count.
--- One statement: an executemany of take_task binds and steps once a task.
-UPDATE sqlq_tasks
-SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2 + line.key + 1,
-    deadline = ?3, updated_at = ?4
-FROM json_each(?1) AS line
-WHERE sqlq_tasks.id = line.value AND sqlq_tasks.state = 'AVAILABLE'
 
 -- name: get_task
 -- One task by queue and id, every column the queue logic and inspection need.
