@@ -388,14 +388,14 @@ MUTANTS = [
     Mutant(
         "sql-claim-many-takes-the-back-of-the-line",
         "sqlq/sqlite/queries.sql",
-        "ORDER BY line_key, seq LIMIT +?2",
-        "ORDER BY line_key DESC, seq DESC LIMIT +?2",
+        "IS NULL\nORDER BY line_key, seq LIMIT +?2",
+        "IS NULL\nORDER BY line_key DESC, seq DESC LIMIT +?2",
     ),
     Mutant(  # claim_many's tokens: the line's order, one each, from the counter on
-        "sqlite-claim-many-tokens-out-of-line",
-        "sqlq/sqlite/backend.py",
-        "for k, row in enumerate(found, 1)]\n",
-        "for k, row in enumerate(reversed(found), 1)]\n",
+        "sql-claim-many-tokens-out-of-line",
+        "sqlq/sqlite/queries.sql",
+        "SELECT id, row_number() OVER (ORDER BY line_key, seq) AS rank",
+        "SELECT id, row_number() OVER (ORDER BY line_key DESC, seq DESC) AS rank",
     ),
     Mutant(  # the DB-API module's default cache: hot statements prepared again
         "sqlite-statement-cache-default",

@@ -87,6 +87,9 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         assert "INTEGER PRIMARY KEY" in take and "SCAN" not in take
         front_many = plan(Q.claim_front_many, ("q", 10))
         assert "sqlq_tasks_line" in front_many and "TEMP B-TREE" not in front_many
+        take_front = plan(Q.take_front, ("q", 10, 1, 1, 1))
+        assert "SCAN line" in take_front and "INTEGER PRIMARY KEY" in take_front
+        assert "TEMP B-TREE" not in take_front and "SCAN sqlq_tasks" not in take_front
         get = plan(Q.get_task, {"queue": "q", "task_id": "t"})
         assert "USING INDEX" in get and "SCAN" not in get
         for complete in (

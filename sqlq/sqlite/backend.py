@@ -1034,9 +1034,8 @@ class SqliteTransaction:
         found = cur.execute(Q.claim_front_many, (queue, n)).fetchall()
         if not found:
             return []
-        deadline = time_after(now, seconds)
-        takes = [(row[0], base + k, deadline, now) for k, row in enumerate(found, 1)]
-        if cur.executemany(Q.take_task, takes).rowcount != len(found):
+        params = (queue, len(found), base, time_after(now, seconds), now)
+        if cur.execute(Q.take_front, params).rowcount != len(found):
             raise InvariantViolation("tasks found AVAILABLE at the front were not all taken")
         self._counter = base + len(found)
         return [(task_id, base + k, attempts, payload, name)

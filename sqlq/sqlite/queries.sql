@@ -211,15 +211,29 @@ WHERE queue = :queue AND task_id IN (SELECT value FROM json_each(:ids))
 -- name: claim_front_many
 -- The first ?2 tasks of queue ?1's ungrouped line, front first, with
 -- claim_front's columns (a queue without groups: see claim_grouped); then
--- claim_many reserves the k-th (from 1) with take_task and the token counter +
--- k, in one executemany.  (Not one UPDATE ... FROM ... RETURNING: see
--- claim_front.  Nor one UPDATE ... FROM json_each(ids): with statistics from
--- ANALYZE taken when the line was short, SQLite may read the line once per
--- id; a lookup by row id has one plan.)  Not run while the queue is paused
--- (open_call).
+-- take_front reserves the same tasks in one statement.  (Not one UPDATE ...
+-- RETURNING: see claim_front.)  Not run while the queue is paused (open_call).
 SELECT id, task_id, attempts + 1, payload, name FROM sqlq_tasks
 WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL
 ORDER BY line_key, seq LIMIT +?2
+
+-- name: take_front
+-- Reserve the first ?2 tasks of queue ?1's ungrouped line, the ones
+-- claim_front_many just read in the same transaction: the k-th (from 1) gets the
+-- token ?3 + k, the deadline ?4, at time ?5.  The line is read in a subquery
+-- that SQLite materializes (its window function keeps it from being merged), at
+-- most ?2 rows, and each is then found by row id, whatever statistics ANALYZE
+-- left (an UPDATE ... FROM json_each(ids) leaves the join order to them; with
+-- statistics of a short line SQLite read the line once per id).  Compare-and-set
+-- on the state; claim_many checks the row count.
+UPDATE sqlq_tasks
+SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?3 + line.rank,
+    deadline = ?4, updated_at = ?5
+FROM (SELECT id, row_number() OVER (ORDER BY line_key, seq) AS rank
+      FROM sqlq_tasks
+      WHERE queue = ?1 AND state = 'AVAILABLE' AND group_key IS NULL
+      ORDER BY line_key, seq LIMIT +?2) AS line
+WHERE sqlq_tasks.id = line.id AND sqlq_tasks.state = 'AVAILABLE'
 
 -- name: claim_front
 -- The front of queue ?1's ungrouped line (the lowest (line_key, seq); a queue
