@@ -184,6 +184,18 @@ def test_a_task_page_shows_everything_and_escapes_it(queue_url: str, client: Tes
     assert missing.status_code == 404 and "no task &#39;nope&#39;" in missing.text
 
 
+def test_progress_is_shown_to_three_significant_digits(queue_url: str, client: TestClient) -> None:
+    with _queue(queue_url) as q:
+        q.add("p")
+        lease = q.claim()
+        assert lease and q.progress("p", lease.token, 1 / 12, "decoding")
+    for page in (
+        client.get("/task", params={"queue": "jobs", "id": "p"}).text,
+        client.get("/leases").text,
+    ):
+        assert "0.0833 decoding" in page and "0.08333" not in page
+
+
 def test_every_response_carries_a_content_security_policy(client: TestClient) -> None:
     for path in ("/", "/tasks", "/api/queues", "/static/style.css", "/nowhere"):
         policy = client.get(path).headers["content-security-policy"]
