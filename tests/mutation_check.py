@@ -923,6 +923,37 @@ MUTANTS = [
         "    line_key = :now - priority * 60,",
         PRIORITIES,
     ),
+    # The command line and the dashboard (issue 23, item 12).
+    Mutant(
+        "progress-shown-in-full",
+        "sqlq/cli/common.py",
+        'return f"{value:.{max(3, len(str(int(abs(value)))))}g}"',
+        "return repr(value)",
+        ("tests/test_cli.py::test_figure_rounds_what_a_handler_reported",),
+    ),
+    Mutant(
+        "progress-cut-to-three-digits",
+        "sqlq/cli/common.py",
+        'return f"{value:.{max(3, len(str(int(abs(value)))))}g}"',
+        'return f"{value:.3g}"',
+        ("tests/test_cli.py::test_progress_is_shown_to_three_significant_digits",),
+    ),
+    Mutant(
+        "leases-page-progress-unformatted",
+        "sqlq/web/templates/tasks.html",
+        "{{ t.progress | figure }}",
+        "{{ t.progress }}",
+        ("tests/test_web.py::test_progress_is_shown_to_three_significant_digits",),
+    ),
+    Mutant(
+        "add-key-holder-unsaid",
+        "sqlq/cli/adding.py",
+        'print(f"key {printable(args.key)} is held by {holder}")',
+        "pass",
+        (
+            "tests/test_keys.py::test_sqlq_add_key_answers_with_the_holder_and_show_and_list_show_keys",
+        ),
+    ),
 ]
 
 
