@@ -954,6 +954,13 @@ MUTANTS = [
             "tests/test_keys.py::test_sqlq_add_key_answers_with_the_holder_and_show_and_list_show_keys",
         ),
     ),
+    Mutant(
+        "web-address-left-in-the-buffer",
+        "sqlq/cli/web.py",
+        'print(f"sqlq {args.command}: {db.name} on http://{where}:{port}/", flush=True)',
+        'print(f"sqlq {args.command}: {db.name} on http://{where}:{port}/")',
+        ("tests/test_web.py::test_sqlq_web_answers_once_it_says_where_and_exits_0_when_stopped",),
+    ),
 ]
 
 

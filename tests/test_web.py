@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import signal
 import subprocess
@@ -668,7 +669,9 @@ def test_sqlq_web_answers_once_it_says_where_and_exits_0_when_stopped(
 
     _queue(queue_url).close()
     argv = [sys.executable, "-m", "sqlq", "web", queue_url, "--port", "0"]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    # stdout a pipe, as under systemd or Docker, where Python buffers it (unless told not to)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
     try:
         url = browser.listening(process)
         with urllib.request.urlopen(url + "/api/queues", timeout=30) as answer:  # at once
