@@ -961,6 +961,13 @@ MUTANTS = [
         'print(f"sqlq {args.command}: {db.name} on http://{where}:{port}/")',
         ("tests/test_web.py::test_sqlq_web_answers_once_it_says_where_and_exits_0_when_stopped",),
     ),
+    Mutant(
+        "pg-read-commands-miss-the-schema",
+        "sqlq/postgresql/migrate.py",
+        '_need_a_schema(cur, name)  # what migrating would say, not "migrate creates them"',
+        "pass",
+        ("tests/test_postgresql_probe.py::test_a_search_path_naming_no_existing_schema_says_so",),
+    ),
 ]
 
 
