@@ -97,9 +97,9 @@ def test_readme_sql_examples_run_with_the_driver(example_db: Path) -> None:
     finally:
         conn.close()
     assert counts == [("default", "AVAILABLE", 4), ("default", "COMPLETED", 1)]
-    # queue, waiting, available, reserved, completed, dead, next deadline, next run_at,
-    # cancelled, paused
-    assert stats == [("default", 0, 4, 0, 1, 0, None, None, 0, 0)]
+    # queue, waiting, available, reserved, completed, dead, cancelled, paused, next
+    # deadline, next run_at
+    assert stats == [("default", 0, 4, 0, 1, 0, 0, 0, None, None)]
 
 
 def test_readme_sql_examples_run_in_the_sqlite3_shell(example_db: Path) -> None:
@@ -119,6 +119,29 @@ def test_readme_sql_examples_run_in_the_sqlite3_shell(example_db: Path) -> None:
         timeout=30,
     ).stdout.splitlines()
     assert line == ["default|AVAILABLE|4", "default|COMPLETED|1"]
+
+
+def test_readme_queue_stats_example_shows_its_times_as_utc(tmp_path: Path) -> None:
+    """sqlq_queue_stats keeps Unix times (next_deadline, next_run_at), as the tables do;
+    the README's query of it shows them as UTC times, as the other views do theirs."""
+    path = tmp_path / "jobs.db"
+    with sqlq.Queue(path, lease_seconds=30, max_attempts=1, clock=lambda: 1_700_000_000) as q:
+        q.add_many(["a", "b"])
+        q.add("later", delay=60)
+        q.reserve()
+    query = _sql_examples()[0]
+    conn = dbapi.connect(str(path))
+    try:
+        row = conn.execute(query.rstrip(";")).fetchall()
+    finally:
+        conn.close()
+    #            (waiting, available, reserved, completed, dead, cancelled, paused)
+    assert row == [("default", 1, 1, 1, 0, 0, 0, 0, "2023-11-14 22:13:50", "2023-11-14 22:14:20")]
+    need(shutil.which("sqlite3"), "no sqlite3 shell on this machine")
+    shown = subprocess.run(
+        ["sqlite3", "-readonly", str(path), query], capture_output=True, text=True, timeout=30
+    ).stdout
+    assert shown == "default|1|1|1|0|0|0|0|2023-11-14 22:13:50|2023-11-14 22:14:20\n"
 
 
 # --- every python and sh block runs, twice in a row ---------------------------------------
