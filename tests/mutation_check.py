@@ -968,6 +968,13 @@ MUTANTS = [
         "pass",
         ("tests/test_postgresql_probe.py::test_a_search_path_naming_no_existing_schema_says_so",),
     ),
+    Mutant(
+        "charts-span-their-points",
+        "sqlq/web/static/charts.js",
+        "scales: { x: { time: true, auto: false, range: function () { return span; } } },",
+        "scales: { x: { time: true } },",
+        ("tests/test_web_browser.py::test_the_charts_draw_the_throughput_and_the_oldest_wait",),
+    ),
 ]
 
 
