@@ -371,9 +371,9 @@ def test_readme_examples_run_in_order_in_one_folder(
     starts empty, as a reader who follows it does: the ``file:`` blocks saved as modules,
     each other python block saved as a script and run as ``__main__`` in a process of its
     own, and then again pasted into a module (under a module's name, in this process);
-    each sh block run twice in a row; each ``sqlq worker`` that runs
-    until stopped left running to the end, serving whatever the later examples add to its
-    database, and then stopped with SIGTERM.
+    each sh block run twice in a row; each ``sqlq worker`` that runs until stopped left
+    running to the end, serving whatever the later examples add to its database, and
+    then stopped with SIGTERM.
 
     Twice, because that is what a reader does, and what the first version of these
     snippets did not survive (a claim that found nothing, a fixed file asserted on, a
@@ -389,7 +389,6 @@ def test_readme_examples_run_in_order_in_one_folder(
     stack = ExitStack()
     request.addfinalizer(stack.close)
     reader = Reader(tmp_path)
-    stack.callback(reader.kill_workers)
     skipped = []
     try:
         for title in _sections_to_run():
@@ -415,6 +414,7 @@ def test_readme_examples_run_in_order_in_one_folder(
                 reader.check_workers(block)
         reader.stop_workers()
     finally:
+        reader.kill_workers()  # (after a failure) before the PostgreSQL schema is dropped
         for name, module in list(sys.modules.items()):  # the README's modules, e.g. tasks
             if str(getattr(module, "__file__", "") or "").startswith(str(tmp_path)):
                 del sys.modules[name]
