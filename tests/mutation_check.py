@@ -923,6 +923,58 @@ MUTANTS = [
         "    line_key = :now - priority * 60,",
         PRIORITIES,
     ),
+    # The command line and the dashboard (issue 23, item 12).
+    Mutant(
+        "progress-shown-in-full",
+        "sqlq/cli/common.py",
+        'return f"{value:.{max(3, len(str(int(abs(value)))))}g}"',
+        "return repr(value)",
+        ("tests/test_cli.py::test_figure_rounds_what_a_handler_reported",),
+    ),
+    Mutant(
+        "progress-cut-to-three-digits",
+        "sqlq/cli/common.py",
+        'return f"{value:.{max(3, len(str(int(abs(value)))))}g}"',
+        'return f"{value:.3g}"',
+        ("tests/test_cli.py::test_progress_is_shown_to_three_significant_digits",),
+    ),
+    Mutant(
+        "leases-page-progress-unformatted",
+        "sqlq/web/templates/tasks.html",
+        "{{ t.progress | figure }}",
+        "{{ t.progress }}",
+        ("tests/test_web.py::test_progress_is_shown_to_three_significant_digits",),
+    ),
+    Mutant(
+        "add-key-holder-unsaid",
+        "sqlq/cli/adding.py",
+        'print(f"key {printable(args.key)} is held by {holder}")',
+        "pass",
+        (
+            "tests/test_keys.py::test_sqlq_add_key_answers_with_the_holder_and_show_and_list_show_keys",
+        ),
+    ),
+    Mutant(
+        "web-address-left-in-the-buffer",
+        "sqlq/cli/web.py",
+        'print(f"sqlq {args.command}: {db.name} on http://{where}:{port}/", flush=True)',
+        'print(f"sqlq {args.command}: {db.name} on http://{where}:{port}/")',
+        ("tests/test_web.py::test_sqlq_web_answers_once_it_says_where_and_exits_0_when_stopped",),
+    ),
+    Mutant(
+        "pg-read-commands-miss-the-schema",
+        "sqlq/postgresql/migrate.py",
+        '_need_a_schema(cur, name)  # what migrating would say, not "migrate creates them"',
+        "pass",
+        ("tests/test_postgresql_probe.py::test_a_search_path_naming_no_existing_schema_says_so",),
+    ),
+    Mutant(
+        "charts-span-their-points",
+        "sqlq/web/static/charts.js",
+        "scales: { x: { time: true, auto: false, range: function () { return span; } } },",
+        "scales: { x: { time: true } },",
+        ("tests/test_web_browser.py::test_the_charts_draw_the_throughput_and_the_oldest_wait",),
+    ),
 ]
 
 

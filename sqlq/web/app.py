@@ -44,7 +44,7 @@ from .. import payload as payloads
 from ..access import check_token
 from ..backend import Backend
 from ..backends import open_backend
-from ..cli.common import byte_size, moment, relative, span
+from ..cli.common import byte_size, figure, moment, relative, span
 from ..contract import State
 from ..durable import Queue
 from ..errors import InvalidArgument, SqlqError, StorageError
@@ -77,9 +77,8 @@ class Dashboard:
             autoescape=True,  # every value escaped: a payload of <script> is text
             undefined=jinja2.StrictUndefined,
         )
-        self.pages.filters.update(
-            moment=moment, relative=relative, span=span, byte_size=byte_size, pretty=_pretty
-        )
+        times = {"moment": moment, "relative": relative, "span": span}
+        self.pages.filters.update(times, byte_size=byte_size, figure=figure, pretty=_pretty)
 
     def backend(self) -> Backend:
         with self._lock:
