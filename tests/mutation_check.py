@@ -50,6 +50,7 @@ LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
+DJANGO = ("tests/test_django.py",)
 
 
 @dataclass(frozen=True)
@@ -922,6 +923,41 @@ MUTANTS = [
         "    line_key = :now - priority * aging,",
         "    line_key = :now - priority * 60,",
         PRIORITIES,
+    ),
+    Mutant(
+        "django-running-is-ready",
+        "sqlq/django/__init__.py",
+        '    "RESERVED": TaskResultStatus.RUNNING,',
+        '    "RESERVED": TaskResultStatus.READY,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-dead-is-successful",
+        "sqlq/django/__init__.py",
+        '    "DEAD": TaskResultStatus.FAILED,',
+        '    "DEAD": TaskResultStatus.SUCCESSFUL,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-cancelled-is-ready",
+        "sqlq/django/__init__.py",
+        '    "CANCELLED": TaskResultStatus.FAILED,',
+        '    "CANCELLED": TaskResultStatus.READY,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-waiting-is-running",
+        "sqlq/django/__init__.py",
+        '    "WAITING": TaskResultStatus.READY,',
+        '    "WAITING": TaskResultStatus.RUNNING,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-priority-reversed",
+        "sqlq/django/__init__.py",
+        "    return int(priority)",
+        "    return -int(priority)",
+        DJANGO,
     ),
 ]
 
