@@ -953,6 +953,13 @@ MUTANTS = [
         DJANGO,
     ),
     Mutant(
+        "django-enqueue-outside-the-transaction",
+        "sqlq/django/__init__.py",
+        "        if not django_conn.in_atomic_block:",
+        "        if django_conn.in_atomic_block or True:",
+        DJANGO,
+    ),
+    Mutant(
         "django-priority-reversed",
         "sqlq/django/__init__.py",
         "    return int(priority)",

@@ -216,7 +216,7 @@ def test_an_enqueue_in_a_rolled_back_atomic_block_never_runs(site: Site) -> None
     with site.queue() as queue:
         assert queue.info(ids["rolled_back"]) is None
         assert queue.status(ids["committed"]) == "AVAILABLE"
-    site.run_worker("--burst")
+    site.run_worker("--burst", "--queue", "default")
     assert [line.split()[0] for line in site.lines()] == ["committed"]
     (missing,) = site.drive(
         {
@@ -265,10 +265,20 @@ def test_a_worker_killed_mid_task_loses_nothing(site: Site, tmp_path: Path) -> N
 
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=STEP_TIMEOUT)
-    site.run_worker("--drain")  # waits for the lease to run out, then runs it again
+    second = site.worker()  # takes the task once the dead worker's lease runs out
+    with site.queue() as queue:
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while queue.status(task_id) != "COMPLETED":
+            assert second.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
     done = site.result("stubborn", task_id)
     assert done["status"] == "SUCCESSFUL"
     assert done["return_value"] == {"attempt": 2, "id": task_id}
+
+    second.send_signal(signal.SIGTERM)  # a graceful stop: exit 0, its registry row gone
+    assert second.wait(timeout=STEP_TIMEOUT) == 0
+    with site.queue() as queue:  # (the killed worker's row stays, as stale)
+        assert [w.pid for w in queue.workers()] == [first.pid]
 
 
 def test_what_django_documents_and_what_sqlq_cannot_run(site: Site) -> None:
@@ -309,9 +319,66 @@ def test_what_django_documents_and_what_sqlq_cannot_run(site: Site) -> None:
     with site.queue() as queue:
         assert sum(queue.stats().counts.values()) == 0
 
+    (result_id,) = site.drive(  # aenqueue and aget_result, from an event loop
+        {
+            "code": "import asyncio\n"
+            "from shop.tasks import add\n"
+            "async def main():\n"
+            "    sent = await add.aenqueue(20, 22)\n"
+            "    return sent.id, (await add.aget_result(sent.id)).status\n"
+            "result_id, status = asyncio.run(main())\n"
+            "assert status == 'READY', status\n"
+            "answer = result_id\n"
+        }
+    )
+    site.run_worker("--burst")
+    assert site.result("add", result_id)["return_value"] == 42
+
     cancelled = site.enqueue("add", args=[1, 1])
     with site.queue() as queue:
         assert queue.cancel(cancelled) == sqlq.Cancel.CANCELLED
     gone = site.result("add", cancelled)
     assert gone["status"] == "FAILED"
     assert gone["errors"][0]["class"] == "sqlq.django.WorkerError"
+
+
+def test_a_queue_in_a_file_of_its_own_and_the_sqlite_library_check(
+    django_python: str, tmp_path: Path
+) -> None:
+    """OPTIONS URL: the queue in its own SQLite file, Django on the standard sqlite3
+    (no enqueue in Django's transaction then); DATABASE of a SQLite database whose
+    Django connections use another SQLite library than sqlq's is refused."""
+    site = Site(django_python, str(tmp_path / "site.db"), tmp_path)
+    site.env["SQLQ_DJANGO_QUEUE"] = str(tmp_path / "tasks.db")
+    try:
+        (library,) = site.drive(
+            {"code": "from django.db.backends.sqlite3.base import Database\n"
+                     "answer = Database.__name__"}
+        )  # fmt: skip
+        assert library == "sqlite3.dbapi2"
+        task_id = site.enqueue("add", args=[1, 2])
+        site.run_worker("--burst")
+        assert site.result("add", task_id)["return_value"] == 3
+        with sqlq.Queue(str(tmp_path / "tasks.db"), lease_seconds=30, max_attempts=3) as queue:
+            assert queue.status(task_id) == "COMPLETED"
+
+        site.env["SQLQ_DJANGO_QUEUE"] = "default"
+        site.env["SQLQ_DJANGO_STANDARD_SQLITE"] = "1"  # settings.py: no pysqlite3 for Django
+        (refused,) = site.drive(
+            {"code": "from django.core.exceptions import ImproperlyConfigured\n"
+                     "from shop.tasks import add\n"
+                     "try:\n"
+                     "    add.enqueue(1, 2)\n"
+                     "except ImproperlyConfigured as exc:\n"
+                     "    answer = str(exc)\n"}
+        )  # fmt: skip
+        assert "two SQLite libraries" in refused
+    finally:
+        site.stop()
+
+
+def test_the_worker_command_takes_a_database_and_handler_or_django_settings() -> None:
+    from sqlq import cli
+
+    assert cli.main(["worker"]) == 2
+    assert cli.main(["worker", "jobs.db", "--django-settings", "mysite.settings"]) == 2

@@ -553,7 +553,7 @@ def add_worker_arguments(parser: Any) -> None:
         "--backend", default="default", help="the TASKS alias to serve (default: default)"
     )
     parser.add_argument(
-        "--django-queue",
+        "--queue",
         dest="django_queue",
         default="default",
         metavar="NAME",

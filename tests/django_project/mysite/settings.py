@@ -12,7 +12,9 @@ import sqlalchemy as sa
 DATABASE = os.environ["SQLQ_DJANGO_DB"]
 QUEUE = os.environ.get("SQLQ_DJANGO_QUEUE", "default")
 
-if "://" not in DATABASE and QUEUE == "default":
+STANDARD_SQLITE = os.environ.get("SQLQ_DJANGO_STANDARD_SQLITE") == "1"  # (a test's)
+
+if "://" not in DATABASE and QUEUE == "default" and not STANDARD_SQLITE:
     # The queue shares Django's SQLite file: Django must use sqlq's SQLite library
     # (README, section Django), before anything imports the standard one.
     import pysqlite3.dbapi2
