@@ -50,6 +50,7 @@ LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
+DJANGO = ("tests/test_django.py",)
 
 
 @dataclass(frozen=True)
@@ -974,6 +975,48 @@ MUTANTS = [
         "scales: { x: { time: true, auto: false, range: function () { return span; } } },",
         "scales: { x: { time: true } },",
         ("tests/test_web_browser.py::test_the_charts_draw_the_throughput_and_the_oldest_wait",),
+    ),
+    Mutant(
+        "django-running-is-ready",
+        "sqlq/django/__init__.py",
+        '    "RESERVED": TaskResultStatus.RUNNING,',
+        '    "RESERVED": TaskResultStatus.READY,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-dead-is-successful",
+        "sqlq/django/__init__.py",
+        '    "DEAD": TaskResultStatus.FAILED,',
+        '    "DEAD": TaskResultStatus.SUCCESSFUL,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-cancelled-is-ready",
+        "sqlq/django/__init__.py",
+        '    "CANCELLED": TaskResultStatus.FAILED,',
+        '    "CANCELLED": TaskResultStatus.READY,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-waiting-is-running",
+        "sqlq/django/__init__.py",
+        '    "WAITING": TaskResultStatus.READY,',
+        '    "WAITING": TaskResultStatus.RUNNING,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-enqueue-outside-the-transaction",
+        "sqlq/django/__init__.py",
+        "        if not django_conn.in_atomic_block:",
+        "        if django_conn.in_atomic_block or True:",
+        DJANGO,
+    ),
+    Mutant(
+        "django-priority-reversed",
+        "sqlq/django/__init__.py",
+        "    return int(priority)",
+        "    return -int(priority)",
+        DJANGO,
     ),
 ]
 

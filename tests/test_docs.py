@@ -156,6 +156,7 @@ NOT_RUN_SECTIONS = {
     "Quick start": "CI runs it (.ci/run; tested above)",
     "Benchmarks": "minutes of benchmarks (bench/)",
     "Development": "installs and the whole test suite",
+    "Django": "needs Django 6.1 (Python 3.12); tests/test_django.py runs such a project",
 }
 _FENCE = re.compile(r"((?:^[ ]*<!-- [^\n]*? -->\n)*)^([ ]*)```(\w*)\n(.*?)^\2```[ ]*$", re.S | re.M)
 
