@@ -39,7 +39,7 @@ import queue as stdqueue
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, TypeGuard, TypeVar
 
 from .records import Lease
 
@@ -142,7 +142,7 @@ class Executor(Generic[J]):
             except BaseException as exc:  # a handler's SystemExit fails its task too
                 self._report(job, exc)
                 continue
-            if inspect.isawaitable(result):
+            if _awaitable(result):
                 self._event_loop().submit(job, result, context)
             else:
                 job.result = result
@@ -221,6 +221,15 @@ class _Loop(Generic[J]):
         self._closing = True
         if not self._tasks:
             self._loop.stop()
+
+
+def _awaitable(result: object) -> TypeGuard[Awaitable[object]]:
+    """Is a handler's return value awaitable?  False for one whose type cannot even be
+    asked (a ``__class__`` that raises): its task then fails as unstorable."""
+    try:
+        return inspect.isawaitable(result)
+    except BaseException:
+        return False
 
 
 async def _outcome(job: Job, awaitable: Awaitable[object]) -> BaseException | None:

@@ -148,7 +148,15 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol, TypeVar
 
-from .contract import MAX_BATCH, MAX_LEASE_SECONDS, Number, State, check_result
+from . import payload as payloads
+from .contract import (
+    MAX_BATCH,
+    MAX_LEASE_SECONDS,
+    Number,
+    State,
+    check_result,
+    describe_error,
+)
 from .durable import Queue
 from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable
 from .events import event, task_fields
@@ -862,8 +870,9 @@ class Worker:
         lease = entry.lease
         entry.ended = self.clock.monotonic()
         if error is None and entry.result is not None:
-            error = self._unstorable(entry.result)
-        cancelled = entry.cancelled and isinstance(error, asyncio.CancelledError)
+            entry.result, error = self._stored_result(entry.result)
+        # (type(), never isinstance: a handler's exception may have a __class__ that raises)
+        cancelled = entry.cancelled and issubclass(type(error), asyncio.CancelledError)
         with self._cond:
             if self._returned or entry.state is Phase.RELEASED or cancelled:
                 del self._running[lease.token]
@@ -885,15 +894,19 @@ class Worker:
                 lease.task_id,
             )
 
-    def _unstorable(self, result: object) -> NotRetryable | None:
-        """Why a handler's return value cannot be stored as its task's result (checked
-        here, so that one bad value never fails a whole report): its task then goes
-        DEAD with that error, as retrying would return the same."""
+    def _stored_result(self, result: object) -> tuple[object, NotRetryable | None]:
+        """A handler's return value as its report stores it: (the plain JSON value, read
+        back from its encoding, None), or (None, why it cannot be stored).  Encoded
+        here, once, so that one bad value never fails a whole report, not even one
+        whose encoding raises (anything) or changes from call to call: its task then
+        goes DEAD with that error, as retrying would return the same."""
         try:
-            check_result(result, self.queue.max_payload_bytes)
+            stored = check_result(result, self.queue.max_payload_bytes)
+            return (None if stored is None else payloads.decode(stored)), None
         except InvalidArgument as exc:
-            return NotRetryable(f"{type(exc).__name__}: {exc}")
-        return None
+            return None, NotRetryable(describe_error(exc))
+        except BaseException as exc:
+            return None, NotRetryable(f"the result cannot be stored: {describe_error(exc)}")
 
     def _acknowledge(
         self, entry: Running, error: BaseException | None, late: bool, answer: bool | str | None
@@ -930,7 +943,7 @@ class Worker:
         if entry.ended is not None:
             fields["duration"] = entry.ended - entry.started
         if error is not None:
-            fields["error"] = f"{type(error).__name__}: {error}"
+            fields["error"] = describe_error(error)
         return fields
 
     def _failed(

@@ -50,6 +50,7 @@ LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
+HARDENING = ("tests/test_worker_hardening.py",)
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,8 @@ MUTANTS = [
     Mutant(
         "worker-retries-a-task-it-cannot-run",
         "sqlq/tasks.py",
-        "return str(error), False",
-        "return str(error), True",
+        "return error_message(error), False",
+        "return error_message(error), True",
         ("tests/test_tasks.py",),
     ),
     Mutant(
@@ -466,8 +467,8 @@ MUTANTS = [
     Mutant(
         "executor-drops-coroutines",
         "sqlq/executors.py",
-        "if inspect.isawaitable(result):",
-        "if False:",
+        "            if _awaitable(result):",
+        "            if False:",
         ASYNC,
     ),
     Mutant(
@@ -922,6 +923,55 @@ MUTANTS = [
         "    line_key = :now - priority * aging,",
         "    line_key = :now - priority * 60,",
         PRIORITIES,
+    ),
+    Mutant(
+        "worker-logs-a-handler-error-with-an-f-string",
+        "sqlq/worker.py",
+        '            fields["error"] = describe_error(error)',
+        '            fields["error"] = f"{type(error).__name__}: {error}"',
+        HARDENING,
+    ),
+    Mutant(
+        "describe-error-lets-a-base-exception-of-str-through",
+        "sqlq/contract.py",
+        '    except BaseException as failure:\n        return f"<str() raised',
+        '    except Exception as failure:\n        return f"<str() raised',
+        HARDENING,
+    ),
+    Mutant(
+        "failure-asks-the-handler-errors-class",
+        "sqlq/tasks.py",
+        "    if issubclass(type(error), NotRetryable):",
+        "    if isinstance(error, NotRetryable):",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-reencodes-a-handlers-result",
+        "sqlq/worker.py",
+        "            return (None if stored is None else payloads.decode(stored)), None",
+        "            return result, None",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-result-encoding-errors-escape",
+        "sqlq/worker.py",
+        "        except BaseException as exc:\n            return None, NotRetryable(",
+        "        except InvalidArgument as exc:\n            return None, NotRetryable(",
+        HARDENING,
+    ),
+    Mutant(
+        "executor-asks-a-result-its-class-unguarded",
+        "sqlq/executors.py",
+        "        return inspect.isawaitable(result)\n    except BaseException:",
+        "        return inspect.isawaitable(result)\n    except ZeroDivisionError:",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-cancelled-check-asks-the-errors-class",
+        "sqlq/worker.py",
+        "issubclass(type(error), asyncio.CancelledError)",
+        "isinstance(error, asyncio.CancelledError)",
+        HARDENING,
     ),
 ]
 
