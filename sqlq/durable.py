@@ -936,7 +936,8 @@ class Queue:
             at = database_time
         else:  # a clock of the caller's
             at = check_time(self._clock())
-        return [w for w in listed(rows, at) if w.queue == self.queue]
+        mine = (row for row in rows if row.queue == self.queue)
+        return listed(mine, at, self._backend.find)
 
     def stats(self, now: Number | None = None) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""

@@ -51,6 +51,7 @@ KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
 HARDENING = ("tests/test_worker_hardening.py",)
+LEFTOVERS = ("tests/test_worker_leftovers.py",)
 
 
 @dataclass(frozen=True)
@@ -972,6 +973,48 @@ MUTANTS = [
         "issubclass(type(error), asyncio.CancelledError)",
         "isinstance(error, asyncio.CancelledError)",
         HARDENING,
+    ),
+    Mutant(
+        "forked-child-returns-into-the-worker",
+        "sqlq/executors.py",
+        "    if os.getpid() != pid:\n",
+        "    if False:\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "worker-cli-waits-for-lingering-threads",
+        "sqlq/worker.py",
+        "    if not lingering:\n        return\n",
+        "    if True:\n        return\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "registry-stale-holds-unchecked",
+        "sqlq/registry.py",
+        "    if stale and find is not None:",
+        "    if False:",
+        REGISTRY,
+    ),
+    Mutant(
+        "registry-any-lease-of-a-reserved-task-is-the-stale-ones",
+        "sqlq/registry.py",
+        "    if state == State.RESERVED and task.token == held.token:",
+        "    if state == State.RESERVED:",
+        REGISTRY,
+    ),
+    Mutant(
+        "registry-a-lease-never-runs-out",
+        "sqlq/registry.py",
+        'what = "ran out" if ran_out else "held"',
+        'what = "held"',
+        REGISTRY,
+    ),
+    Mutant(
+        "cli-workers-hides-what-is-true-now",
+        "sqlq/cli/workers.py",
+        """f"{': ' + held_text(h) if h.now is not None else ''})\"""",
+        """")\"""",
+        REGISTRY,
     ),
 ]
 
