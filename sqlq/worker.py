@@ -133,6 +133,7 @@ opens the queue, resolves the handler, sets up logging and runs a Worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import math
@@ -175,6 +176,7 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "current_task",
+    "exit_past_lingering_threads",
     "resolve_target",
     "serve",
     "task_fields",
@@ -1228,6 +1230,41 @@ def _cwd_importable() -> None:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)
+
+
+def exit_past_lingering_threads(code: int, error: BaseException | None = None) -> None:
+    """What ``sqlq worker`` does once its worker has stopped (``code``: its exit code;
+    ``error``: what ``serve`` raised): nothing, unless threads that are not daemon
+    threads still run (a handler started one and left it running), which would keep
+    the process alive forever (Python waits for them at exit).  Then it logs a
+    warning that names them (and the error, if any), flushes the logs and standard
+    streams, and ends the process with ``os._exit(code)`` (1 after an error): the
+    worker stopped cleanly, every lease was reported or released, and nothing of
+    sqlq's waits for those threads."""
+    lingering = [
+        thread.name
+        for thread in threading.enumerate()
+        if not thread.daemon and thread is not threading.main_thread() and thread.is_alive()
+    ]
+    if not lingering:
+        return
+    log = logging.getLogger("sqlq.worker")
+    if error is not None:
+        code = 1
+        log.error("worker stopped on an error: %s", describe_error(error))
+    log.warning(
+        "%d thread(s) that are not daemon threads still run (%s), started by a handler and "
+        "never ended; they would keep the process alive, so it exits now (code %d) "
+        "without waiting for them",
+        len(lingering),
+        ", ".join(lingering),
+        code,
+    )
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    os._exit(code)
 
 
 def serve(

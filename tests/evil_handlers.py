@@ -125,11 +125,11 @@ RETURNS: dict[str, Any] = {
 }
 
 
-async def _cancelled_raises() -> None:
+async def _cancelled_raises(error: type[BaseException]) -> None:
     try:
         await asyncio.sleep(60)
     except asyncio.CancelledError:
-        raise StrRaises() from None
+        raise error() from None
 
 
 def _fork(payload: dict[str, str], raises: bool) -> object:
@@ -162,5 +162,7 @@ def handle(payload: dict[str, str]) -> object:
     if kind in RETURNS:
         return RETURNS[kind]()
     if kind == "async_cancel_raises":
-        return _cancelled_raises()
+        return _cancelled_raises(StrRaises)
+    if kind == "async_cancel_raises_classless":
+        return _cancelled_raises(ClassRaises)
     raise AssertionError(kind)

@@ -28,6 +28,7 @@ KINDS = {
     "result_second_encoding_raises": "",  # stored, or refused: either, never a crash
     "result_repr_raises": "InvalidPayload: the result cannot be stored",
     "async_cancel_raises": "time limit of 1s exceeded",
+    "async_cancel_raises_classless": "time limit of 1s exceeded",
 }
 
 
