@@ -987,6 +987,17 @@ class Queue:
             return check_time(now)
         return None if self._server_time else check_time(self._clock())
 
+    def next_due(self, now: Number | None = None) -> float | None:
+        """Seconds from ``now`` (the queue's time, as ``ready`` reads it) until the queue
+        has a task due that a claim does not find before then: the next rate slot of
+        a limited group (sqlq.Limit), the next lease to run out, the next WAITING task
+        due; 0 if one is due already, None if the queue is paused or holds nothing
+        back by time.  Reads only and takes no write lock: an idle Worker waits until
+        then at most, not for its next poll.  Tasks added meanwhile are not foretold
+        (``on_new_tasks`` announces them where it can)."""
+        at, due = self._backend.next_due(self.queue, self._reading(now))
+        return None if due is None else max(0.0, float(due - at))
+
     def counts(self) -> dict[str, int]:
         """Tasks of this queue per state, as of the last call (reads only)."""
         found = self._backend.counts().get(self.queue, {})

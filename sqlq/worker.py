@@ -50,6 +50,10 @@
   (a read that takes no write lock) after waits that double from ``poll_min``
   to ``poll_max``, and claims again only when it says yes.  A new task is thus
   picked up within about ``poll_max`` and an idle worker costs almost no CPU.
+  When ``ready()`` says no, ``queue.next_due()`` (a read too) tells when a task
+  held back by time falls due (a limited group's next rate slot, a lease running
+  out, a WAITING task), and the idle wait ends then at the latest: a rate-limited
+  group starts its tasks at its rate, not at the pace of the polls.
   Where the database announces new tasks (PostgreSQL's LISTEN/NOTIFY, see
   ``Queue.on_new_tasks``) an idle worker claims as soon as one is announced,
   and polls only for what nobody announces (a retry delay or a lease running
@@ -423,6 +427,7 @@ class Worker:
         self.worker_id = secrets.token_hex(8)
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
+        self._due_at: float | None = None  # the worker's clock: when a task falls due next
         self.schedules = _schedules(handler, schedules, queue.max_payload_bytes)
         if metrics_port is None and (metrics_host != "127.0.0.1" or metrics_token is not None):
             raise InvalidConfig("metrics_host and metrics_token serve metrics: give metrics_port")
@@ -587,7 +592,7 @@ class Worker:
                     return False  # _drain reports what is left
                 reporting = bool(self._outcomes)
             if idle is not None and not reporting:
-                woken = self._pause(self._until_tick(idle), self._woken)
+                woken = self._pause(self._until_tick(self._until_due(idle)), self._woken)
                 if woken and not self._take_announcement():
                     continue  # stopping, or outcomes to report
                 if not woken:
@@ -801,11 +806,41 @@ class Worker:
             self._cond.notify_all()
 
     def _ready(self) -> bool:
+        """Would a claim find a task now (``queue.ready``)?  If not, when is the next
+        task due that it holds back by time (_read_next_due)."""
         try:
-            return self.queue.ready()
+            ready = self.queue.ready()
         except TRANSIENT as exc:  # readers are not blocked in WAL mode; be safe anyway
             self._log_busy(exc)
             return True
+        if not ready:
+            self._read_next_due()
+        return ready
+
+    def _read_next_due(self) -> None:
+        """Note when the queue has a task due next that a claim does not find now
+        (``queue.next_due``: a group's next rate slot, a lease running out, a
+        WAITING task), by the worker's clock: an idle pause ends then at the latest
+        (_until_due), not at the next poll.  A transient error leaves it unknown."""
+        try:
+            seconds = self.queue.next_due()
+        except TRANSIENT as exc:
+            self._log_busy(exc)
+            seconds = None
+        self._due_at = None if seconds is None else self.clock.monotonic() + seconds
+
+    def _until_due(self, seconds: float) -> float:
+        """``seconds`` (an idle pause), or less if a task falls due sooner (see
+        _read_next_due); a time that has passed is forgotten (the next ``ready``
+        reads the next one)."""
+        due = self._due_at
+        if due is None:
+            return seconds
+        left = due - self.clock.monotonic()
+        if left <= 0:
+            self._due_at = None
+            return seconds
+        return min(seconds, left)
 
     def _in_flight(self) -> int:
         with self._cond:
