@@ -144,6 +144,11 @@ def _fork(payload: dict[str, str], raises: bool) -> object:
     return "parent"
 
 
+async def _fork_async(payload: dict[str, str]) -> object:
+    await asyncio.sleep(0)
+    return _fork(payload, raises=False)
+
+
 def handle(payload: dict[str, str]) -> object:
     kind = payload["kind"]
     if kind == "ok":
@@ -152,6 +157,8 @@ def handle(payload: dict[str, str]) -> object:
         return _fork(payload, raises=False)
     if kind == "fork_raises":
         return _fork(payload, raises=True)
+    if kind == "fork_async":  # on the worker's event loop
+        return _fork_async(payload)
     if kind == "thread_leak":  # a non-daemon thread that outlives the worker's stop
         threading.Thread(
             target=time.sleep, args=(3600,), name="leaked-by-handler", daemon=False

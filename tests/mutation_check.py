@@ -982,6 +982,13 @@ MUTANTS = [
         LEFTOVERS,
     ),
     Mutant(
+        "forked-child-of-an-async-handler-returns-into-the-loop",
+        "sqlq/executors.py",
+        "        return exc\n    forked_child_ends(pid, 0)\n",
+        "        return exc\n",
+        LEFTOVERS,
+    ),
+    Mutant(
         "worker-cli-waits-for-lingering-threads",
         "sqlq/worker.py",
         "    if not lingering:\n        return\n",

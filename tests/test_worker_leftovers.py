@@ -28,7 +28,7 @@ def _gone(pid: int, within: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("kind", ["fork_returns", "fork_raises"])
+@pytest.mark.parametrize("kind", ["fork_returns", "fork_raises", "fork_async"])
 def test_a_handler_that_forks_and_returns_in_the_child(tmp_path: Path, kind: str) -> None:
     """The child ends when the handler returns (or raises) in it: it neither reports
     nor runs the worker's loop, and neither process hangs."""
