@@ -19,10 +19,11 @@ later: on PostgreSQL the server's), not by their own clock, which may run ahead.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from .backend import WorkerRow
-from .contract import Number, check_task_id, check_time, check_token
+from .backend import TaskRow, WorkerRow
+from .contract import Number, State, check_task_id, check_time, check_token
 from .errors import InvalidArgument
 from .records import Held, WorkerInfo
 
@@ -49,17 +50,56 @@ def held_json(holds: Iterable[tuple[str, int, Number]]) -> str:
     )
 
 
-def listed(rows: Iterable[WorkerRow], now: Number) -> list[WorkerInfo]:
+def listed(rows: Iterable[WorkerRow], now: Number, find: Find | None = None) -> list[WorkerInfo]:
     """The workers to show at ``now`` (those not stale for KEEP_STALE), by queue, host
-    and pid."""
+    and pid.  With ``find`` (a backend's read of a task as last written), a stale
+    row's leases say what is still true of their tasks (see Held): one read per
+    lease of a stale row, none for a live one."""
     shown = sorted(
         (row for row in rows if now - KEEP_STALE <= row.stale_at),
         key=lambda row: (row.queue, row.host, row.pid),
     )
-    return [_info(row, now) for row in shown]
+    return [_info(row, now, find) for row in shown]
 
 
-def _info(row: WorkerRow, now: Number) -> WorkerInfo:
+#: A read of a task as last written: (queue, task id) -> the row, or None.
+Find = Callable[[str, str], TaskRow | None]
+
+
+def _info(row: WorkerRow, now: Number, find: Find | None) -> WorkerInfo:
     holds = tuple(Held(*held) for held in json.loads(row.holds))
     stale = now >= row.stale_at
+    if stale and find is not None:
+        holds = tuple(_checked(held, find(row.queue, held.task_id), now) for held in holds)
     return WorkerInfo(*row[:-1], stale, holds)  # (the columns, then what they tell)
+
+
+def _checked(held: Held, task: TaskRow | None, now: Number) -> Held:
+    """A stale row's lease, with what is true of its task now (see Held)."""
+    if task is None:
+        return held._replace(now="gone")
+    state = str(task.state)
+    if state == State.RESERVED and task.token == held.token:
+        ran_out = task.deadline is not None and task.deadline <= now
+        what = "ran out" if ran_out else "held"
+    else:
+        what = "moved on"
+    return held._replace(now=what, state=state, token_now=task.token)
+
+
+def held_text(held: Held | Mapping[str, Any]) -> str:
+    """What a stale row's lease shows of its task now (`sqlq workers`, the dashboard,
+    which has it as JSON): '' for a live row's."""
+    if not isinstance(held, Held):
+        held = Held(**held)
+    if held.now is None:
+        return ""
+    if held.now == "held":
+        return "still its lease"
+    if held.now == "ran out":
+        return "its lease ran out; the next claim takes the task back"
+    if held.now == "gone":
+        return "the task is gone"
+    if held.state == State.RESERVED:
+        return f"now RESERVED by token {held.token_now}"
+    return f"now {held.state}"

@@ -51,6 +51,8 @@ KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
 DJANGO = ("tests/test_django.py",)
+HARDENING = ("tests/test_worker_hardening.py",)
+LEFTOVERS = ("tests/test_worker_leftovers.py",)
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,8 @@ MUTANTS = [
     Mutant(
         "worker-retries-a-task-it-cannot-run",
         "sqlq/tasks.py",
-        "return str(error), False",
-        "return str(error), True",
+        "return error_message(error), False",
+        "return error_message(error), True",
         ("tests/test_tasks.py",),
     ),
     Mutant(
@@ -467,8 +469,8 @@ MUTANTS = [
     Mutant(
         "executor-drops-coroutines",
         "sqlq/executors.py",
-        "if inspect.isawaitable(result):",
-        "if False:",
+        "            if _awaitable(result):",
+        "            if False:",
         ASYNC,
     ),
     Mutant(
@@ -1017,6 +1019,132 @@ MUTANTS = [
         "    return int(priority)",
         "    return -int(priority)",
         DJANGO,
+    ),
+    Mutant(
+        "worker-logs-a-handler-error-with-an-f-string",
+        "sqlq/worker.py",
+        '            fields["error"] = describe_error(error)',
+        '            fields["error"] = f"{type(error).__name__}: {error}"',
+        HARDENING,
+    ),
+    Mutant(
+        "describe-error-lets-a-base-exception-of-str-through",
+        "sqlq/contract.py",
+        '    except BaseException as failure:\n        return f"<str() raised',
+        '    except Exception as failure:\n        return f"<str() raised',
+        HARDENING,
+    ),
+    Mutant(
+        "failure-asks-the-handler-errors-class",
+        "sqlq/tasks.py",
+        "    if issubclass(type(error), NotRetryable):",
+        "    if isinstance(error, NotRetryable):",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-reencodes-a-handlers-result",
+        "sqlq/worker.py",
+        "            return (None if stored is None else payloads.decode(stored)), None",
+        "            return result, None",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-result-encoding-errors-escape",
+        "sqlq/worker.py",
+        "        except BaseException as exc:\n            return None, NotRetryable(",
+        "        except InvalidArgument as exc:\n            return None, NotRetryable(",
+        HARDENING,
+    ),
+    Mutant(
+        "executor-asks-a-result-its-class-unguarded",
+        "sqlq/executors.py",
+        "        return inspect.isawaitable(result)\n    except BaseException:",
+        "        return inspect.isawaitable(result)\n    except ZeroDivisionError:",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-cancelled-check-asks-the-errors-class",
+        "sqlq/worker.py",
+        "issubclass(type(error), asyncio.CancelledError)",
+        "isinstance(error, asyncio.CancelledError)",
+        HARDENING,
+    ),
+    Mutant(
+        "forked-child-returns-into-the-worker",
+        "sqlq/executors.py",
+        "    if os.getpid() != pid:\n",
+        "    if False:\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "forked-child-of-an-async-handler-returns-into-the-loop",
+        "sqlq/executors.py",
+        "        return exc\n    forked_child_ends(pid, 0)\n",
+        "        return exc\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "worker-cli-waits-for-lingering-threads",
+        "sqlq/worker.py",
+        "    if not lingering:\n        return\n",
+        "    if True:\n        return\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "worker-waits-for-its-poll-not-the-next-due-task",
+        "sqlq/worker.py",
+        "        if not ready:\n            self._read_next_due()\n",
+        "",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "sql-next-due-forgets-rate-slots",
+        "sqlq/sqlite/queries.sql",
+        "       (SELECT min(tat) FROM sqlq_groups INDEXED BY sqlq_groups_by_head",
+        "       (SELECT NULL + min(tat) FROM sqlq_groups INDEXED BY sqlq_groups_by_head",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "pg-next-due-forgets-rate-slots",
+        "sqlq/postgresql/queries.sql",
+        "       (SELECT min(tat) FROM sqlq_groups\n",
+        "       (SELECT NULL + min(tat) FROM sqlq_groups\n",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "next-due-ignores-a-pause",
+        "sqlq/backend.py",
+        "    return now, None if paused or not found else min(found)",
+        "    return now, None if not found else min(found)",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "registry-stale-holds-unchecked",
+        "sqlq/registry.py",
+        "    if stale and find is not None:",
+        "    if False:",
+        REGISTRY,
+    ),
+    Mutant(
+        "registry-any-lease-of-a-reserved-task-is-the-stale-ones",
+        "sqlq/registry.py",
+        "    if state == State.RESERVED and task.token == held.token:",
+        "    if state == State.RESERVED:",
+        REGISTRY,
+    ),
+    Mutant(
+        "registry-a-lease-never-runs-out",
+        "sqlq/registry.py",
+        'what = "ran out" if ran_out else "held"',
+        'what = "held"',
+        REGISTRY,
+    ),
+    Mutant(
+        "cli-workers-hides-what-is-true-now",
+        "sqlq/cli/workers.py",
+        """f"{': ' + held_text(h) if h.now is not None else ''})\"""",
+        """")\"""",
+        REGISTRY,
     ),
 ]
 

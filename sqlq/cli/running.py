@@ -287,33 +287,40 @@ def _worker(args: argparse.Namespace) -> int:
     if args.db is None or args.target is None:
         raise UsageError("worker: give DB and HANDLER, or --django-settings MODULE")
     db = sqlq_database(args.db, allow_older=True, creates="worker does not create databases")
-    from ..worker import serve  # threads, signals and logging only when needed
+    # threads, signals and logging only when needed
+    from ..worker import exit_past_lingering_threads, serve
 
-    return serve(
-        db.target,
-        args.target,
-        queue=args.queue,
-        concurrency=args.concurrency,
-        lease_seconds=args.lease,
-        time_limit=args.time_limit,
-        grace=args.grace,
-        stop_when_idle=args.burst,
-        stop_when_drained=args.drain,
-        synchronous=args.synchronous,
-        busy_timeout=args.busy_timeout,
-        log_level=args.log_level.upper(),
-        summary_every=args.summary_every,
-        fair=args.fair,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        metrics_token=(
-            args.metrics_token
-            if args.metrics_token is not None
-            else os.environ.get(METRICS_TOKEN_VARIABLE) or None
-        ),
-        tracing=args.tracing,
-        **({} if args.listen else {"listen": False}),  # an option PostgreSQL's alone has
-    )
+    try:
+        code = serve(
+            db.target,
+            args.target,
+            queue=args.queue,
+            concurrency=args.concurrency,
+            lease_seconds=args.lease,
+            time_limit=args.time_limit,
+            grace=args.grace,
+            stop_when_idle=args.burst,
+            stop_when_drained=args.drain,
+            synchronous=args.synchronous,
+            busy_timeout=args.busy_timeout,
+            log_level=args.log_level.upper(),
+            summary_every=args.summary_every,
+            fair=args.fair,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
+            metrics_token=(
+                args.metrics_token
+                if args.metrics_token is not None
+                else os.environ.get(METRICS_TOKEN_VARIABLE) or None
+            ),
+            tracing=args.tracing,
+            **({} if args.listen else {"listen": False}),  # an option PostgreSQL's alone has
+        )
+    except BaseException as exc:
+        exit_past_lingering_threads(1, exc)  # (returns if no thread lingers)
+        raise
+    exit_past_lingering_threads(code)
+    return code
 
 
 def _django_worker(args: argparse.Namespace) -> int:

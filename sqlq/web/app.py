@@ -48,6 +48,7 @@ from ..cli.common import byte_size, figure, moment, relative, span
 from ..contract import State
 from ..durable import Queue
 from ..errors import InvalidArgument, SqlqError, StorageError
+from ..registry import held_text
 from . import api, metrics, security
 from .actions import ACTIONS, DESTRUCTIVE, Action, Outcome
 from .history import History
@@ -77,8 +78,15 @@ class Dashboard:
             autoescape=True,  # every value escaped: a payload of <script> is text
             undefined=jinja2.StrictUndefined,
         )
-        times = {"moment": moment, "relative": relative, "span": span}
-        self.pages.filters.update(times, byte_size=byte_size, figure=figure, pretty=_pretty)
+        self.pages.filters.update(
+            moment=moment,
+            relative=relative,
+            span=span,
+            byte_size=byte_size,
+            figure=figure,
+            pretty=_pretty,
+            held_text=held_text,
+        )
 
     def backend(self) -> Backend:
         with self._lock:
