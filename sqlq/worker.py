@@ -1223,7 +1223,7 @@ def serve(
     *,
     queue: str = "default",
     concurrency: int = 1,
-    lease_seconds: float = 30.0,
+    lease_seconds: float | None = None,
     time_limit: float | None = None,
     grace: float = 30.0,
     stop_when_idle: bool = False,
@@ -1256,8 +1256,7 @@ def serve(
     logging.getLogger("sqlq").setLevel(log_level)
     with Queue(
         db,
-        lease_seconds=lease_seconds,
-        max_attempts=1,  # of the periodic tasks this worker adds, unless their task says
+        lease_seconds=lease_seconds,  # None: the queue's stored settings (sqlq.settings)
         queue=queue,
         **options,
     ) as opened:

@@ -50,6 +50,7 @@ LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
+SETTINGS = ("tests/test_settings.py",)
 
 
 @dataclass(frozen=True)
@@ -922,6 +923,41 @@ MUTANTS = [
         "    line_key = :now - priority * aging,",
         "    line_key = :now - priority * 60,",
         PRIORITIES,
+    ),
+    Mutant(  # a queue opened without settings ignores the stored ones
+        "settings-stored-not-read",
+        "sqlq/durable.py",
+        "stored = self._backend.settings(self.queue).get(self.queue, DEFAULTS)",
+        "stored = DEFAULTS",
+        SETTINGS,
+    ),
+    Mutant(  # a setting given to a handle is lost to the stored one
+        "settings-explicit-argument-ignored",
+        "sqlq/durable.py",
+        "= merged(stored, lease, attempts, retry)",
+        "= merged(stored)",
+        SETTINGS,
+    ),
+    Mutant(  # configure stores the defaults for the settings not given
+        "settings-configure-forgets-the-others",
+        "sqlq/durable.py",
+        "stored = tx.settings(self.queue) or DEFAULTS",
+        "stored = DEFAULTS",
+        SETTINGS,
+    ),
+    Mutant(  # a second configure keeps the first one's attempts
+        "sql-save-settings-keeps-the-old-attempts",
+        "sqlq/sqlite/queries.sql",
+        "max_attempts = excluded.max_attempts,\n    retry_kind = excluded.retry_kind",
+        "max_attempts = sqlq_settings.max_attempts,\n    retry_kind = excluded.retry_kind",
+        SETTINGS,
+    ),
+    Mutant(  # `sqlq worker` without --lease takes 30 s whatever the queue stored
+        "settings-worker-default-lease",
+        "sqlq/worker.py",
+        "        lease_seconds=lease_seconds,  # None: the queue's stored settings",
+        "        lease_seconds=lease_seconds or 30.0,  # None: the queue's stored settings",
+        SETTINGS,
     ),
 ]
 

@@ -338,15 +338,15 @@ def sqlq_database(arg: str, *, allow_older: bool, creates: str = "") -> Database
 def open_queue(
     db: Database,
     name: str,
-    max_attempts: int = 1,
+    max_attempts: int | None = None,
     retry: Retry | None = None,
     aging: float | None = DEFAULT_AGING,
 ) -> Queue:
-    """A sqlq.Queue for the commands (lease_seconds only matters to claim, never called)."""
+    """A sqlq.Queue for the commands, with the queue's stored settings but for those
+    given."""
     with _usage_error_if_refused():
         return Queue(
             db.target,
-            lease_seconds=30,
             max_attempts=max_attempts,
             queue=name,
             retry=retry,

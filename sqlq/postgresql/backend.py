@@ -70,6 +70,7 @@ from ..records import (
     overviews,
 )
 from ..retry import Retry, stored_policy
+from ..settings import QueueSettings, settings_params, stored_settings
 from . import driver
 from .driver import psycopg
 from .listen import Listener, channel
@@ -133,6 +134,10 @@ def shown(url: sa.engine.URL) -> str:
     if "password" in url.query:
         url = url.update_query_dict({"password": "***"})
     return url.render_as_string(hide_password=True)
+
+
+#: The migration that made sqlq_settings (a queue's stored settings).
+SETTINGS_SINCE = 11
 
 
 class PostgresBackend:
@@ -404,6 +409,18 @@ class PostgresBackend:
     def paused(self, queue: str) -> bool:
         params = {"queue": queue}
         return bool(self._read(lambda cur: cur.execute(Q.queue_paused, params).fetchone()[0]))
+
+    def settings(self, queue: str | None) -> dict[str, QueueSettings]:
+        if self.schema_version < SETTINGS_SINCE:  # none stored before that migration
+            return {}
+
+        def read(cur: Any) -> list[tuple[Any, ...]]:
+            if queue is None:
+                return list(cur.execute(Q.list_settings).fetchall())
+            row = cur.execute(Q.queue_settings, {"queue": queue}).fetchone()
+            return [] if row is None else [(queue, *row)]
+
+        return stored_settings(self._read(read))
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -1082,6 +1099,14 @@ class PostgresTransaction:
     def forget_worker(self, worker_id: str) -> bool:
         params = {"worker_id": worker_id}
         return bool(self._opened_cursor.execute(Q.forget_worker, params).rowcount == 1)
+
+    def settings(self, queue: str) -> QueueSettings | None:
+        row = self._opened_cursor.execute(Q.queue_settings, {"queue": queue}).fetchone()
+        return None if row is None else stored_settings([(queue, *row)])[queue]
+
+    def save_settings(self, queue: str, settings: QueueSettings) -> None:
+        params = settings_params(queue, settings, self.now)
+        self._opened_cursor.execute(Q.save_settings, params)
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         params = {"queue": queue, "key": key, "cutoff": cutoff}

@@ -967,3 +967,25 @@ WHERE queue = %(queue)s ORDER BY group_key
 -- many tasks are unfinished (sqlq limits), by group.
 SELECT group_key, running, live FROM sqlq_groups
 WHERE queue = %(queue)s AND live > 0 ORDER BY group_key
+
+-- name: queue_settings
+-- A queue's stored settings (migration 0011, sqlq/settings.py), read once by a
+-- process that opens the queue without them: read only.
+SELECT lease_seconds, max_attempts, retry_kind, retry_base, retry_cap
+FROM sqlq_settings WHERE queue = %(queue)s
+
+-- name: list_settings
+-- Every queue's stored settings (sqlq stats): read only.
+SELECT queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap
+FROM sqlq_settings ORDER BY queue
+
+-- name: save_settings
+-- Store a queue's settings (Queue.configure, sqlq configure), replacing any.
+INSERT INTO sqlq_settings
+    (queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap, updated_at)
+VALUES (%(queue)s, %(lease_seconds)s, %(max_attempts)s, %(retry_kind)s, %(retry_base)s,
+        %(retry_cap)s, %(now)s)
+ON CONFLICT (queue) DO UPDATE
+SET lease_seconds = excluded.lease_seconds, max_attempts = excluded.max_attempts,
+    retry_kind = excluded.retry_kind, retry_base = excluded.retry_base,
+    retry_cap = excluded.retry_cap, updated_at = excluded.updated_at

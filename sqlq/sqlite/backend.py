@@ -75,6 +75,7 @@ from ..records import (
     overviews,
 )
 from ..retry import Retry, stored_policy
+from ..settings import QueueSettings, settings_params, stored_settings
 from . import driver, files
 from .gate import Gate
 from .migrate import (
@@ -172,6 +173,10 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
 
 #: Prepared statements kept per connection (see SqliteBackend's connect_args).
 STATEMENT_CACHE = 1024
+
+
+#: The migration that made sqlq_settings (a queue's stored settings).
+SETTINGS_SINCE = 15
 
 
 class SqliteBackend:
@@ -454,6 +459,14 @@ class SqliteBackend:
                 lambda: conn.execute(Q.queue_paused, {"queue": queue}).fetchone(), deadline
             )
         return bool(row[0])
+
+    def settings(self, queue: str | None) -> dict[str, QueueSettings]:
+        if self.schema_version < SETTINGS_SINCE:  # none stored before that migration
+            return {}
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            rows = self._waiting(lambda: _settings_rows(conn, queue), deadline)
+        return stored_settings(rows)
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -1242,6 +1255,13 @@ class SqliteTransaction:
         params = {"worker_id": worker_id}
         return bool(self._cur.execute(Q.forget_worker, params).rowcount == 1)
 
+    def settings(self, queue: str) -> QueueSettings | None:
+        row = self._cur.execute(Q.queue_settings, {"queue": queue}).fetchone()
+        return None if row is None else stored_settings([(queue, *row)])[queue]
+
+    def save_settings(self, queue: str, settings: QueueSettings) -> None:
+        self._cur.execute(Q.save_settings, settings_params(queue, settings, self.now))
+
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         self._keying()
         row = self._cur.execute(Q.key_holder, (queue, key, cutoff)).fetchone()
@@ -1294,6 +1314,13 @@ class SqliteTransaction:
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
         if self._cur.execute(sql, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
+
+
+def _settings_rows(conn: Any, queue: str | None) -> list[tuple[Any, ...]]:
+    if queue is None:
+        return list(conn.execute(Q.list_settings).fetchall())
+    row = conn.execute(Q.queue_settings, {"queue": queue}).fetchone()
+    return [] if row is None else [(queue, *row)]
 
 
 def _figures(cur: Any, queue: str) -> Figures:

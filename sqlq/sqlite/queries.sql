@@ -872,3 +872,24 @@ WHERE value NOT IN (SELECT name FROM sqlite_schema WHERE type = 'trigger' OR typ
 -- Does the file hold a task with a dedupe key (migrate.IN_USE)?  A scan, once,
 -- when a file is migrated to 13.
 SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE dedupe_key IS NOT NULL)
+
+-- name: queue_settings
+-- A queue's stored settings (migration 0015, sqlq/settings.py), read once by a
+-- process that opens the queue without them: read only.
+SELECT lease_seconds, max_attempts, retry_kind, retry_base, retry_cap
+FROM sqlq_settings WHERE queue = :queue
+
+-- name: list_settings
+-- Every queue's stored settings (sqlq stats): read only.
+SELECT queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap
+FROM sqlq_settings ORDER BY queue
+
+-- name: save_settings
+-- Store a queue's settings (Queue.configure, sqlq configure), replacing any.
+INSERT INTO sqlq_settings
+    (queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap, updated_at)
+VALUES (:queue, :lease_seconds, :max_attempts, :retry_kind, :retry_base, :retry_cap, :now)
+ON CONFLICT (queue) DO UPDATE
+SET lease_seconds = excluded.lease_seconds, max_attempts = excluded.max_attempts,
+    retry_kind = excluded.retry_kind, retry_base = excluded.retry_base,
+    retry_cap = excluded.retry_cap, updated_at = excluded.updated_at
