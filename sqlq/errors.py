@@ -108,6 +108,23 @@ class SchemaTooNew(SchemaError):
     """The database was migrated by a newer sqlq than this one."""
 
 
+class SchemaChanged(SchemaError):
+    """The database was migrated while this process had it open: its schema is no longer
+    the one this process knows, so the call did nothing.  Stop, and start again (with a
+    sqlq that knows the new schema)."""
+
+
+class WorkersRunning(SchemaError):
+    """A migration was refused: the worker registry shows live workers whose sqlq knows
+    an older schema (they would go on under rules they do not know).  Stop them first,
+    or migrate with ``force`` (``sqlq migrate --force``).  ``workers`` lists them as
+    (host, pid, sqlq version, schema version)."""
+
+    def __init__(self, message: str, workers: list[tuple[str, int, str, int]]) -> None:
+        super().__init__(message)
+        self.workers = workers
+
+
 class ClockSkew(SqlqError):
     """This process's clock disagrees with the operating system's by more than
     ``max_clock_step``; the call was refused so that the queue's time does not move.

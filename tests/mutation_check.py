@@ -51,6 +51,7 @@ KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
 SETTINGS = ("tests/test_settings.py",)
+UPGRADES = ("tests/test_upgrades.py",)
 
 
 @dataclass(frozen=True)
@@ -323,8 +324,12 @@ MUTANTS = [
     Mutant(  # the open of a call that claims nothing (an add, a completion)
         "sql-plain-call-deadline-exclusive",
         "sqlq/sqlite/queries.sql",
-        "sqlq_tasks\n               WHERE queue = ?1 AND deadline <= max(?2",
-        "sqlq_tasks\n               WHERE queue = ?1 AND deadline < max(?2",
+        "deadline <= max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + 8 * (schema_version",
+        "deadline < max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + 8 * (schema_version",
     ),
     Mutant(
         "sql-due-events-deadline-exclusive",
@@ -958,6 +963,64 @@ MUTANTS = [
         "        lease_seconds=lease_seconds,  # None: the queue's stored settings",
         "        lease_seconds=lease_seconds or 30.0,  # None: the queue's stored settings",
         SETTINGS,
+    ),
+    Mutant(  # a call that may claim does not notice a schema changed under it
+        "upgrade-open-call-ignores-the-schema",
+        "sqlq/sqlite/backend.py",
+        "                if due & 8:  # the file was migrated under this process",
+        "                if due & 0:  # the file was migrated under this process",
+        UPGRADES,
+    ),
+    Mutant(  # an add (a plain call) does not compare the schema version
+        "sql-plain-call-ignores-the-schema",
+        "sqlq/sqlite/queries.sql",
+        "run_at <= max(?2, sqlq_clock.now)))\n       + 8 * (schema_version <> ?3)",
+        "run_at <= max(?2, sqlq_clock.now)))\n       + 0 * (schema_version <> ?3)",
+        UPGRADES,
+    ),
+    Mutant(  # a later migration does not stamp its version: nobody notices it
+        "upgrade-later-migrations-not-stamped",
+        "sqlq/sqlite/migrate.py",
+        "        if migration.version >= STAMPED_SINCE:",
+        "        if migration.version == STAMPED_SINCE:",
+        UPGRADES,
+    ),
+    Mutant(  # PostgreSQL: a call that found the schema changed goes on
+        "pg-call-ignores-the-schema",
+        "sqlq/postgresql/backend.py",
+        "        if due is None:  # the database was migrated under this process\n"
+        "            self._changed()\n        self._mark, self._now = mark, now",
+        "        self._mark, self._now = mark, now",
+        UPGRADES,
+    ),
+    Mutant(  # a migration runs under live workers of an older schema
+        "upgrade-migrates-under-older-workers",
+        "sqlq/sqlite/migrate.py",
+        "        elif version < latest and not force:",
+        "        elif False:",
+        UPGRADES,
+    ),
+    Mutant(  # workers one schema behind do not count as older
+        "sql-older-workers-off-by-one",
+        "sqlq/sqlite/queries.sql",
+        "WHERE schema_version < :latest\n",
+        "WHERE schema_version < :latest - 1\n",
+        UPGRADES,
+    ),
+    Mutant(  # a heartbeat that meets SchemaChanged logs it and the worker goes on
+        "upgrade-heartbeat-does-not-halt",
+        "sqlq/monitor.py",
+        "            if isinstance(exc, SchemaChanged):\n                w.halt(exc)\n"
+        "            elif isinstance(exc, TRANSIENT):",
+        "            if isinstance(exc, TRANSIENT):",
+        UPGRADES,
+    ),
+    Mutant(  # the registry row does not say the schema its worker knows
+        "upgrade-registry-without-the-schema",
+        "sqlq/registry.py",
+        '"schema_version": schema_version,',
+        '"schema_version": 0,',
+        UPGRADES,
     ),
 ]
 

@@ -888,10 +888,17 @@ def test_a_rebuild_migration_keeps_the_users_views_triggers_and_indexes(
     with monkeypatch.context() as m:
         old = migrate.migrations()[:13]
         m.setattr(migrate, "migrations", lambda: old)
-        with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
-            q.add_many(["a", "b"], 0)
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=3).close()
+    # two tasks as an add of that version stored them (this version's calls read the
+    # schema version that migration 15 added, so they cannot run on a version 13 file)
+    added = (
+        "INSERT INTO sqlq_tasks (queue, task_id, state, seq, attempts, max_attempts, "
+        "created_at, updated_at, line_key) VALUES ('default', 'a', 'AVAILABLE', 1, 0, 3, "
+        "0, 0, 0), ('default', 'b', 'AVAILABLE', 2, 0, 3, 0, 0, 0)",
+        "UPDATE sqlq_clock SET counter = 2",
+    )
     shell = subprocess.run(
-        ["sqlite3", str(db_path), ";\n".join(_USER_OBJECTS) + ";"],
+        ["sqlite3", str(db_path), ";\n".join((*added, *_USER_OBJECTS)) + ";"],
         capture_output=True,
         text=True,
         timeout=30,

@@ -58,7 +58,14 @@ from ..contract import (
     Outcome,
     State,
 )
-from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
+from ..errors import (
+    Busy,
+    InvalidArgument,
+    InvalidConfig,
+    InvariantViolation,
+    QueueClosed,
+    SchemaChanged,
+)
 from ..payload import Encoded
 from ..records import (
     Checkpoint,
@@ -69,6 +76,7 @@ from ..records import (
     StorageFacts,
     overviews,
 )
+from ..registry import versioned
 from ..retry import Retry, stored_policy
 from ..settings import QueueSettings, settings_params, stored_settings
 from . import driver
@@ -154,6 +162,7 @@ class PostgresBackend:
         busy_timeout: float = 30.0,
         migrate: bool = True,
         listen: bool = True,
+        force_migration: bool = False,
     ) -> None:
         """Open (and by default create or migrate) sqlq's tables in the database.
 
@@ -162,11 +171,18 @@ class PostgresBackend:
         may lose the last commits, never corrupt).  ``busy_timeout``: seconds a
         call may wait for a lock (``lock_timeout``), then Busy.  ``listen``: hear
         announcements of new tasks (LISTEN, which needs a session of its own: False
-        behind a pooler in transaction mode; workers then poll).
+        behind a pooler in transaction mode; workers then poll).  A migration is
+        refused (WorkersRunning) while live workers of an older schema run, unless
+        ``force_migration``.
         """
         if not isinstance(url, str):
             raise InvalidConfig(f"expected a postgresql:// URL, not {type(url).__name__}")
-        for flag, value in (("strict", strict), ("listen", listen), ("migrate", migrate)):
+        for flag, value in (
+            ("strict", strict),
+            ("listen", listen),
+            ("migrate", migrate),
+            ("force_migration", force_migration),
+        ):
             if not isinstance(value, bool):
                 raise InvalidConfig(f"{flag} must be True or False, not {value!r}")
         if synchronous not in ("full", "normal"):
@@ -204,7 +220,7 @@ class PostgresBackend:
             with self._lock, self._guard():
                 conn = self._connection()
                 if migrate:
-                    self.schema_found = ensure_schema(conn, self._name)
+                    self.schema_found = ensure_schema(conn, self._name, force_migration)
                     self.schema_version = latest_version()
                 else:
                     self.schema_found = self.schema_version = check_schema(conn, self._name)
@@ -670,6 +686,8 @@ class PostgresTransaction:
             return
         self._cur = backend.send_first(Q.open_call, self._call_params(None))
         mark, now, due, serial = self._cur.fetchone()
+        if due is None:  # the database was migrated under this process
+            self._changed()
         if not due and not serial and now <= mark + MARK_LAG:
             self._mark, self._now, self._autocommit = mark, now, True
             return
@@ -685,11 +703,13 @@ class PostgresTransaction:
         mark, now, due, _ = cur.execute(Q.open_call, self._call_params(None)).fetchone()
         self._after_clock(mark, now, due)
 
-    def _after_clock(self, mark: Number, now: Number, due: bool) -> None:
+    def _after_clock(self, mark: Number, now: Number, due: bool | None) -> None:
         """The call's time is known: if something is due (and, in the default mode,
         this call wins the queue's turn), read the due events; run ``opened`` if
         anything is due or the time asked was behind the mark."""
         cur, queue, asked = self._cur, self.queue, self._asked
+        if due is None:  # the database was migrated under this process
+            self._changed()
         self._mark, self._now = mark, now
         if due and not self._backend.strict:
             due = cur.execute(Q.try_lock_queue, {"queue": queue}).fetchone()[0]
@@ -698,6 +718,19 @@ class PostgresTransaction:
             self._events = [(row[0], row[1], _event_row(row)) for row in rows]
         if due or (asked is not None and asked < mark):
             self._opened(self, now if asked is None else asked)
+
+    def _changed(self) -> NoReturn:
+        """Raise SchemaChanged: the call found the database migrated under its process."""
+        from .. import __version__
+
+        backend = self._backend
+        found = self._cur.execute(Q.schema_stamp).fetchone()[0]
+        raise SchemaChanged(
+            f"{backend.name}: the database was migrated to schema version {found} while "
+            f"this process (sqlq {__version__}) had it open at version "
+            f"{backend.schema_version}; stop this process and start it again with a sqlq "
+            "that knows the new schema"
+        )
 
     def _call_params(self, now: Number | None, serial: bool = True) -> dict[str, Any]:
         """The parameters of _call (queries.sql): the call's time once known, and
@@ -708,6 +741,7 @@ class PostgresTransaction:
             "now": now,
             "asked": self._asked,
             "lag": MARK_LAG,
+            "schema": self._backend.schema_version,
             "serial": serial,
         }
 
@@ -1091,7 +1125,8 @@ class PostgresTransaction:
         return {group: (running, live) for group, running, live in rows}
 
     def beat_worker(self, row: WorkerRow) -> None:
-        self._opened_cursor.execute(Q.beat_worker, row._asdict())
+        params = versioned(row, self._backend.schema_version)
+        self._opened_cursor.execute(Q.beat_worker, params)
 
     def prune_workers(self, before: Number) -> int:
         return int(self._opened_cursor.execute(Q.prune_workers, {"before": before}).rowcount)

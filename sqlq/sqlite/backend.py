@@ -63,6 +63,7 @@ from ..errors import (
     InvalidConfig,
     InvariantViolation,
     QueueClosed,
+    SchemaChanged,
 )
 from ..payload import Encoded
 from ..records import (
@@ -74,6 +75,7 @@ from ..records import (
     StorageFacts,
     overviews,
 )
+from ..registry import versioned
 from ..retry import Retry, stored_policy
 from ..settings import QueueSettings, settings_params, stored_settings
 from . import driver, files
@@ -190,6 +192,7 @@ class SqliteBackend:
         busy_timeout: float = 30.0,
         migrate: bool = True,
         file_mode: int = files.DEFAULT_FILE_MODE,
+        force_migration: bool = False,
     ) -> None:
         """Open (and by default create or migrate) the database.
 
@@ -198,11 +201,14 @@ class SqliteBackend:
         included (for inspection and maintenance: see schema_versions; the queue
         calls need the current version).
         A new database file gets ``file_mode`` (see files.py); the files beside
-        it get the database file's mode.
+        it get the database file's mode.  A migration is refused (WorkersRunning)
+        while live workers of an older schema run, unless ``force_migration``.
         """
         self.path = database_path(path_or_url)
         if not isinstance(migrate, bool):
             raise InvalidConfig(f"migrate must be True or False, not {migrate!r}")
+        if not isinstance(force_migration, bool):
+            raise InvalidConfig(f"force_migration must be True or False, not {force_migration!r}")
         if not migrate and not os.path.isfile(self.path):
             raise CannotOpen(f"{self.path}: no such database file")
         mode = files.check_mode(file_mode)
@@ -263,6 +269,7 @@ class SqliteBackend:
                         mode=mode,
                         timeout=self.busy_timeout,
                         reconnect=self._fresh_connection,
+                        force=force_migration,
                     )
                     self.schema_version = latest_version()
                 else:
@@ -363,6 +370,16 @@ class SqliteBackend:
                 self._gate = None
             self._engine.dispose()
             _live_backends.discard(self)
+
+    def schema_changed(self, found: int) -> SchemaChanged:
+        """The error of a call that found the file migrated under this process."""
+        from .. import __version__
+
+        return SchemaChanged(
+            f"{self.path}: the database was migrated to schema version {found} while this "
+            f"process (sqlq {__version__}) had it open at version {self.schema_version}; "
+            "stop this process and start it again with a sqlq that knows the new schema"
+        )
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -806,19 +823,26 @@ class SqliteTransaction:
                 self._cur.execute(Q.savepoint)
             cur = self._cur
             asked = self.now
+            known = backend.schema_version
             if self._plain:  # the group and pause bits unknown (None): see _flags
-                mark, counter, due = cur.execute(Q.open_plain_call, (self.queue, asked)).fetchone()
+                mark, counter, due = cur.execute(
+                    Q.open_plain_call, (self.queue, asked, known)
+                ).fetchone()
                 self.groups: int | None = None
                 self.paused: int | None = None
             else:
-                mark, counter, flags = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
-                due = flags & 1  # (the bits as they are: only their truth is asked)
+                mark, counter, flags = cur.execute(
+                    Q.open_call, (self.queue, asked, known)
+                ).fetchone()
+                due = flags & 9  # (the bits as they are: only their truth is asked)
                 self.groups = flags & 2  # the queue has grouped tasks not finished
                 self.paused = flags & 4  # its claims find nothing
             self.mark: Number = mark
             self._counter: int = counter
             self._stored_counter = counter
             if due or asked < mark:
+                if due & 8:  # the file was migrated under this process
+                    raise backend.schema_changed(cur.execute(Q.schema_stamp).fetchone()[0])
                 if asked < mark:
                     self.now = mark
                 if due:
@@ -1246,7 +1270,7 @@ class SqliteTransaction:
         return {group: (running, live) for group, running, live in rows}
 
     def beat_worker(self, row: WorkerRow) -> None:
-        self._cur.execute(Q.beat_worker, row._asdict())
+        self._cur.execute(Q.beat_worker, versioned(row, self._backend.schema_version))
 
     def prune_workers(self, before: Number) -> int:
         return int(self._cur.execute(Q.prune_workers, {"before": before}).rowcount)
