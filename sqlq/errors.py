@@ -44,6 +44,10 @@ class InvalidConfig(InvalidArgument):
     """A queue setting (lease_seconds, max_attempts, queue name, ...) is invalid."""
 
 
+class NoDatabase(InvalidConfig):
+    """No database was given: an empty path or URL (an unset variable, often)."""
+
+
 class InvalidTask(InvalidArgument, TypeError):
     """A registered task was deferred with arguments its function cannot take, or
     that cannot be stored as JSON; nothing was stored."""

@@ -318,8 +318,12 @@ MUTANTS = [
     Mutant(
         "sql-deadline-exclusive",
         "sqlq/sqlite/queries.sql",
-        "                WHERE queue = ?1 AND deadline <= max(?2",
-        "                WHERE queue = ?1 AND deadline < max(?2",
+        "deadline <= max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + iif(grouped",
+        "deadline < max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + iif(grouped",
     ),
     Mutant(  # the open of a call that claims nothing (an add, a completion)
         "sql-plain-call-deadline-exclusive",
@@ -575,9 +579,11 @@ MUTANTS = [
         "sqlq/sqlite/queries.sql",
         "WHERE queue = ?1 AND live > 0), 0)\n"
         "       + iif(paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)\n"
+        "       + 8 * (schema_version <> ?3)\n"
         "FROM sqlq_clock WHERE id = 1\n\n-- name: open_plain_call",
         "WHERE queue = ?1 AND live > 0), 0)\n"
         "       + iif(NOT paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)\n"
+        "       + 8 * (schema_version <> ?3)\n"
         "FROM sqlq_clock WHERE id = 1\n\n-- name: open_plain_call",
         CONTROL,
     ),
@@ -1014,6 +1020,13 @@ MUTANTS = [
         "            elif isinstance(exc, TRANSIENT):",
         "            if isinstance(exc, TRANSIENT):",
         UPGRADES,
+    ),
+    Mutant(  # an empty database argument gets the lecture about shared files again
+        "no-database-not-said",
+        "sqlq/sqlite/backend.py",
+        "    if not path.strip():  # sqlite:/// (an empty path) too",
+        "    if False:  # sqlite:/// (an empty path) too",
+        ("tests/test_no_database.py",),
     ),
     Mutant(  # the registry row does not say the schema its worker knows
         "upgrade-registry-without-the-schema",

@@ -62,6 +62,7 @@ from ..errors import (
     InvalidArgument,
     InvalidConfig,
     InvariantViolation,
+    NoDatabase,
     QueueClosed,
     SchemaChanged,
 )
@@ -134,6 +135,13 @@ os.register_at_fork(
 )
 
 
+#: What an empty database argument is told (NoDatabase): every path and URL sqlq is
+#: given that names no server comes here (a plain path, even empty, is SQLite's).
+NO_DATABASE = (
+    "no database given: pass a SQLite file path or a postgresql:// URL (is $DATABASE_URL set?)"
+)
+
+
 def database_path(path_or_url: str | os.PathLike[str]) -> str:
     """The file path of a plain path or a ``sqlite:///path`` URL.
 
@@ -161,6 +169,8 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
         path = url.database or ""
     else:
         path = path_or_url
+    if not path.strip():  # sqlite:/// (an empty path) too
+        raise NoDatabase(NO_DATABASE)
     if "\x00" in path:
         raise InvalidConfig(f"a database path must not contain NUL ('\\x00'): {path!r}")
     if path in ("", ":memory:") or path.startswith("file:"):
