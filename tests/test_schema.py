@@ -168,6 +168,7 @@ RELEASED = [
     (12, "workers", "0455c002dbe1f783b7ba175c34d3efbde54aaf64318591eeebdef61793ac1dbc"),
     (13, "leaner_tasks", "acdf1c5cafcb3b86ecaace60611206268f422720f2cde094bf9d1dc00cd9eaec"),
     (14, "state_check", "335dee0b5e9e89c6cc7d621a25ebb7d424a23170010619e54f4ecd55e125c63a"),
+    (15, "queue_settings", "e40d557875a9b0e4d85c0075a2060353500ebaea194c46a6bb90470731d4ad47"),
 ]
 
 
