@@ -430,15 +430,21 @@ def relative(t: float | None, now: float) -> str:
     return f"in {span(t - now)}" if t > now else f"{span(now - t)} ago"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> None:
-    """Print aligned columns; the columns numbered in ``right`` align right."""
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    right: Sequence[int] = (),
+    indent: str = "",
+) -> None:
+    """Print aligned columns; the columns numbered in ``right`` align right; each line
+    begins with ``indent``."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         cells = [
             cell.rjust(width) if i in right else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
-        print("  ".join(cells).rstrip())
+        print(indent + "  ".join(cells).rstrip())
 
 
 class Progress:

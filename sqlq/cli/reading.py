@@ -242,6 +242,7 @@ def _settings_table(settings: dict[str, tuple[QueueSettings | None, QueueSetting
     if not settings:
         return
     print()
+    print("settings (`sqlq configure` changes them):")
     table(
         ["queue", "lease", "max attempts", "retry", "settings"],
         [
@@ -249,6 +250,7 @@ def _settings_table(settings: dict[str, tuple[QueueSettings | None, QueueSetting
              retry_text(use), "stored" if own is not None else "defaults"]
             for name, (own, use) in settings.items()
         ],
+        indent="  ",
     )  # fmt: skip
 
 
