@@ -131,6 +131,8 @@ class AsyncQueue:
     beat_worker = _twin(Queue.beat_worker)
     forget_worker = _twin(Queue.forget_worker)
     workers = _twin(Queue.workers)
+    configure = _twin(Queue.configure)
+    settings = _twin(Queue.settings)
 
     async def wait_for_result(
         self,

@@ -51,6 +51,7 @@ from .records import (
     StorageFacts,
 )
 from .retry import Retry
+from .settings import QueueSettings
 
 if TYPE_CHECKING:
     from .browse import Browse, Found
@@ -401,6 +402,16 @@ class Transaction(Protocol):
         """Delete the worker's row; False if there was none."""
         ...
 
+    # --- a queue's settings (see sqlq.settings) --------------------------------------------
+
+    def settings(self, queue: str) -> QueueSettings | None:
+        """The queue's stored settings, or None."""
+        ...
+
+    def save_settings(self, queue: str, settings: QueueSettings) -> None:
+        """Store the queue's settings, replacing any (at the call's time)."""
+        ...
+
 
 #: Called by a transaction once it has read the clock, with the time the call asked
 #: for, if something fell due or that time was behind the mark (see Backend.transaction).
@@ -510,6 +521,11 @@ class Backend(Protocol):
 
     def paused(self, queue: str) -> bool:
         """Read only, without the write lock: is the queue paused?"""
+        ...
+
+    def settings(self, queue: str | None) -> dict[str, QueueSettings]:
+        """Read only, without the write lock: the stored settings of ``queue`` (None:
+        of every queue), by queue; a queue without any is missing."""
         ...
 
     # --- inspection and maintenance (sqlq's commands) -----------------------------------

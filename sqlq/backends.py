@@ -57,13 +57,15 @@ KINDS = {
     "sqlite": Kind(
         "sqlite:///path (or a plain path)",
         _open_sqlite,
-        frozenset({"synchronous", "busy_timeout", "file_mode", "migrate"}),
+        frozenset({"synchronous", "busy_timeout", "file_mode", "migrate", "force_migration"}),
         _sqlite_file,
     ),
     "postgresql": Kind(
         "postgresql://user@host/db",
         _open_postgresql,
-        frozenset({"strict", "synchronous", "busy_timeout", "listen", "migrate"}),
+        frozenset(
+            {"strict", "synchronous", "busy_timeout", "listen", "migrate", "force_migration"}
+        ),
     ),
 }
 

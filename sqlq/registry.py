@@ -24,7 +24,7 @@ from typing import Any
 
 from .backend import TaskRow, WorkerRow
 from .contract import Number, State, check_task_id, check_time, check_token
-from .errors import InvalidArgument
+from .errors import InvalidArgument, WorkersRunning
 from .records import Held, WorkerInfo
 
 #: A row is stale once this many of its worker's intervals passed without a write
@@ -103,3 +103,34 @@ def held_text(held: Held | Mapping[str, Any]) -> str:
     if held.state == State.RESERVED:
         return f"now RESERVED by token {held.token_now}"
     return f"now {held.state}"
+
+
+def versioned(row: WorkerRow, schema_version: int) -> dict[str, Any]:
+    """The parameters of beat_worker: the row, with the schema version and the sqlq
+    version the worker's process knows (a migration refuses to run under live workers
+    of an older schema: refuse_older_workers)."""
+    from . import __version__
+
+    return {**row._asdict(), "schema_version": schema_version, "sqlq_version": __version__}
+
+
+def refuse_older_workers(
+    name: str, rows: list[tuple[str, int, str, int]], found: int, latest: int
+) -> None:
+    """Before migrating the database ``name`` from ``found`` to ``latest``: WorkersRunning
+    if ``rows`` (host, pid, sqlq version, schema version: the live workers of an older
+    schema) has any.  They would go on under rules they do not know (pauses, limits)."""
+    if not rows:
+        return
+    shown = ", ".join(
+        f"{host} pid {pid} ({f'sqlq {version}, schema {schema}' if version else 'an older sqlq'})"
+        for host, pid, version, schema in rows[:10]
+    )
+    more = f" and {len(rows) - 10} more" if len(rows) > 10 else ""
+    raise WorkersRunning(
+        f"{name}: not migrating from schema version {found} to {latest}: the worker registry "
+        f"shows {len(rows)} live worker(s) of an older sqlq that would go on under rules they "
+        f"do not know: {shown}{more}; stop them first (or migrate anyway with "
+        "`sqlq migrate --force`, force_migration=True)",
+        [tuple(row) for row in rows],  # type: ignore[misc]
+    )

@@ -163,7 +163,7 @@ from .contract import (
     describe_error,
 )
 from .durable import Queue
-from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable
+from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable, SchemaChanged
 from .events import event, task_fields
 from .executors import Executor
 from .monitor import ACTIVE, Monitor, Phase, Running
@@ -411,6 +411,7 @@ class Worker:
         self._outcomes: list[tuple[Running, BaseException | None, bool]] = []
         self._stopping = False
         self._stop_at: float | None = None
+        self._fatal: SchemaChanged | None = None  # met by the heartbeat thread (halt)
         self._hurry = False  # skip what is left of the grace period
         self._returned = False  # run() is returning: no more queue calls
         self._warned: dict[str, float] = {}  # transient error kind -> last warning
@@ -473,6 +474,18 @@ class Worker:
         if first and running:  # the queue is the caller's again once run() has returned
             self.queue.interrupt_waits(self.grace)
 
+    def halt(self, error: SchemaChanged) -> None:
+        """Stop as ``stop`` does, because of ``error`` (the database was migrated under
+        this process, met by a heartbeat): logged once, and ``run`` raises it once
+        its handlers are done."""
+        with self._cond:
+            first = self._fatal is None
+            if first:
+                self._fatal = error
+        if first:
+            self.log.error("%s; stopping", error)
+        self.stop()
+
     def run(
         self,
         *,
@@ -523,7 +536,9 @@ class Worker:
             try:
                 idle = self._claim_loop()
             except BaseException as exc:
-                if not isinstance(exc, KeyboardInterrupt):
+                if isinstance(exc, SchemaChanged):  # no traceback: the message says it all
+                    self.halt(exc)
+                elif not isinstance(exc, KeyboardInterrupt):
                     self.log.error("worker error; stopping", exc_info=True)
                 self.stop()
                 if isinstance(exc, KeyboardInterrupt):  # not through our handler: no grace
@@ -531,6 +546,8 @@ class Worker:
                 self._drain()
                 raise
             self._drain()
+            if self._fatal is not None:  # (met by the heartbeat thread)
+                raise self._fatal
         finally:
             if self._cancel_announcements is not None:
                 self._cancel_announcements()
@@ -1308,7 +1325,7 @@ def serve(
     *,
     queue: str = "default",
     concurrency: int = 1,
-    lease_seconds: float = 30.0,
+    lease_seconds: float | None = None,
     time_limit: float | None = None,
     grace: float = 30.0,
     stop_when_idle: bool = False,
@@ -1341,8 +1358,7 @@ def serve(
     logging.getLogger("sqlq").setLevel(log_level)
     with Queue(
         db,
-        lease_seconds=lease_seconds,
-        max_attempts=1,  # of the periodic tasks this worker adds, unless their task says
+        lease_seconds=lease_seconds,  # None: the queue's stored settings (sqlq.settings)
         queue=queue,
         **options,
     ) as opened:

@@ -53,6 +53,8 @@ REGISTRY = ("tests/test_registry.py",)
 DJANGO = ("tests/test_django.py",)
 HARDENING = ("tests/test_worker_hardening.py",)
 LEFTOVERS = ("tests/test_worker_leftovers.py",)
+SETTINGS = ("tests/test_settings.py",)
+UPGRADES = ("tests/test_upgrades.py",)
 
 
 @dataclass(frozen=True)
@@ -319,14 +321,22 @@ MUTANTS = [
     Mutant(
         "sql-deadline-exclusive",
         "sqlq/sqlite/queries.sql",
-        "                WHERE queue = ?1 AND deadline <= max(?2",
-        "                WHERE queue = ?1 AND deadline < max(?2",
+        "deadline <= max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + iif(grouped",
+        "deadline < max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + iif(grouped",
     ),
     Mutant(  # the open of a call that claims nothing (an add, a completion)
         "sql-plain-call-deadline-exclusive",
         "sqlq/sqlite/queries.sql",
-        "sqlq_tasks\n               WHERE queue = ?1 AND deadline <= max(?2",
-        "sqlq_tasks\n               WHERE queue = ?1 AND deadline < max(?2",
+        "deadline <= max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + 8 * (schema_version",
+        "deadline < max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + 8 * (schema_version",
     ),
     Mutant(
         "sql-due-events-deadline-exclusive",
@@ -572,9 +582,11 @@ MUTANTS = [
         "sqlq/sqlite/queries.sql",
         "WHERE queue = ?1 AND live > 0), 0)\n"
         "       + iif(paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)\n"
+        "       + 8 * (schema_version <> ?3)\n"
         "FROM sqlq_clock WHERE id = 1\n\n-- name: open_plain_call",
         "WHERE queue = ?1 AND live > 0), 0)\n"
         "       + iif(NOT paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)\n"
+        "       + 8 * (schema_version <> ?3)\n"
         "FROM sqlq_clock WHERE id = 1\n\n-- name: open_plain_call",
         CONTROL,
     ),
@@ -1145,6 +1157,106 @@ MUTANTS = [
         """f"{': ' + held_text(h) if h.now is not None else ''})\"""",
         """")\"""",
         REGISTRY,
+    ),
+    Mutant(  # a queue opened without settings ignores the stored ones
+        "settings-stored-not-read",
+        "sqlq/durable.py",
+        "stored = self._backend.settings(self.queue).get(self.queue, DEFAULTS)",
+        "stored = DEFAULTS",
+        SETTINGS,
+    ),
+    Mutant(  # a setting given to a handle is lost to the stored one
+        "settings-explicit-argument-ignored",
+        "sqlq/durable.py",
+        "= merged(stored, lease, attempts, retry)",
+        "= merged(stored)",
+        SETTINGS,
+    ),
+    Mutant(  # configure stores the defaults for the settings not given
+        "settings-configure-forgets-the-others",
+        "sqlq/durable.py",
+        "stored = tx.settings(self.queue) or DEFAULTS",
+        "stored = DEFAULTS",
+        SETTINGS,
+    ),
+    Mutant(  # a second configure keeps the first one's attempts
+        "sql-save-settings-keeps-the-old-attempts",
+        "sqlq/sqlite/queries.sql",
+        "max_attempts = excluded.max_attempts,\n    retry_kind = excluded.retry_kind",
+        "max_attempts = sqlq_settings.max_attempts,\n    retry_kind = excluded.retry_kind",
+        SETTINGS,
+    ),
+    Mutant(  # `sqlq worker` without --lease takes 30 s whatever the queue stored
+        "settings-worker-default-lease",
+        "sqlq/worker.py",
+        "        lease_seconds=lease_seconds,  # None: the queue's stored settings",
+        "        lease_seconds=lease_seconds or 30.0,  # None: the queue's stored settings",
+        SETTINGS,
+    ),
+    Mutant(  # a call that may claim does not notice a schema changed under it
+        "upgrade-open-call-ignores-the-schema",
+        "sqlq/sqlite/backend.py",
+        "                if due & 8:  # the file was migrated under this process",
+        "                if due & 0:  # the file was migrated under this process",
+        UPGRADES,
+    ),
+    Mutant(  # an add (a plain call) does not compare the schema version
+        "sql-plain-call-ignores-the-schema",
+        "sqlq/sqlite/queries.sql",
+        "run_at <= max(?2, sqlq_clock.now)))\n       + 8 * (schema_version <> ?3)",
+        "run_at <= max(?2, sqlq_clock.now)))\n       + 0 * (schema_version <> ?3)",
+        UPGRADES,
+    ),
+    Mutant(  # a later migration does not stamp its version: nobody notices it
+        "upgrade-later-migrations-not-stamped",
+        "sqlq/sqlite/migrate.py",
+        "        if migration.version >= STAMPED_SINCE:",
+        "        if migration.version == STAMPED_SINCE:",
+        UPGRADES,
+    ),
+    Mutant(  # PostgreSQL: a call that found the schema changed goes on
+        "pg-call-ignores-the-schema",
+        "sqlq/postgresql/backend.py",
+        "        if due is None:  # the database was migrated under this process\n"
+        "            self._changed()\n        self._mark, self._now = mark, now",
+        "        self._mark, self._now = mark, now",
+        UPGRADES,
+    ),
+    Mutant(  # a migration runs under live workers of an older schema
+        "upgrade-migrates-under-older-workers",
+        "sqlq/sqlite/migrate.py",
+        "        elif version < latest and not force:",
+        "        elif False:",
+        UPGRADES,
+    ),
+    Mutant(  # workers one schema behind do not count as older
+        "sql-older-workers-off-by-one",
+        "sqlq/sqlite/queries.sql",
+        "WHERE schema_version < :latest\n",
+        "WHERE schema_version < :latest - 1\n",
+        UPGRADES,
+    ),
+    Mutant(  # a heartbeat that meets SchemaChanged logs it and the worker goes on
+        "upgrade-heartbeat-does-not-halt",
+        "sqlq/monitor.py",
+        "            if isinstance(exc, SchemaChanged):\n                w.halt(exc)\n"
+        "            elif isinstance(exc, TRANSIENT):",
+        "            if isinstance(exc, TRANSIENT):",
+        UPGRADES,
+    ),
+    Mutant(  # an empty database argument gets the lecture about shared files again
+        "no-database-not-said",
+        "sqlq/sqlite/backend.py",
+        "    if not path.strip():  # sqlite:/// (an empty path) too",
+        "    if False:  # sqlite:/// (an empty path) too",
+        ("tests/test_no_database.py",),
+    ),
+    Mutant(  # the registry row does not say the schema its worker knows
+        "upgrade-registry-without-the-schema",
+        "sqlq/registry.py",
+        '"schema_version": schema_version,',
+        '"schema_version": 0,',
+        UPGRADES,
     ),
 ]
 

@@ -165,7 +165,7 @@ def _foreign(path: Path, kind: str) -> None:
 def test_subcommands_are_the_documented_set() -> None:
     expected = ["add", "backup", "dead", "demo", "list", "migrate", "purge", "redrive", "show"]
     expected += ["schedules", "unschedule", "stats", "cancel", "pause", "resume", "limits"]
-    expected += ["web", "metrics", "workers"]
+    expected += ["web", "metrics", "workers", "configure"]
     assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 

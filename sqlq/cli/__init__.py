@@ -9,6 +9,7 @@ Subcommands, one module per kind:
 * maintenance.py: `redrive`, `purge`, `migrate`
 * control.py: `cancel`, `pause`, `resume`
 * limits.py: `limits` (per-group limits)
+* configure.py: `configure` (a queue's stored settings)
 * running.py: `worker`, `demo`
 * web.py: `web` (the dashboard; the `web` extra)
 
@@ -28,7 +29,18 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import SqlqError
-from . import adding, control, limits, maintenance, reading, running, schedules, web, workers
+from . import (
+    adding,
+    configure,
+    control,
+    limits,
+    maintenance,
+    reading,
+    running,
+    schedules,
+    web,
+    workers,
+)
 from .common import (
     DURATION_SYNTAX,
     EXIT_ERROR,
@@ -67,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     maintenance.register(commands)
     control.register(commands)
     limits.register(commands)
+    configure.register(commands)
     maintenance.register_migrate(commands)
     running.register_demo(commands)
     web.register(commands)

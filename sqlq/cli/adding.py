@@ -103,8 +103,11 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--max-attempts",
         metavar="N",
         type=positive_int(1, MAX_ATTEMPTS),
-        default=5,
-        help="attempts each task gets before it is DEAD, stored with it (default %(default)s)",
+        default=None,
+        help=(
+            "attempts each task gets before it is DEAD, stored with it (default: the "
+            "queue's setting, see `sqlq configure`)"
+        ),
     )
     add.add_argument(
         "--retry",
@@ -114,7 +117,8 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=(
             "how long a failed attempt waits before the next, stored with each task: "
             f"{RETRY_SYNTAX} (delays are durations; e.g. fixed:30s, exponential:1s:5m). "
-            "Default immediate: back to the end of the line at once"
+            "Default: the queue's setting (see `sqlq configure`; immediate if none: back to "
+            "the end of the line at once)"
         ),
     )
     add.add_argument(

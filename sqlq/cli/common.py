@@ -338,15 +338,15 @@ def sqlq_database(arg: str, *, allow_older: bool, creates: str = "") -> Database
 def open_queue(
     db: Database,
     name: str,
-    max_attempts: int = 1,
+    max_attempts: int | None = None,
     retry: Retry | None = None,
     aging: float | None = DEFAULT_AGING,
 ) -> Queue:
-    """A sqlq.Queue for the commands (lease_seconds only matters to claim, never called)."""
+    """A sqlq.Queue for the commands, with the queue's stored settings but for those
+    given."""
     with _usage_error_if_refused():
         return Queue(
             db.target,
-            lease_seconds=30,
             max_attempts=max_attempts,
             queue=name,
             retry=retry,
@@ -442,15 +442,21 @@ def relative(t: float | None, now: float) -> str:
     return f"in {span(t - now)}" if t > now else f"{span(now - t)} ago"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> None:
-    """Print aligned columns; the columns numbered in ``right`` align right."""
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    right: Sequence[int] = (),
+    indent: str = "",
+) -> None:
+    """Print aligned columns; the columns numbered in ``right`` align right; each line
+    begins with ``indent``."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         cells = [
             cell.rjust(width) if i in right else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
-        print("  ".join(cells).rstrip())
+        print(indent + "  ".join(cells).rstrip())
 
 
 class Progress:

@@ -22,6 +22,7 @@ from typing import Any
 from ..contract import State
 from ..payload import Undecodable
 from ..records import QueueOverview, TaskInfo
+from ..settings import DEFAULTS, QueueSettings
 from ..shapes import overview_json, task_json
 from .common import (
     EXIT_OK,
@@ -50,6 +51,7 @@ from .common import (
     state_name,
     table,
 )
+from .configure import retry_text
 
 READ_ONLY_NOTE = "it must exist and be a sqlq database at the current schema; it is not created"
 
@@ -169,9 +171,13 @@ def _stats(args: argparse.Namespace) -> int:
         found = backend.overview(with_names=True)
         wal = backend.storage_facts().wal_bytes
         software = backend.describe()
+        stored = backend.settings(None)
 
     figures = overview_json(found, now)
     queues, details, names = figures["queues"], figures["stats"], figures["names"]
+    settings = {
+        name: (stored.get(name), stored.get(name, DEFAULTS)) for name in sorted({*queues, *stored})
+    }
     if args.json:
         print_json(
             {
@@ -182,6 +188,11 @@ def _stats(args: argparse.Namespace) -> int:
                 "wal_bytes": wal,
                 "now": now,
                 **figures,
+                "settings": {
+                    name: {**use.as_json(), "stored": own is not None}
+                    for name, (own, use) in settings.items()
+                },
+                "default_settings": DEFAULTS.as_json(),
             }
         )
         return EXIT_OK
@@ -194,6 +205,7 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"wal:      {shown} (the -wal file; back within 4 MiB after checkpoints)")
     if not queues:
         print("no tasks")
+        _settings_table(settings)
         return EXIT_OK
     print()
     columns = list(dict.fromkeys(s for counts in queues.values() for s in counts))
@@ -222,7 +234,25 @@ def _stats(args: argparse.Namespace) -> int:
     table(["queue", "oldest available", "leases", "next deadline", "next run_at", "claims"], rows)
     if names:
         _name_counts(names, columns)
+    _settings_table(settings)
     return EXIT_OK
+
+
+def _settings_table(settings: dict[str, tuple[QueueSettings | None, QueueSettings]]) -> None:
+    """The queues' settings: (stored or None, in use) by queue (see sqlq.settings)."""
+    if not settings:
+        return
+    print()
+    print("settings (`sqlq configure` changes them):")
+    table(
+        ["queue", "lease", "max attempts", "retry", "settings"],
+        [
+            [printable(name), span(use.lease_seconds), str(use.max_attempts),
+             retry_text(use), "stored" if own is not None else "defaults"]
+            for name, (own, use) in settings.items()
+        ],
+        indent="  ",
+    )  # fmt: skip
 
 
 def _name_counts(names: dict[str, dict[str, dict[str, int]]], columns: list[str]) -> None:

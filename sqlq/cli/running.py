@@ -113,10 +113,11 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "--lease",
         metavar="DURATION",
         type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
-        default=30.0,
+        default=None,
         help=(
             "length of each lease; heartbeats renew it while the handler runs, so this is "
-            "how soon a task of a crashed worker runs again (default %(default)g)"
+            "how soon a task of a crashed worker runs again (default: the queue's stored "
+            "setting, see `sqlq configure`)"
         ),
     )
     worker.add_argument(
