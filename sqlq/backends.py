@@ -2,7 +2,7 @@
 
 * A plain path (or ``os.PathLike``) or a ``sqlite:///path`` URL: SQLite.
 * ``postgresql://...`` (or ``postgresql+psycopg://``): PostgreSQL, through psycopg 3
-  (``pip install 'sqlq[postgresql]'``).
+  (``pip install 'sqlq-queue[postgresql]'``).
 
 The registry is the one module above the backends that names them; each backend
 is imported only when a database of its kind is opened.  Options a Queue does not

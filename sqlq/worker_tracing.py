@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import InvalidConfig
+from .install import pip_install
 from .records import Lease
 
 #: The outcomes that end a span with status ERROR.
@@ -36,9 +37,7 @@ class TaskTracer:
         try:
             from opentelemetry import context, trace
         except ImportError:
-            raise InvalidConfig(
-                "tracing needs opentelemetry-api: pip install 'sqlq[otel]'"
-            ) from None
+            raise InvalidConfig(f"tracing needs opentelemetry-api: {pip_install('otel')}") from None
         self.queue = queue
         self._trace = trace
         self._context = context

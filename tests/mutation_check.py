@@ -50,6 +50,7 @@ LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
+PACKAGING = ("tests/test_packaging.py",)
 
 
 @dataclass(frozen=True)
@@ -922,6 +923,34 @@ MUTANTS = [
         "    line_key = :now - priority * aging,",
         "    line_key = :now - priority * 60,",
         PRIORITIES,
+    ),
+    Mutant(
+        "install-under-the-taken-name",
+        "pyproject.toml",
+        'name = "sqlq-queue"',
+        'name = "sqlq"',
+        PACKAGING,
+    ),
+    Mutant(
+        "install-extra-names-the-other-sqlq",
+        "pyproject.toml",
+        '    "sqlq-queue[postgresql]",',
+        '    "sqlq[postgresql]",',
+        PACKAGING,
+    ),
+    Mutant(
+        "install-hint-names-the-other-sqlq",
+        "sqlq/install.py",
+        "return f\"pip install '{DISTRIBUTION}[{extra}]'\"",
+        "return f\"pip install 'sqlq[{extra}]'\"",
+        PACKAGING,
+    ),
+    Mutant(
+        "install-tracing-hint-by-hand",
+        "sqlq/worker_tracing.py",
+        "{pip_install('otel')}",
+        "pip install 'sqlq[otel]'",
+        PACKAGING,
     ),
 ]
 

@@ -12,10 +12,11 @@ from typing import Any
 
 from ..access import check_bind
 from ..errors import InvalidConfig
+from ..install import pip_install
 from .common import EXIT_OK, CliError, UsageError, add_database, positive_int, sqlq_database
 
 #: The extra that the command needs, as pip is asked for it.
-EXTRA = "pip install 'sqlq[web]'"
+EXTRA = pip_install("web")
 #: Where the token may come from instead of the command line (which others may read).
 TOKEN_VARIABLE = "SQLQ_WEB_TOKEN"
 
