@@ -38,8 +38,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-import sqlalchemy as sa
-
 from .contract import DEFAULT_AGING, Completion, Limit, Number, Outcome, State
 from .payload import Encoded
 from .records import (
@@ -53,6 +51,8 @@ from .records import (
 from .retry import Retry
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from .browse import Browse, Found
 
 

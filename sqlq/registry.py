@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from .backend import WorkerRow
 from .contract import Number, check_task_id, check_time, check_token
 from .errors import InvalidArgument
 from .records import Held, WorkerInfo
+
+if TYPE_CHECKING:
+    from .backend import WorkerRow
 
 #: A row is stale once this many of its worker's intervals passed without a write
 #: (it missed two: a write that waits for the lock a while is not yet stale).

@@ -51,6 +51,7 @@ KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
 PACKAGING = ("tests/test_packaging.py",)
+IMPORTS = ("tests/test_imports.py",)
 
 
 @dataclass(frozen=True)
@@ -951,6 +952,27 @@ MUTANTS = [
         "{pip_install('otel')}",
         "pip install 'sqlq[otel]'",
         PACKAGING,
+    ),
+    Mutant(
+        "imports-sqlq-loads-every-name",
+        "sqlq/__init__.py",
+        "if TYPE_CHECKING:\n    from .aio import AsyncQueue\n",
+        "if True:\n    from .aio import AsyncQueue\n",
+        IMPORTS,
+    ),
+    Mutant(
+        "imports-cli-loads-the-queue",
+        "sqlq/cli/common.py",
+        "if TYPE_CHECKING:  # SQLAlchemy and the backends load when a command opens a database\n",
+        "if True:\n",
+        IMPORTS,
+    ),
+    Mutant(
+        "imports-backends-loads-sqlalchemy",
+        "sqlq/backends.py",
+        "from .errors import InvalidConfig\n",
+        "import sqlalchemy as sa\n\nfrom .errors import InvalidConfig\n",
+        IMPORTS,
     ),
 ]
 

@@ -197,3 +197,20 @@ def test_the_dashboard_bench_runs(tmp_path: Path) -> None:
     assert "ratio" in header.split("|")[5]
     assert float(row.split("|")[5]) > 0
     assert len([line for line in pages if line.startswith("| `/")]) == 9  # each page timed
+
+
+@pytest.mark.processes
+def test_the_startup_bench_runs() -> None:
+    """bench/startup.py: the medians of `sqlq --help`, `import sqlq` and `sqlq stats`
+    against their targets (issue 23), here of one run each; no timing asserted."""
+    command = [sys.executable, "-m", "bench.startup", "--runs", "1"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    rows = [line.split("|") for line in proc.stdout.splitlines() if line.startswith("| `")]
+    targets = {row[1].strip(): row[2].strip() for row in rows}
+    assert targets["`sqlq --help`"] == "<= 0.10 s"
+    assert targets["`import sqlq`"] == "<= 0.15 s"
+    assert targets["`sqlq stats` (a small SQLite file)"] == "<= 0.30 s"
+    for row in rows:
+        assert float(row[3].strip().removesuffix(" s")) > 0  # a wall clock was read
+        assert row[5].strip() in ("yes", "no", "-")
