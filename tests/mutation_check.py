@@ -52,6 +52,7 @@ PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
 PACKAGING = ("tests/test_packaging.py",)
 IMPORTS = ("tests/test_imports.py",)
+TASKS = ("tests/test_tasks.py",)
 
 
 @dataclass(frozen=True)
@@ -973,6 +974,48 @@ MUTANTS = [
         "from .errors import InvalidConfig\n",
         "import sqlalchemy as sa\n\nfrom .errors import InvalidConfig\n",
         IMPORTS,
+    ),
+    Mutant(
+        "tasks-defer-many-unchecked",
+        "sqlq/tasks.py",
+        "given.append(self.arguments(kwargs, index))",
+        "given.append(dict(kwargs))",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-defer-many-names-a-later-call",
+        "sqlq/tasks.py",
+        "self._unstorable(given, queue.max_payload_bytes)  # an earlier call's, first",
+        "pass",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-quick-check-forgets-the-required",
+        "sqlq/tasks.py",
+        "        if not self._required <= names:\n            return False\n",
+        "",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-quick-check-takes-any-name",
+        "sqlq/tasks.py",
+        "and all(type(n) is str for n in extra)",
+        "",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-batch-ids-not-version-4",
+        "sqlq/tasks.py",
+        "bytes(b & 0x0F | 0x40 for b in raw[6::16])",
+        "bytes(b & 0x0F for b in raw[6::16])",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-defer-many-forgets-the-tasks-priority",
+        "sqlq/tasks.py",
+        "priority=self.priority if priority is None else priority,\n                group=group,",
+        "priority=0 if priority is None else priority,\n                group=group,",
+        TASKS,
     ),
 ]
 

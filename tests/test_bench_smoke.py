@@ -214,3 +214,18 @@ def test_the_startup_bench_runs() -> None:
     for row in rows:
         assert float(row[3].strip().removesuffix(" s")) > 0  # a wall clock was read
         assert row[5].strip() in ("yes", "no", "-")
+
+
+def test_the_defer_many_bench_runs() -> None:
+    """bench/defer_many.py: defer against defer_many against add_many, here of 50 tasks
+    each; every way's row is there (the bench checks each filled its queue)."""
+    command = [sys.executable, "-m", "bench.defer_many", "--tasks", "50"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    rows = [line.split("|") for line in proc.stdout.splitlines() if line.startswith("| `")]
+    assert [row[1].split(",")[0].strip() for row in rows] == [
+        "`Task.defer`",
+        "`Task.defer_many`",
+        "`Queue.add_many`",
+    ]
+    assert float(rows[-1][5]) == 1.0  # the ratios are to add_many's time
