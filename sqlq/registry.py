@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 from .contract import Number, check_task_id, check_time, check_token
 from .errors import InvalidArgument
-from .records import Held, WorkerInfo
 
 if TYPE_CHECKING:
     from .backend import WorkerRow
+    from .records import WorkerInfo
 
 #: A row is stale once this many of its worker's intervals passed without a write
 #: (it missed two: a write that waits for the lock a while is not yet stale).
@@ -63,6 +63,8 @@ def listed(rows: Iterable[WorkerRow], now: Number) -> list[WorkerInfo]:
 
 
 def _info(row: WorkerRow, now: Number) -> WorkerInfo:
+    from .records import Held, WorkerInfo  # (not for `sqlq --help`, which names KEEP_STALE)
+
     holds = tuple(Held(*held) for held in json.loads(row.holds))
     stale = now >= row.stale_at
     return WorkerInfo(*row[:-1], stale, holds)  # (the columns, then what they tell)

@@ -969,6 +969,13 @@ MUTANTS = [
         IMPORTS,
     ),
     Mutant(
+        "imports-help-loads-the-records",
+        "sqlq/shapes.py",
+        "if TYPE_CHECKING:\n    from .records import",
+        "if True:\n    from .records import",
+        IMPORTS,
+    ),
+    Mutant(
         "imports-backends-loads-sqlalchemy",
         "sqlq/backends.py",
         "from .errors import InvalidConfig\n",

@@ -18,16 +18,19 @@ import sqlq
 
 #: Modules that only opening a database may load: the engine and the backends.
 HEAVY = ("sqlalchemy", "sqlq.sqlite", "sqlq.postgresql", "sqlq.durable", "psycopg", "pysqlite3")
+#: And what only a command's work needs, not its parser: the records of the answers
+#: (dataclasses), cron expressions and zones, the checks of a server's address.
+WORK = ("sqlq.records", "sqlq.schedule", "sqlq.access", "cronsim", "zoneinfo", "socket")
 
 pytestmark = pytest.mark.processes
 
 
-def _loaded(code: str) -> list[str]:
-    """The modules of HEAVY (and their submodules) that ``code`` leaves loaded."""
+def _loaded(code: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """The modules of ``heavy`` (and their submodules) that ``code`` leaves loaded."""
     probe = f"""
 import json, sys
 {code}
-heavy = {HEAVY!r}
+heavy = {heavy!r}
 json.dump(sorted(m for m in sys.modules if m.startswith(heavy)), sys.stdout)
 """
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
@@ -56,7 +59,7 @@ assert sqlq.Queue.__name__ == "Queue"
 @pytest.mark.parametrize(
     "argv", [["--help"], ["--version"], ["stats", "--help"], ["worker", "--help"]]
 )
-def test_the_commands_help_loads_neither_sqlalchemy_nor_a_backend(argv: list[str]) -> None:
+def test_help_loads_no_sqlalchemy_no_backend_nor_what_commands_do(argv: list[str]) -> None:
     code = f"""
 import contextlib, io
 from sqlq.cli import main
@@ -64,7 +67,7 @@ with contextlib.redirect_stdout(io.StringIO()) as out:
     assert main({argv!r}) == 0
 assert "usage: sqlq" in out.getvalue() or "sqlq " in out.getvalue()
 """
-    assert _loaded(code) == []
+    assert _loaded(code, HEAVY + WORK) == []
 
 
 def test_every_public_name_is_there_when_asked_for() -> None:

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..contract import State
-from ..records import Purged
 from ..shapes import purged_json, redriven_json
 from .common import (
     DURATION_SYNTAX,
@@ -44,6 +43,7 @@ from .common import (
 
 if TYPE_CHECKING:
     from ..durable import Queue
+    from ..records import Purged
 
 WRITE_NOTE = "it must exist (it is not created) and be a sqlq database; an older schema is migrated"
 
