@@ -8,8 +8,10 @@ Each way fills a fresh SQLite file with the queue's defaults (synchronous FULL: 
 ``defer`` is one transaction, flushed to disk). ``defer_many`` checks every call's
 arguments against the function as ``defer`` does, then adds them as ``add_many``
 does, which checks nothing of the function: the last two rows should be close, the
-first far behind. CPU time (getrusage of this process) is given beside the wall
-clock: a flush waits for the disk without using the CPU.
+first far behind. ``add_many`` is given ids made beforehand, of the same length as
+the others' (uuid4 hex), so that the three write the same rows. CPU time (getrusage
+of this process) is given beside the wall clock: a flush waits for the disk without
+using the CPU.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import resource
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,10 +50,10 @@ def _defer_many(queue: sqlq.Queue, calls: list[dict[str, Any]]) -> None:
 
 
 def _add_many(queue: sqlq.Queue, calls: list[dict[str, Any]]) -> None:
-    queue.add_many([(f"t{i}", kwargs, "resize") for i, kwargs in enumerate(calls)])
+    queue.add_many([(task_id, kwargs, "resize") for task_id, kwargs in calls])
 
 
-WAYS: list[tuple[str, Callable[[sqlq.Queue, list[dict[str, Any]]], None]]] = [
+WAYS: list[tuple[str, Callable[[sqlq.Queue, Any], None]]] = [
     ("`Task.defer`, once per task", _defer),
     ("`Task.defer_many`, one call", _defer_many),
     ("`Queue.add_many`, one call (no check of the arguments)", _add_many),
@@ -67,9 +70,10 @@ def measure(n: int, folder: Path) -> list[tuple[str, float, float]]:
     calls = _calls(n)
     results = []
     for number, (label, way) in enumerate(WAYS):
+        given: Any = calls if way is not _add_many else [(uuid.uuid4().hex, c) for c in calls]
         with sqlq.Queue(folder / f"{number}.db", lease_seconds=30, max_attempts=3) as queue:
             start, cpu = time.perf_counter(), _cpu()
-            way(queue, calls)
+            way(queue, given)
             results.append((label, time.perf_counter() - start, _cpu() - cpu))
             assert queue.counts()["AVAILABLE"] == n
     return results

@@ -36,6 +36,10 @@ SECTIONS = (
     "## 5. The mixed calls of the core contract",
     "## 6. A waiting worker",
     "## Systems compared",
+    # bench/apart.md: the benches run on their own, carried over into every RESULTS.md
+    "## Run on their own",
+    "### Startup of a command",
+    "### A batch of registered tasks",
 )
 
 
