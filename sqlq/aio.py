@@ -117,6 +117,7 @@ class AsyncQueue:
     stats = _twin(Queue.stats)
     snapshot = _twin(Queue.snapshot)
     ready = _twin(Queue.ready)
+    next_due = _twin(Queue.next_due)
     counts = _twin(Queue.counts)
     checkpoint = _twin(Queue.checkpoint)
     tick = _twin(Queue.tick)

@@ -34,7 +34,7 @@ PostgreSQL later) implements them with its own SQL and promises:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -459,6 +459,14 @@ class Backend(Protocol):
         task?  Takes no write lock."""
         ...
 
+    def next_due(self, queue: str, now: Number | None) -> tuple[Number, Number | None]:
+        """Read only, as ``ready``: (the time of the read, by the rule ready uses, and
+        the earliest time at which the queue has a task due that a claim does not find
+        before then: the next rate slot of a group that may start one, the next lease
+        to run out, the next WAITING task's run_at; None if the queue is paused or
+        holds nothing back by time).  Takes no write lock."""
+        ...
+
     def counts(self) -> dict[str, dict[str, int]]:
         """Tasks per state, per queue name."""
         ...
@@ -570,3 +578,11 @@ class Backend(Protocol):
         row of the worker registry (of every queue), as last written: read only,
         without the write lock."""
         ...
+
+
+def due_of(row: Sequence[Any]) -> tuple[Number, Number | None]:
+    """``next_due``'s answer from its query's row (both backends'): (time of the read,
+    paused, next rate slot, next lease deadline, next run_at)."""
+    now, paused, *times = row
+    found = [t for t in times if t is not None]
+    return now, None if paused or not found else min(found)

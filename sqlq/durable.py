@@ -937,7 +937,8 @@ class Queue:
             at = database_time
         else:  # a clock of the caller's
             at = check_time(self._clock())
-        return [w for w in listed(rows, at) if w.queue == self.queue]
+        mine = (row for row in rows if row.queue == self.queue)
+        return listed(mine, at, self._backend.find)
 
     def stats(self, now: Number | None = None) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""
@@ -986,6 +987,17 @@ class Queue:
         if now is not None:
             return check_time(now)
         return None if self._server_time else check_time(self._clock())
+
+    def next_due(self, now: Number | None = None) -> float | None:
+        """Seconds from ``now`` (the queue's time, as ``ready`` reads it) until the queue
+        has a task due that a claim does not find before then: the next rate slot of
+        a limited group (sqlq.Limit), the next lease to run out, the next WAITING task
+        due; 0 if one is due already, None if the queue is paused or holds nothing
+        back by time.  Reads only and takes no write lock: an idle Worker waits until
+        then at most, not for its next poll.  Tasks added meanwhile are not foretold
+        (``on_new_tasks`` announces them where it can)."""
+        at, due = self._backend.next_due(self.queue, self._reading(now))
+        return None if due is None else max(0.0, float(due - at))
 
     def counts(self) -> dict[str, int]:
         """Tasks of this queue per state, as of the last call (reads only)."""

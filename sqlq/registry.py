@@ -19,15 +19,18 @@ later: on PostgreSQL the server's), not by their own clock, which may run ahead.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from .contract import Number, check_task_id, check_time, check_token
+from .contract import Number, State, check_task_id, check_time, check_token
 from .errors import InvalidArgument
 
-if TYPE_CHECKING:
-    from .backend import WorkerRow
-    from .records import WorkerInfo
+if TYPE_CHECKING:  # (the records load where a row is read: `sqlq --help` names KEEP_STALE)
+    from .backend import TaskRow, WorkerRow
+    from .records import Held, WorkerInfo
+
+    #: A read of a task as last written: (queue, task id) -> the row, or None.
+    Find = Callable[[str, str], TaskRow | None]
 
 #: A row is stale once this many of its worker's intervals passed without a write
 #: (it missed two: a write that waits for the lock a while is not yet stale).
@@ -52,19 +55,56 @@ def held_json(holds: Iterable[tuple[str, int, Number]]) -> str:
     )
 
 
-def listed(rows: Iterable[WorkerRow], now: Number) -> list[WorkerInfo]:
+def listed(rows: Iterable[WorkerRow], now: Number, find: Find | None = None) -> list[WorkerInfo]:
     """The workers to show at ``now`` (those not stale for KEEP_STALE), by queue, host
-    and pid."""
+    and pid.  With ``find`` (a backend's read of a task as last written), a stale
+    row's leases say what is still true of their tasks (see Held): one read per
+    lease of a stale row, none for a live one."""
     shown = sorted(
         (row for row in rows if now - KEEP_STALE <= row.stale_at),
         key=lambda row: (row.queue, row.host, row.pid),
     )
-    return [_info(row, now) for row in shown]
+    return [_info(row, now, find) for row in shown]
 
 
-def _info(row: WorkerRow, now: Number) -> WorkerInfo:
-    from .records import Held, WorkerInfo  # (not for `sqlq --help`, which names KEEP_STALE)
+def _info(row: WorkerRow, now: Number, find: Find | None) -> WorkerInfo:
+    from .records import Held, WorkerInfo
 
     holds = tuple(Held(*held) for held in json.loads(row.holds))
     stale = now >= row.stale_at
+    if stale and find is not None:
+        holds = tuple(_checked(held, find(row.queue, held.task_id), now) for held in holds)
     return WorkerInfo(*row[:-1], stale, holds)  # (the columns, then what they tell)
+
+
+def _checked(held: Held, task: TaskRow | None, now: Number) -> Held:
+    """A stale row's lease, with what is true of its task now (see Held)."""
+    if task is None:
+        return held._replace(now="gone")
+    state = str(task.state)
+    if state == State.RESERVED and task.token == held.token:
+        ran_out = task.deadline is not None and task.deadline <= now
+        what = "ran out" if ran_out else "held"
+    else:
+        what = "moved on"
+    return held._replace(now=what, state=state, token_now=task.token)
+
+
+def held_text(held: Held | Mapping[str, Any]) -> str:
+    """What a stale row's lease shows of its task now (`sqlq workers`, the dashboard,
+    which has it as JSON): '' for a live row's."""
+    from .records import Held
+
+    if not isinstance(held, Held):
+        held = Held(**held)
+    if held.now is None:
+        return ""
+    if held.now == "held":
+        return "still its lease"
+    if held.now == "ran out":
+        return "its lease ran out; the next claim takes the task back"
+    if held.now == "gone":
+        return "the task is gone"
+    if held.state == State.RESERVED:
+        return f"now RESERVED by token {held.token_now}"
+    return f"now {held.state}"

@@ -37,6 +37,8 @@ from .contract import (
     check_priority,
     check_retry,
     check_task_name,
+    describe_error,
+    error_message,
 )
 from .durable import Queue
 from .errors import InvalidConfig, InvalidPayload, InvalidTask, NotRetryable, PayloadTooLarge
@@ -533,13 +535,14 @@ def _refused(message: str, index: int | None) -> InvalidTask:
     return exc
 
 
-def failure(error: BaseException) -> tuple[object, bool]:
-    """How a worker reports a handler's exception: (error, retry).  NotRetryable sends
-    the task to DEAD at once with its message; anything else is retried by the
-    queue's policy."""
-    if isinstance(error, NotRetryable):
-        return str(error), False
-    return error, True
+def failure(error: BaseException) -> tuple[str, bool]:
+    """How a worker reports a handler's exception: (error text, retry).  NotRetryable
+    sends the task to DEAD at once with its message; anything else is retried by the
+    queue's policy, with the error's 'Type: message'.  Never raises (see
+    contract.describe_error): the type is ``type(error)``, never its ``__class__``."""
+    if issubclass(type(error), NotRetryable):
+        return error_message(error), False
+    return describe_error(error), True
 
 
 def _refuse_generator(fn: Callable[..., object], what: str) -> None:

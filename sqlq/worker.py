@@ -50,6 +50,10 @@
   (a read that takes no write lock) after waits that double from ``poll_min``
   to ``poll_max``, and claims again only when it says yes.  A new task is thus
   picked up within about ``poll_max`` and an idle worker costs almost no CPU.
+  When ``ready()`` says no, ``queue.next_due()`` (a read too) tells when a task
+  held back by time falls due (a limited group's next rate slot, a lease running
+  out, a WAITING task), and the idle wait ends then at the latest: a rate-limited
+  group starts its tasks at its rate, not at the pace of the polls.
   Where the database announces new tasks (PostgreSQL's LISTEN/NOTIFY, see
   ``Queue.on_new_tasks``) an idle worker claims as soon as one is announced,
   and polls only for what nobody announces (a retry delay or a lease running
@@ -133,6 +137,7 @@ opens the queue, resolves the handler, sets up logging and runs a Worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import math
@@ -148,7 +153,15 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol, TypeVar
 
-from .contract import MAX_BATCH, MAX_LEASE_SECONDS, Number, State, check_result
+from . import payload as payloads
+from .contract import (
+    MAX_BATCH,
+    MAX_LEASE_SECONDS,
+    Number,
+    State,
+    check_result,
+    describe_error,
+)
 from .durable import Queue
 from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable
 from .events import event, task_fields
@@ -167,6 +180,7 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "current_task",
+    "exit_past_lingering_threads",
     "resolve_target",
     "serve",
     "task_fields",
@@ -413,6 +427,7 @@ class Worker:
         self.worker_id = secrets.token_hex(8)
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
+        self._due_at: float | None = None  # the worker's clock: when a task falls due next
         self.schedules = _schedules(handler, schedules, queue.max_payload_bytes)
         if metrics_port is None and (metrics_host != "127.0.0.1" or metrics_token is not None):
             raise InvalidConfig("metrics_host and metrics_token serve metrics: give metrics_port")
@@ -577,7 +592,7 @@ class Worker:
                     return False  # _drain reports what is left
                 reporting = bool(self._outcomes)
             if idle is not None and not reporting:
-                woken = self._pause(self._until_tick(idle), self._woken)
+                woken = self._pause(self._until_tick(self._until_due(idle)), self._woken)
                 if woken and not self._take_announcement():
                     continue  # stopping, or outcomes to report
                 if not woken:
@@ -791,11 +806,41 @@ class Worker:
             self._cond.notify_all()
 
     def _ready(self) -> bool:
+        """Would a claim find a task now (``queue.ready``)?  If not, when is the next
+        task due that it holds back by time (_read_next_due)."""
         try:
-            return self.queue.ready()
+            ready = self.queue.ready()
         except TRANSIENT as exc:  # readers are not blocked in WAL mode; be safe anyway
             self._log_busy(exc)
             return True
+        if not ready:
+            self._read_next_due()
+        return ready
+
+    def _read_next_due(self) -> None:
+        """Note when the queue has a task due next that a claim does not find now
+        (``queue.next_due``: a group's next rate slot, a lease running out, a
+        WAITING task), by the worker's clock: an idle pause ends then at the latest
+        (_until_due), not at the next poll.  A transient error leaves it unknown."""
+        try:
+            seconds = self.queue.next_due()
+        except TRANSIENT as exc:
+            self._log_busy(exc)
+            seconds = None
+        self._due_at = None if seconds is None else self.clock.monotonic() + seconds
+
+    def _until_due(self, seconds: float) -> float:
+        """``seconds`` (an idle pause), or less if a task falls due sooner (see
+        _read_next_due); a time that has passed is forgotten (the next ``ready``
+        reads the next one)."""
+        due = self._due_at
+        if due is None:
+            return seconds
+        left = due - self.clock.monotonic()
+        if left <= 0:
+            self._due_at = None
+            return seconds
+        return min(seconds, left)
 
     def _in_flight(self) -> int:
         with self._cond:
@@ -862,8 +907,9 @@ class Worker:
         lease = entry.lease
         entry.ended = self.clock.monotonic()
         if error is None and entry.result is not None:
-            error = self._unstorable(entry.result)
-        cancelled = entry.cancelled and isinstance(error, asyncio.CancelledError)
+            entry.result, error = self._stored_result(entry.result)
+        # (type(), never isinstance: a handler's exception may have a __class__ that raises)
+        cancelled = entry.cancelled and issubclass(type(error), asyncio.CancelledError)
         with self._cond:
             if self._returned or entry.state is Phase.RELEASED or cancelled:
                 del self._running[lease.token]
@@ -885,15 +931,19 @@ class Worker:
                 lease.task_id,
             )
 
-    def _unstorable(self, result: object) -> NotRetryable | None:
-        """Why a handler's return value cannot be stored as its task's result (checked
-        here, so that one bad value never fails a whole report): its task then goes
-        DEAD with that error, as retrying would return the same."""
+    def _stored_result(self, result: object) -> tuple[object, NotRetryable | None]:
+        """A handler's return value as its report stores it: (the plain JSON value, read
+        back from its encoding, None), or (None, why it cannot be stored).  Encoded
+        here, once, so that one bad value never fails a whole report, not even one
+        whose encoding raises (anything) or changes from call to call: its task then
+        goes DEAD with that error, as retrying would return the same."""
         try:
-            check_result(result, self.queue.max_payload_bytes)
+            stored = check_result(result, self.queue.max_payload_bytes)
+            return (None if stored is None else payloads.decode(stored)), None
         except InvalidArgument as exc:
-            return NotRetryable(f"{type(exc).__name__}: {exc}")
-        return None
+            return None, NotRetryable(describe_error(exc))
+        except BaseException as exc:
+            return None, NotRetryable(f"the result cannot be stored: {describe_error(exc)}")
 
     def _acknowledge(
         self, entry: Running, error: BaseException | None, late: bool, answer: bool | str | None
@@ -930,7 +980,7 @@ class Worker:
         if entry.ended is not None:
             fields["duration"] = entry.ended - entry.started
         if error is not None:
-            fields["error"] = f"{type(error).__name__}: {error}"
+            fields["error"] = describe_error(error)
         return fields
 
     def _failed(
@@ -1215,6 +1265,41 @@ def _cwd_importable() -> None:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)
+
+
+def exit_past_lingering_threads(code: int, error: BaseException | None = None) -> None:
+    """What ``sqlq worker`` does once its worker has stopped (``code``: its exit code;
+    ``error``: what ``serve`` raised): nothing, unless threads that are not daemon
+    threads still run (a handler started one and left it running), which would keep
+    the process alive forever (Python waits for them at exit).  Then it logs a
+    warning that names them (and the error, if any), flushes the logs and standard
+    streams, and ends the process with ``os._exit(code)`` (1 after an error): the
+    worker stopped cleanly, every lease was reported or released, and nothing of
+    sqlq's waits for those threads."""
+    lingering = [
+        thread.name
+        for thread in threading.enumerate()
+        if not thread.daemon and thread is not threading.main_thread() and thread.is_alive()
+    ]
+    if not lingering:
+        return
+    log = logging.getLogger("sqlq.worker")
+    if error is not None:
+        code = 1
+        log.error("worker stopped on an error: %s", describe_error(error))
+    log.warning(
+        "%d thread(s) that are not daemon threads still run (%s), started by a handler and "
+        "never ended; they would keep the process alive, so it exits now (code %d) "
+        "without waiting for them",
+        len(lingering),
+        ", ".join(lingering),
+        code,
+    )
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    os._exit(code)
 
 
 def serve(

@@ -53,6 +53,9 @@ REGISTRY = ("tests/test_registry.py",)
 PACKAGING = ("tests/test_packaging.py",)
 IMPORTS = ("tests/test_imports.py",)
 TASKS = ("tests/test_tasks.py",)
+DJANGO = ("tests/test_django.py",)
+HARDENING = ("tests/test_worker_hardening.py",)
+LEFTOVERS = ("tests/test_worker_leftovers.py",)
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,8 @@ MUTANTS = [
     Mutant(
         "worker-retries-a-task-it-cannot-run",
         "sqlq/tasks.py",
-        "return str(error), False",
-        "return str(error), True",
+        "return error_message(error), False",
+        "return error_message(error), True",
         ("tests/test_tasks.py",),
     ),
     Mutant(
@@ -469,8 +472,8 @@ MUTANTS = [
     Mutant(
         "executor-drops-coroutines",
         "sqlq/executors.py",
-        "if inspect.isawaitable(result):",
-        "if False:",
+        "            if _awaitable(result):",
+        "            if False:",
         ASYNC,
     ),
     Mutant(
@@ -1023,6 +1026,226 @@ MUTANTS = [
         "priority=self.priority if priority is None else priority,\n                group=group,",
         "priority=0 if priority is None else priority,\n                group=group,",
         TASKS,
+    ),
+    # The command line and the dashboard (issue 23, item 12).
+    Mutant(
+        "progress-shown-in-full",
+        "sqlq/cli/common.py",
+        'return f"{value:.{max(3, len(str(int(abs(value)))))}g}"',
+        "return repr(value)",
+        ("tests/test_cli.py::test_figure_rounds_what_a_handler_reported",),
+    ),
+    Mutant(
+        "progress-cut-to-three-digits",
+        "sqlq/cli/common.py",
+        'return f"{value:.{max(3, len(str(int(abs(value)))))}g}"',
+        'return f"{value:.3g}"',
+        ("tests/test_cli.py::test_progress_is_shown_to_three_significant_digits",),
+    ),
+    Mutant(
+        "leases-page-progress-unformatted",
+        "sqlq/web/templates/tasks.html",
+        "{{ t.progress | figure }}",
+        "{{ t.progress }}",
+        ("tests/test_web.py::test_progress_is_shown_to_three_significant_digits",),
+    ),
+    Mutant(
+        "add-key-holder-unsaid",
+        "sqlq/cli/adding.py",
+        'print(f"key {printable(args.key)} is held by {holder}")',
+        "pass",
+        (
+            "tests/test_keys.py::test_sqlq_add_key_answers_with_the_holder_and_show_and_list_show_keys",
+        ),
+    ),
+    Mutant(
+        "web-address-left-in-the-buffer",
+        "sqlq/cli/web.py",
+        'print(f"sqlq {args.command}: {db.name} on http://{where}:{port}/", flush=True)',
+        'print(f"sqlq {args.command}: {db.name} on http://{where}:{port}/")',
+        ("tests/test_web.py::test_sqlq_web_answers_once_it_says_where_and_exits_0_when_stopped",),
+    ),
+    Mutant(
+        "pg-read-commands-miss-the-schema",
+        "sqlq/postgresql/migrate.py",
+        '_need_a_schema(cur, name)  # what migrating would say, not "migrate creates them"',
+        "pass",
+        ("tests/test_postgresql_probe.py::test_a_search_path_naming_no_existing_schema_says_so",),
+    ),
+    Mutant(
+        "charts-span-their-points",
+        "sqlq/web/static/charts.js",
+        "scales: { x: { time: true, auto: false, range: function () { return span; } } },",
+        "scales: { x: { time: true } },",
+        ("tests/test_web_browser.py::test_the_charts_draw_the_throughput_and_the_oldest_wait",),
+    ),
+    Mutant(
+        "django-running-is-ready",
+        "sqlq/django/__init__.py",
+        '    "RESERVED": TaskResultStatus.RUNNING,',
+        '    "RESERVED": TaskResultStatus.READY,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-dead-is-successful",
+        "sqlq/django/__init__.py",
+        '    "DEAD": TaskResultStatus.FAILED,',
+        '    "DEAD": TaskResultStatus.SUCCESSFUL,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-cancelled-is-ready",
+        "sqlq/django/__init__.py",
+        '    "CANCELLED": TaskResultStatus.FAILED,',
+        '    "CANCELLED": TaskResultStatus.READY,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-waiting-is-running",
+        "sqlq/django/__init__.py",
+        '    "WAITING": TaskResultStatus.READY,',
+        '    "WAITING": TaskResultStatus.RUNNING,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-enqueue-outside-the-transaction",
+        "sqlq/django/__init__.py",
+        "        if not django_conn.in_atomic_block:",
+        "        if django_conn.in_atomic_block or True:",
+        DJANGO,
+    ),
+    Mutant(
+        "django-priority-reversed",
+        "sqlq/django/__init__.py",
+        "    return int(priority)",
+        "    return -int(priority)",
+        DJANGO,
+    ),
+    Mutant(
+        "worker-logs-a-handler-error-with-an-f-string",
+        "sqlq/worker.py",
+        '            fields["error"] = describe_error(error)',
+        '            fields["error"] = f"{type(error).__name__}: {error}"',
+        HARDENING,
+    ),
+    Mutant(
+        "describe-error-lets-a-base-exception-of-str-through",
+        "sqlq/contract.py",
+        '    except BaseException as failure:\n        return f"<str() raised',
+        '    except Exception as failure:\n        return f"<str() raised',
+        HARDENING,
+    ),
+    Mutant(
+        "failure-asks-the-handler-errors-class",
+        "sqlq/tasks.py",
+        "    if issubclass(type(error), NotRetryable):",
+        "    if isinstance(error, NotRetryable):",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-reencodes-a-handlers-result",
+        "sqlq/worker.py",
+        "            return (None if stored is None else payloads.decode(stored)), None",
+        "            return result, None",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-result-encoding-errors-escape",
+        "sqlq/worker.py",
+        "        except BaseException as exc:\n            return None, NotRetryable(",
+        "        except InvalidArgument as exc:\n            return None, NotRetryable(",
+        HARDENING,
+    ),
+    Mutant(
+        "executor-asks-a-result-its-class-unguarded",
+        "sqlq/executors.py",
+        "        return inspect.isawaitable(result)\n    except BaseException:",
+        "        return inspect.isawaitable(result)\n    except ZeroDivisionError:",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-cancelled-check-asks-the-errors-class",
+        "sqlq/worker.py",
+        "issubclass(type(error), asyncio.CancelledError)",
+        "isinstance(error, asyncio.CancelledError)",
+        HARDENING,
+    ),
+    Mutant(
+        "forked-child-returns-into-the-worker",
+        "sqlq/executors.py",
+        "    if os.getpid() != pid:\n",
+        "    if False:\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "forked-child-of-an-async-handler-returns-into-the-loop",
+        "sqlq/executors.py",
+        "        return exc\n    forked_child_ends(pid, 0)\n",
+        "        return exc\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "worker-cli-waits-for-lingering-threads",
+        "sqlq/worker.py",
+        "    if not lingering:\n        return\n",
+        "    if True:\n        return\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "worker-waits-for-its-poll-not-the-next-due-task",
+        "sqlq/worker.py",
+        "        if not ready:\n            self._read_next_due()\n",
+        "",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "sql-next-due-forgets-rate-slots",
+        "sqlq/sqlite/queries.sql",
+        "       (SELECT min(tat) FROM sqlq_groups INDEXED BY sqlq_groups_by_head",
+        "       (SELECT NULL + min(tat) FROM sqlq_groups INDEXED BY sqlq_groups_by_head",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "pg-next-due-forgets-rate-slots",
+        "sqlq/postgresql/queries.sql",
+        "       (SELECT min(tat) FROM sqlq_groups\n",
+        "       (SELECT NULL + min(tat) FROM sqlq_groups\n",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "next-due-ignores-a-pause",
+        "sqlq/backend.py",
+        "    return now, None if paused or not found else min(found)",
+        "    return now, None if not found else min(found)",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "registry-stale-holds-unchecked",
+        "sqlq/registry.py",
+        "    if stale and find is not None:",
+        "    if False:",
+        REGISTRY,
+    ),
+    Mutant(
+        "registry-any-lease-of-a-reserved-task-is-the-stale-ones",
+        "sqlq/registry.py",
+        "    if state == State.RESERVED and task.token == held.token:",
+        "    if state == State.RESERVED:",
+        REGISTRY,
+    ),
+    Mutant(
+        "registry-a-lease-never-runs-out",
+        "sqlq/registry.py",
+        'what = "ran out" if ran_out else "held"',
+        'what = "held"',
+        REGISTRY,
+    ),
+    Mutant(
+        "cli-workers-hides-what-is-true-now",
+        "sqlq/cli/workers.py",
+        """f"{': ' + held_text(h) if h.now is not None else ''})\"""",
+        """")\"""",
+        REGISTRY,
     ),
 ]
 

@@ -319,8 +319,10 @@ def _add_keyed(args: argparse.Namespace, db: Any, created: bool, payload: Any) -
         return EXIT_OK
     if created:
         print(f"created {db.name}")
-    if added or existed:
+    if added or existed:  # the holder: this task when added, whichever (or none) if it existed
         print(f"added {int(added)} task to queue {args.queue!r}; {int(existed)} already existed")
+        holder = "no task" if answer.holder is None else f"task {printable(answer.holder)}"
+        print(f"key {printable(args.key)} is held by {holder}")
     else:
         done = {Keyed.REFUSED: "not added", Keyed.MERGED: "merged into the holder"}
         what = done.get(answer.outcome, "debounced: the holder took its payload and run time")

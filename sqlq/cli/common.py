@@ -389,6 +389,18 @@ def shorten(text: str | None, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
+def figure(value: float) -> str:
+    """A number a handler reported (its progress) for people: a whole one as it is (3,
+    1200); any other to 3 significant digits, but with every digit of its integer part
+    (0.0833, 12.3, 1235), not the 17 of 1/12 in full; past 10^15, 3 digits (2e+20)."""
+    value = float(value)
+    if abs(value) >= 1e15:
+        return f"{value:.3g}"
+    if value.is_integer():
+        return str(int(value))
+    return f"{value:.{max(3, len(str(int(abs(value)))))}g}"
+
+
 def byte_size(n: int) -> str:
     """1234567 -> '1.2 MiB'."""
     if n < 1024:

@@ -32,6 +32,7 @@ from .common import (
     byte_size,
     current_version,
     existing,
+    figure,
     moment,
     open_queue,
     opened,
@@ -328,7 +329,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("finished_at", moment(info.finished_at, now)),
         ("stop_requested_at", moment(info.stop_requested_at, now)),
         ("last_error", "-" if info.last_error is None else _lines(info.last_error)),
-        ("progress", "-" if info.progress is None else f"{info.progress:g}"),
+        ("progress", "-" if info.progress is None else figure(info.progress)),
         ("progress_message", _lines(info.progress_message or "-")),
         ("payload", _stored(info.payload)),
         ("result", _stored(info.result)),
@@ -351,7 +352,7 @@ def _stored(value: Any) -> str:
 
 def _reported(info: TaskInfo) -> str | None:
     """The task's latest progress report as one line, or None if there is none."""
-    parts = [] if info.progress is None else [f"{info.progress:g}"]
+    parts = [] if info.progress is None else [figure(info.progress)]
     if info.progress_message:
         parts.append(printable(info.progress_message))
     return " ".join(parts) or None

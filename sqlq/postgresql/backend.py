@@ -46,7 +46,7 @@ from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 
-from ..backend import Claimed, Figures, Holder, Opened, TaskRow, WorkerRow, claim_each
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow, WorkerRow, claim_each, due_of
 from ..browse import Browse, Found, task_row
 from ..contract import (
     DEFAULT_AGING,
@@ -400,6 +400,10 @@ class PostgresBackend:
     def ready(self, queue: str, now: Number | None) -> bool:
         params = {"queue": queue, "now": now}
         return bool(self._read(lambda cur: cur.execute(Q.ready, params).fetchone()[0]))
+
+    def next_due(self, queue: str, now: Number | None) -> tuple[Number, Number | None]:
+        params = {"queue": queue, "now": now}
+        return due_of(self._read(lambda cur: cur.execute(Q.next_due, params).fetchone()))
 
     def paused(self, queue: str) -> bool:
         params = {"queue": queue}

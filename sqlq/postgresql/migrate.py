@@ -81,11 +81,8 @@ def ensure_schema(conn: Any, name: str) -> int:
         cur = conn.cursor()
         cur.execute(Q.lock_migrations)
         version = applied_version(cur, name)  # another process may have migrated meanwhile
-        if version == 0 and cur.execute(Q.current_schema).fetchone()[0] is None:
-            raise InvalidConfig(
-                f"{name}: no schema of the search_path exists, so there is none to create "
-                "sqlq's tables in; create it first (CREATE SCHEMA ...) or name one that exists"
-            )
+        if version == 0:
+            _need_a_schema(cur, name)
         cur.execute(Q.create_migrations_table)
         for migration in migrations()[version:]:
             cur.execute(migration.sql)
@@ -101,10 +98,23 @@ def check_schema(conn: Any, name: str) -> int:
     """The version of a sqlq database, opened as it is; refuses (without writing)
     one that has no sqlq tables, or a newer or foreign schema."""
     with conn.transaction():
-        version = applied_version(conn.cursor(), name)
+        cur = conn.cursor()
+        version = applied_version(cur, name)
+        if version == 0:
+            _need_a_schema(cur, name)  # what migrating would say, not "migrate creates them"
     if version == 0:
         raise NotASqlqDatabase(
             f"{name}: has no sqlq tables yet (opening a sqlq.Queue on it, `sqlq add` or "
             "`sqlq migrate` creates them)"
         )
     return version
+
+
+def _need_a_schema(cur: Any, name: str) -> None:
+    """Refuse a search_path none of whose schemas exists: sqlq creates its tables, not
+    the schema they go in (a name that is a typo must not become a new schema)."""
+    if cur.execute(Q.current_schema).fetchone()[0] is None:
+        raise InvalidConfig(
+            f"{name}: no schema of the search_path exists, so there is none to create "
+            "sqlq's tables in; create it first (CREATE SCHEMA ...) or name one that exists"
+        )

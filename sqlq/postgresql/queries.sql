@@ -172,6 +172,21 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
     OR EXISTS (SELECT 1 FROM sqlq_tasks, t
                WHERE queue = %(queue)s AND run_at IS NOT NULL AND run_at <= t.now))
 
+-- name: next_due
+-- Read only, as ready: the time of the read (the later of :now, or the
+-- server's clock, and the mark), whether the queue is paused, and the earliest
+-- times at which a claim finds a task it does not find now: the next rate slot
+-- (tat) of a group with a task and a free place, the next lease to run out, the
+-- next WAITING task due; NULL where there is none.  A worker that found nothing
+-- sleeps until the soonest.
+SELECT greatest(c.now, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)),
+       EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s),
+       (SELECT min(tat) FROM sqlq_groups
+        WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap),
+       (SELECT min(deadline) FROM sqlq_tasks WHERE queue = %(queue)s AND deadline IS NOT NULL),
+       (SELECT min(run_at) FROM sqlq_tasks WHERE queue = %(queue)s AND run_at IS NOT NULL)
+FROM sqlq_clock AS c WHERE c.id = 1
+
 -- name: insert_task
 -- Add a task (see _call: the call's time, and (mark, now, due, go) first in the
 -- answer), AVAILABLE at the back of the line or WAITING until run_at, taking

@@ -42,7 +42,16 @@ from typing import Any, Literal, NoReturn, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from ..backend import Claimed, Figures, Holder, Opened, TaskRow, WorkerRow, claim_each
+from ..backend import (
+    Claimed,
+    Figures,
+    Holder,
+    Opened,
+    TaskRow,
+    WorkerRow,
+    claim_each,
+    due_of,
+)
 from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
 from ..contract import (
@@ -446,6 +455,16 @@ class SqliteBackend:
                 lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone(), deadline
             )
         return bool(row[0])
+
+    def next_due(self, queue: str, now: Number | None) -> tuple[Number, Number | None]:
+        now = time.time() if now is None else now  # SQLite's clock is this process's
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            row = self._waiting(
+                lambda: conn.execute(Q.next_due, {"queue": queue, "now": now}).fetchone(),
+                deadline,
+            )
+        return due_of(row)
 
     def paused(self, queue: str) -> bool:
         with self._holding_lock() as deadline, self._guard():

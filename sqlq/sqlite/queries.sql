@@ -150,6 +150,19 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
                WHERE queue = :queue
                  AND run_at <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1))))
 
+-- name: next_due
+-- Read only, as ready: the time of the read (the later of :now and the mark),
+-- whether the queue is paused, and the earliest times at which a claim finds a
+-- task it does not find now: the next rate slot (tat) of a group with a task
+-- and a free place, the next lease to run out, the next WAITING task due; NULL
+-- where there is none.  A worker that found nothing sleeps until the soonest.
+SELECT max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)),
+       EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue),
+       (SELECT min(tat) FROM sqlq_groups INDEXED BY sqlq_groups_by_head
+        WHERE queue = :queue AND head IS NOT NULL AND running < cap),
+       (SELECT min(deadline) FROM sqlq_tasks WHERE queue = :queue AND deadline IS NOT NULL),
+       (SELECT min(run_at) FROM sqlq_tasks WHERE queue = :queue AND run_at IS NOT NULL)
+
 -- name: insert_task
 -- Add a task, AVAILABLE at the back of the line or WAITING until run_at; does
 -- nothing if the id exists in any state (add reads the row count; add_many
