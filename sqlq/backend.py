@@ -38,8 +38,6 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-import sqlalchemy as sa
-
 from .contract import DEFAULT_AGING, Completion, Limit, Number, Outcome, State
 from .payload import Encoded
 from .records import (
@@ -54,6 +52,8 @@ from .retry import Retry
 from .settings import QueueSettings
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from .browse import Browse, Found
 
 

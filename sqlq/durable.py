@@ -18,9 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, overload
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any, overload
 
 from . import payload as payloads
 from .backend import Backend, Claimed, Event, Figures, TaskRow, Transaction, WorkerRow
@@ -90,6 +88,9 @@ from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
 from .settings import DEFAULTS, QueueSettings, merged
+
+if TYPE_CHECKING:  # the backend loads SQLAlchemy when a Queue opens its database
+    import sqlalchemy as sa
 
 #: Tasks deleted per transaction by ``purge``, so that no call holds the write lock long.
 PURGE_BATCH = 1000

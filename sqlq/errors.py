@@ -50,7 +50,11 @@ class NoDatabase(InvalidConfig):
 
 class InvalidTask(InvalidArgument, TypeError):
     """A registered task was deferred with arguments its function cannot take, or
-    that cannot be stored as JSON; nothing was stored."""
+    that cannot be stored as JSON; nothing was stored.  Of a batch
+    (``Task.defer_many``), ``index`` is the position of the first refused call."""
+
+    #: The position in the batch of the call refused (None: not from a batch).
+    index: int | None = None
 
 
 # --- failures that no retry can mend ---------------------------------------------

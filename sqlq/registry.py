@@ -20,12 +20,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .backend import TaskRow, WorkerRow
 from .contract import Number, State, check_task_id, check_time, check_token
 from .errors import InvalidArgument, WorkersRunning
-from .records import Held, WorkerInfo
+
+if TYPE_CHECKING:  # (the records load where a row is read: `sqlq --help` names KEEP_STALE)
+    from .backend import TaskRow, WorkerRow
+    from .records import Held, WorkerInfo
+
+    #: A read of a task as last written: (queue, task id) -> the row, or None.
+    Find = Callable[[str, str], TaskRow | None]
 
 #: A row is stale once this many of its worker's intervals passed without a write
 #: (it missed two: a write that waits for the lock a while is not yet stale).
@@ -62,11 +67,9 @@ def listed(rows: Iterable[WorkerRow], now: Number, find: Find | None = None) -> 
     return [_info(row, now, find) for row in shown]
 
 
-#: A read of a task as last written: (queue, task id) -> the row, or None.
-Find = Callable[[str, str], TaskRow | None]
-
-
 def _info(row: WorkerRow, now: Number, find: Find | None) -> WorkerInfo:
+    from .records import Held, WorkerInfo
+
     holds = tuple(Held(*held) for held in json.loads(row.holds))
     stale = now >= row.stale_at
     if stale and find is not None:
@@ -90,6 +93,8 @@ def _checked(held: Held, task: TaskRow | None, now: Number) -> Held:
 def held_text(held: Held | Mapping[str, Any]) -> str:
     """What a stale row's lease shows of its task now (`sqlq workers`, the dashboard,
     which has it as JSON): '' for a live row's."""
+    from .records import Held
+
     if not isinstance(held, Held):
         held = Held(**held)
     if held.now is None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from .contract import describe_error
 from .errors import InvalidConfig
+from .install import pip_install
 from .records import Lease
 
 #: The outcomes that end a span with status ERROR.
@@ -37,9 +38,7 @@ class TaskTracer:
         try:
             from opentelemetry import context, trace
         except ImportError:
-            raise InvalidConfig(
-                "tracing needs opentelemetry-api: pip install 'sqlq[otel]'"
-            ) from None
+            raise InvalidConfig(f"tracing needs opentelemetry-api: {pip_install('otel')}") from None
         self.queue = queue
         self._trace = trace
         self._context = context

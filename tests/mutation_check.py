@@ -50,6 +50,9 @@ LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
+PACKAGING = ("tests/test_packaging.py",)
+IMPORTS = ("tests/test_imports.py",)
+TASKS = ("tests/test_tasks.py",)
 DJANGO = ("tests/test_django.py",)
 HARDENING = ("tests/test_worker_hardening.py",)
 LEFTOVERS = ("tests/test_worker_leftovers.py",)
@@ -937,6 +940,104 @@ MUTANTS = [
         "    line_key = :now - priority * aging,",
         "    line_key = :now - priority * 60,",
         PRIORITIES,
+    ),
+    Mutant(
+        "install-under-the-taken-name",
+        "pyproject.toml",
+        'name = "sqlq-queue"',
+        'name = "sqlq"',
+        PACKAGING,
+    ),
+    Mutant(
+        "install-extra-names-the-other-sqlq",
+        "pyproject.toml",
+        '    "sqlq-queue[postgresql]",',
+        '    "sqlq[postgresql]",',
+        PACKAGING,
+    ),
+    Mutant(
+        "install-hint-names-the-other-sqlq",
+        "sqlq/install.py",
+        "return f\"pip install '{DISTRIBUTION}[{extra}]'\"",
+        "return f\"pip install 'sqlq[{extra}]'\"",
+        PACKAGING,
+    ),
+    Mutant(
+        "install-tracing-hint-by-hand",
+        "sqlq/worker_tracing.py",
+        "{pip_install('otel')}",
+        "pip install 'sqlq[otel]'",
+        PACKAGING,
+    ),
+    Mutant(
+        "imports-sqlq-loads-every-name",
+        "sqlq/__init__.py",
+        "if TYPE_CHECKING:\n    from .aio import AsyncQueue\n",
+        "if True:\n    from .aio import AsyncQueue\n",
+        IMPORTS,
+    ),
+    Mutant(
+        "imports-cli-loads-the-queue",
+        "sqlq/cli/common.py",
+        "if TYPE_CHECKING:  # SQLAlchemy and the backends load when a command opens a database\n",
+        "if True:\n",
+        IMPORTS,
+    ),
+    Mutant(
+        "imports-help-loads-the-records",
+        "sqlq/shapes.py",
+        "if TYPE_CHECKING:\n    from .records import",
+        "if True:\n    from .records import",
+        IMPORTS,
+    ),
+    Mutant(
+        "imports-backends-loads-sqlalchemy",
+        "sqlq/backends.py",
+        "from .errors import InvalidConfig\n",
+        "import sqlalchemy as sa\n\nfrom .errors import InvalidConfig\n",
+        IMPORTS,
+    ),
+    Mutant(
+        "tasks-defer-many-unchecked",
+        "sqlq/tasks.py",
+        "given.append(self.arguments(kwargs, index))",
+        "given.append(dict(kwargs))",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-defer-many-names-a-later-call",
+        "sqlq/tasks.py",
+        "self._unstorable(given, queue.max_payload_bytes)  # an earlier call's, first",
+        "pass",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-quick-check-forgets-the-required",
+        "sqlq/tasks.py",
+        "        if not self._required <= names:\n            return False\n",
+        "",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-quick-check-takes-any-name",
+        "sqlq/tasks.py",
+        "and all(type(n) is str for n in extra)",
+        "",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-batch-ids-not-version-4",
+        "sqlq/tasks.py",
+        "bytes(b & 0x0F | 0x40 for b in raw[6::16])",
+        "bytes(b & 0x0F for b in raw[6::16])",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-defer-many-forgets-the-tasks-priority",
+        "sqlq/tasks.py",
+        "priority=self.priority if priority is None else priority,\n                group=group,",
+        "priority=0 if priority is None else priority,\n                group=group,",
+        TASKS,
     ),
     # The command line and the dashboard (issue 23, item 12).
     Mutant(

@@ -471,7 +471,7 @@ def test_without_the_web_extra_sqlq_web_says_what_to_install(queue_url: str) -> 
         [sys.executable, "-c", WITHOUT_UVICORN, queue_url], capture_output=True, text=True
     )
     assert run.returncode == 1, run.stderr
-    assert "needs the web extra (uvicorn is missing): pip install 'sqlq[web]'" in run.stderr
+    assert "needs the web extra (uvicorn is missing): pip install 'sqlq-queue[web]'" in run.stderr
     alone = subprocess.run([sys.executable, "-c", CLI_ALONE], capture_output=True, text=True)
     assert alone.returncode == 0, alone.stderr
     assert alone.stdout.splitlines()[-1] == "[]"

@@ -21,7 +21,6 @@ could not be read or written, is not a sqlq database, an unknown task, ...);
 from __future__ import annotations
 
 import argparse
-import difflib
 import io
 import os
 import sys
@@ -102,6 +101,8 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     (argparse alone reports it with the top-level usage), and the closest options."""
     args, unknown = parser.parse_known_args(argv)
     if unknown:
+        import difflib  # only for a mistyped option
+
         sub = subcommands(parser)[args.command]
         known = [s for action in sub._actions for s in action.option_strings]
         hints = {m for u in unknown for m in difflib.get_close_matches(u.split("=")[0], known, 1)}

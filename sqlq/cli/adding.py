@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import payload as payloads
 from ..contract import (
@@ -22,7 +22,6 @@ from ..contract import (
     MIN_PRIORITY,
     check_task_id,
 )
-from ..durable import Queue
 from ..errors import InvalidArgument, InvalidPayload
 from ..keys import ON_KEY, Added, Keyed
 from ..shapes import added_json
@@ -48,6 +47,9 @@ from .common import (
     seconds,
     unix_time,
 )
+
+if TYPE_CHECKING:
+    from ..durable import Queue
 
 #: Tasks per add_many call (one transaction each) when adding from a file.
 ADD_BATCH = 1000

@@ -12,12 +12,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import sqlalchemy as sa
-
-from ..backend import Backend
-from ..backends import database_file, open_backend
 from ..contract import (
     DEFAULT_AGING,
     MAX_BATCH,
@@ -27,9 +23,12 @@ from ..contract import (
     check_name,
     check_queue_name,
 )
-from ..durable import Queue
 from ..errors import InvalidArgument, InvalidConfig, SchemaError
 from ..retry import Retry
+
+if TYPE_CHECKING:  # SQLAlchemy and the backends load when a command opens a database
+    from ..backend import Backend
+    from ..durable import Queue
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -248,6 +247,10 @@ def _usage_error_if_refused() -> Iterator[None]:
 def database(arg: str) -> Database:
     """The database a DB argument names: a path or a URL, whatever sqlq.Queue takes
     (the registry, sqlq.backends, tells which name a file)."""
+    import sqlalchemy as sa
+
+    from ..backends import database_file
+
     with _usage_error_if_refused():
         file = database_file(arg)
     if file is not None:
@@ -289,6 +292,8 @@ def creatable(arg: str) -> tuple[Database, bool]:
 @contextmanager
 def opened(db: Database, **options: Any) -> Iterator[Backend]:
     """The backend of ``db`` (sqlq.backends.open_backend with ``options``), closed after."""
+    from ..backends import open_backend
+
     with _usage_error_if_refused():
         backend = open_backend(db.target, **options)
     try:
@@ -344,6 +349,8 @@ def open_queue(
 ) -> Queue:
     """A sqlq.Queue for the commands, with the queue's stored settings but for those
     given."""
+    from ..durable import Queue
+
     with _usage_error_if_refused():
         return Queue(
             db.target,

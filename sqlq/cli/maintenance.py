@@ -14,11 +14,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..contract import State
-from ..durable import Queue
-from ..records import Purged
 from ..shapes import purged_json, redriven_json
 from .common import (
     DURATION_SYNTAX,
@@ -42,6 +40,10 @@ from .common import (
     span,
     sqlq_database,
 )
+
+if TYPE_CHECKING:
+    from ..durable import Queue
+    from ..records import Purged
 
 WRITE_NOTE = "it must exist (it is not created) and be a sqlq database; an older schema is migrated"
 

@@ -11,17 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..contract import State
 from ..payload import Undecodable
-from ..records import QueueOverview, TaskInfo
 from ..settings import DEFAULTS, QueueSettings
 from ..shapes import overview_json, task_json
 from .common import (
@@ -52,6 +49,11 @@ from .common import (
     table,
 )
 from .configure import retry_text
+
+if TYPE_CHECKING:
+    import threading
+
+    from ..records import QueueOverview, TaskInfo
 
 READ_ONLY_NOTE = "it must exist and be a sqlq database at the current schema; it is not created"
 
@@ -462,6 +464,9 @@ def _watch(db: Database, interval: float, count: int | None) -> int:
     Ctrl-C (SIGINT) ends the watch between reads: it sets a flag, so that no
     KeyboardInterrupt lands inside a read, where it could leave the queue's lock
     taken and the closing of the database waiting for it for good."""
+    import signal
+    import threading
+
     stopped = threading.Event()
     if threading.current_thread() is not threading.main_thread():  # (no signals there)
         return _watch_until(db, interval, count, stopped)

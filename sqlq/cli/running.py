@@ -286,6 +286,8 @@ def _worker(args: argparse.Namespace) -> int:
     if args.django_settings is not None:
         return _django_worker(args)
     if args.db is None or args.target is None:
+        if args.db is not None and not args.db.strip():
+            sqlq_database(args.db, allow_older=True)  # says that no database was given
         raise UsageError("worker: give DB and HANDLER, or --django-settings MODULE")
     db = sqlq_database(args.db, allow_older=True, creates="worker does not create databases")
     # threads, signals and logging only when needed

@@ -5,10 +5,9 @@ holds.  Reads only, and never takes the write lock."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from ..records import WorkerInfo
 from ..registry import KEEP_STALE, STALE_BEATS, held_text, listed
-from ..shapes import workers_json
 from .common import (
     EXIT_OK,
     add_database,
@@ -19,6 +18,9 @@ from .common import (
     relative,
     table,
 )
+
+if TYPE_CHECKING:
+    from ..records import WorkerInfo
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,6 +48,8 @@ def _workers(args: argparse.Namespace) -> int:
         now, registry = backend.workers()
         found = listed(registry, now, backend.find)
     if args.json:
+        from ..shapes import workers_json
+
         print_json(workers_json(db.name, found, now))
         return EXIT_OK
     if not found:
