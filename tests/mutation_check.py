@@ -917,6 +917,20 @@ MUTANTS = [
         PRIORITIES,
     ),
     Mutant(
+        "sql-debounce-forgets-the-priority",
+        "sqlq/sqlite/queries.sql",
+        "    line_key = iif(:seq = :seen, line_key, :now - priority * aging),",
+        "    line_key = iif(:seq = :seen, line_key, :now),",
+        PRIORITIES,
+    ),
+    Mutant(
+        "pg-debounce-forgets-the-priority",
+        "sqlq/postgresql/queries.sql",
+        "ELSE %(now)s::float8 - priority * aging END,",
+        "ELSE %(now)s::float8 END,",
+        PRIORITIES,
+    ),
+    Mutant(
         "sql-retry-with-a-fixed-aging",
         "sqlq/sqlite/queries.sql",
         "    line_key = :now - priority * aging,",
