@@ -31,6 +31,16 @@ def new_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable
         yield new
 
 
+@pytest.fixture(params=DURABLE_KINDS)
+def migrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], str]]:
+    """migrated_url() -> the URL of a new database that holds sqlq's current schema and
+    no task, each call another one, of each durable kind in turn: new_url's, for tests
+    that only use queues on it (a SQLite file is copied, not migrated anew: see
+    tests/databases.py).  A test of creating or migrating a database takes new_url."""
+    with fresh_databases(request.param, tmp_path, server(request), migrated=True) as new:
+        yield new
+
+
 @pytest.fixture
 def queue_url(new_url: Callable[[], str]) -> str:
     """The URL of a new, empty database, of each durable kind in turn."""
@@ -40,7 +50,7 @@ def queue_url(new_url: Callable[[], str]) -> str:
 @pytest.fixture(params=["memory", *DURABLE_KINDS])
 def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
     """make_queue(lease_seconds, max_attempts, **options) -> a WorkQueue, or a Queue on a
-    new database of each durable kind.
+    new database of each durable kind (migrated_url's: SQLite's a copy of a migrated file).
 
     ``options`` are those both faces take: retry, rng, max_payload_bytes.
     """
@@ -48,7 +58,9 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
         yield sqlq.WorkQueue
         return
     with ExitStack() as opened:
-        new = opened.enter_context(fresh_databases(request.param, tmp_path, server(request)))
+        new = opened.enter_context(
+            fresh_databases(request.param, tmp_path, server(request), migrated=True)
+        )
 
         def make(lease_seconds: float, max_attempts: int, **options: Any) -> Any:
             url = new()
@@ -63,6 +75,21 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
             return queue
 
         yield make
+
+
+#: Marks of the tests that take seconds each (real processes, faults, long histories):
+#: they run first, so that under pytest-xdist each worker ends on short tests and
+#: both cores stay busy until the end of the run.
+HEAVY = ("processes", "faults", "slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker (only workers collect), the heavy tests first, in
+    collection order, then the rest, in collection order: every worker collects the same
+    order, as xdist requires.  A run without workers (-n 0, as the mutation check's, whose
+    -x stops at the first failure of the fast files it lists first) keeps the files' order."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in HEAVY))
 
 
 def server(request: pytest.FixtureRequest) -> Callable[[], str]:

@@ -3,6 +3,7 @@
     .venv/bin/python tests/mutation_check.py               # every mutant
     .venv/bin/python tests/mutation_check.py --only 'sql-*' --only memory-no-high-water-mark
     .venv/bin/python tests/mutation_check.py --list
+    .venv/bin/python tests/mutation_check.py --sample 30      # CI (.ci/run): this commit's share
 
 Each mutant is a file, a piece of its text that must occur exactly once, and
 what to put instead.  For each one the script edits the file, runs the test
@@ -12,6 +13,14 @@ and exits non-zero if a mutant survived or its run broke.  A mutant whose
 original text is no longer found exactly once stops the script before anything
 is changed: a refactor must re-point it, not retire it silently.
 
+``--sample K`` runs about K mutants, this commit's share: the mutants, in the order of
+the SHA-256 of their names (fixed, whatever the order of the list), are dealt into
+``ceil(N / K)`` slices (slice i: the i-th, the i+S-th, ... mutant), and the commit whose
+history has ``c`` commits (``git rev-list --count HEAD``) runs slice ``c mod S``.  So
+every S consecutive commits of a branch run every mutant once, and a mutant that
+survives fails CI at most S commits after the change that let it live.  A shallow clone
+(no history to count) takes the slice from the commit's hash instead.
+
 Not collected by pytest (the name does not start with ``test_``).
 """
 
@@ -19,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
+import math
 import os
 import signal
 import subprocess
@@ -956,7 +967,12 @@ def run(m: Mutant) -> str:
     path = ROOT / m.path
     original = path.read_bytes()
     text = original.decode("utf-8")
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests]
+    # -n 0: one process, in the files' order (pyproject's addopts run pytest-xdist
+    # workers, which put the slow tests first), so that -x stops at the first failure.
+    command = [
+        *(sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider"),
+        *m.tests,
+    ]
     # A bytecode cache of its own: a cached .pyc of the original could pass for the
     # mutant (same size, same second).
     cache = tempfile.TemporaryDirectory(prefix="sqlq-mutant-")
@@ -1003,14 +1019,45 @@ def installed_from_the_tree() -> None:
         )
 
 
+def commit_number() -> int:
+    """HEAD's number of commits (its place in the branch's history); from its hash in a
+    shallow clone, whose history is cut."""
+
+    def git(*args: str) -> str:
+        found = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        if found.returncode != 0:
+            sys.exit(f"--sample needs git: git {' '.join(args)}: {found.stderr.strip()}")
+        return found.stdout.strip()
+
+    if git("rev-parse", "--is-shallow-repository") == "true":
+        return int(git("rev-parse", "HEAD")[:12], 16)
+    return int(git("rev-list", "--count", "HEAD"))
+
+
+def sample(mutants: list[Mutant], about: int, number: int) -> list[Mutant]:
+    """Slice ``number mod S`` of ``mutants`` dealt into S = ceil(N / about) slices, in
+    the order of the hashes of their names (see the module's docstring)."""
+    ordered = sorted(mutants, key=lambda m: hashlib.sha256(m.name.encode()).hexdigest())
+    slices = max(1, math.ceil(len(ordered) / max(1, about)))
+    return ordered[number % slices :: slices]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="a mutant name or glob (repeatable)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--sample", type=int, metavar="K", help="about K mutants: this commit's share of them"
+    )
     args = parser.parse_args()
     chosen = [
         m for m in MUTANTS if not args.only or any(fnmatch.fnmatch(m.name, p) for p in args.only)
     ]
+    if args.sample is not None:
+        number = commit_number()
+        slices = max(1, math.ceil(len(chosen) / max(1, args.sample)))
+        chosen = sample(chosen, args.sample, number)
+        print(f"commit {number}: slice {number % slices} of {slices}, {len(chosen)} mutants")
     if not chosen:
         sys.exit(f"no mutant matches {args.only}")
     check(chosen)
