@@ -61,6 +61,8 @@ LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
+CLI = ("tests/test_cli.py",)
+WEB = ("tests/test_web_probe.py", "tests/test_web.py")
 
 
 @dataclass(frozen=True)
@@ -940,6 +942,125 @@ MUTANTS = [
         "ELSE %(now)s::float8 - priority * aging END,",
         "ELSE %(now)s::float8 END,",
         PRIORITIES,
+    ),
+    # --- dedupe keys (sqlq/keys.py: the rules both faces share)
+    Mutant(
+        "keys-merge-refuses",
+        "sqlq/keys.py",
+        '    if on_key == "merge":\n        return Keyed.MERGED',
+        '    if on_key == "merge":\n        return Keyed.REFUSED',
+        KEYS,
+    ),
+    Mutant(
+        "keys-debounce-of-a-running-holder",
+        "sqlq/keys.py",
+        "(state == State.WAITING or state == State.AVAILABLE)",
+        "(state != State.COMPLETED)",
+        KEYS,
+    ),
+    Mutant(
+        "keys-an-existing-id-is-true",
+        "sqlq/keys.py",
+        "return self.outcome is not Keyed.REFUSED and self.outcome is not Keyed.EXISTS",
+        "return self.outcome is not Keyed.REFUSED",
+        KEYS,
+    ),
+    Mutant(
+        "keys-default-merges",
+        "sqlq/keys.py",
+        '        on_key = "refuse"',
+        '        on_key = "merge"',
+        KEYS,
+    ),
+    # --- schedules (sqlq/schedule.py: ticks and the catch-up policies)
+    Mutant(
+        "schedule-grace-exclusive",
+        "sqlq/schedule.py",
+        "now - latest > schedule.grace",
+        "now - latest >= schedule.grace",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-catch-up-all-unbounded",
+        "sqlq/schedule.py",
+        "if tick > now or len(ticks) == MAX_CATCH_UP:",
+        "if tick > now:",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-every-latest-tick-rounds-up",
+        "sqlq/schedule.py",
+        "return math.floor(until / self.every) * self.every",
+        "return math.ceil(until / self.every) * self.every",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-tick-not-passed",
+        "sqlq/schedule.py",
+        "return {**self.kwargs, TICK_ARGUMENT: tick}",
+        "return dict(self.kwargs)",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-first-seen-catches-up",
+        "sqlq/schedule.py",
+        "    if cursor is None:\n        return Plan([], now)",
+        "    if cursor is None:\n        cursor = 0",
+        SCHEDULES,
+    ),
+    # --- the command line (sqlq/cli/)
+    Mutant(
+        "cli-a-sqlq-error-exits-0",
+        "sqlq/cli/__init__.py",
+        "    except SqlqError as exc:\n        error(args.command, str(exc))\n"
+        "        return EXIT_ERROR",
+        "    except SqlqError as exc:\n        error(args.command, str(exc))\n"
+        "        return EXIT_OK",
+        CLI,
+    ),
+    Mutant(
+        "cli-add-counts-existing-ids-as-added",
+        "sqlq/cli/adding.py",
+        '        counts["existed"] += len(results) - added',
+        '        counts["added"] += len(results) - added',
+        CLI,
+    ),
+    Mutant(
+        "cli-keyed-add-says-merged-when-refused",
+        "sqlq/cli/adding.py",
+        'done = {Keyed.REFUSED: "not added", Keyed.MERGED: "merged into the holder"}',
+        'done = {Keyed.REFUSED: "merged into the holder", Keyed.MERGED: "not added"}',
+        ("tests/test_keys.py", *CLI),
+    ),
+    # --- the web dashboard (sqlq/web/)
+    Mutant(
+        "web-host-not-checked",
+        "sqlq/web/security.py",
+        "return client is not None and is_loopback(client.host) and "
+        "is_loopback(request.url.hostname)",
+        "return client is not None and is_loopback(client.host)",
+        WEB,
+    ),
+    Mutant(
+        "web-csrf-token-not-compared",
+        "sqlq/web/security.py",
+        "if not cookie or not hmac.compare_digest(cookie.encode(), given.encode()):",
+        "if not cookie:",
+        WEB,
+    ),
+    Mutant(
+        "web-origin-not-checked",
+        "sqlq/web/security.py",
+        'if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":',
+        "if False:",
+        WEB,
+    ),
+    Mutant(
+        "web-read-only-acts",
+        "sqlq/web/app.py",
+        "        if board.read_only:\n            raise HTTPException(403",
+        "        if False:\n            raise HTTPException(403",
+        WEB,
     ),
     Mutant(
         "sql-retry-with-a-fixed-aging",
