@@ -44,6 +44,10 @@ import sqlq
 from sqlq.errors import InvalidTaskId
 from sqlq.schedule import Schedule
 
+#: Seconds of CPU each: run first under pytest-xdist, and not in the inner loop
+#: (README, Development: -m "not processes and not faults and not slow").
+pytestmark = pytest.mark.slow
+
 #: Every run explores the same examples: hypothesis derives its seed from the
 #: test's name (derandomize) and keeps no example database, and the plain
 #: histories use seeds 0, 1, ...  SQLQ_TEST_SEED=<n> explores seed n instead (the
