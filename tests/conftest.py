@@ -83,11 +83,56 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
 HEAVY = ("processes", "faults", "slow")
 
 
+#: Names whose use in a test (or in a function or fixture of its module that it calls)
+#: starts another process: ``subprocess.run``, ``Popen``, ``sys.executable``, ...
+SPAWNS = frozenset({"subprocess", "Popen", "executable", "multiprocessing", "fork"})
+
+
+def spawns(item: pytest.Item) -> bool:
+    """Whether the test starts processes: its code, the nested functions in it and the
+    functions and fixtures of its module it names (followed through their own names)
+    use one of SPAWNS."""
+    function = getattr(item, "function", None)
+    module = getattr(item, "module", None)
+    if function is None or module is None:
+        return False
+    names = vars(module)
+    fixtures = getattr(item, "fixturenames", ())
+    todo = [function.__code__] + [
+        f.__wrapped__.__code__ if hasattr(f, "__wrapped__") else f.__code__
+        for name in fixtures
+        if callable(f := names.get(name)) and hasattr(getattr(f, "__wrapped__", f), "__code__")
+    ]
+    seen: set[Any] = set()
+    while todo:
+        code = todo.pop()
+        if code in seen:
+            continue
+        seen.add(code)
+        if SPAWNS.intersection(code.co_names):
+            return True
+        todo += [c for c in code.co_consts if hasattr(c, "co_names")]
+        for name in code.co_names:
+            called = names.get(name)
+            if callable(called) and getattr(called, "__module__", None) == module.__name__:
+                inner = getattr(getattr(called, "__wrapped__", called), "__code__", None)
+                if inner is not None:
+                    todo.append(inner)
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a pytest-xdist worker (only workers collect), the heavy tests first, in
+    """A test that starts processes (spawns()) is marked ``processes`` if it is not yet,
+    so that ``-m "not processes"`` leaves out every test that waits for another process.
+
+    In a pytest-xdist worker (only workers collect), the heavy tests first, in
     collection order, then the rest, in collection order: every worker collects the same
     order, as xdist requires.  A run without workers (-n 0, as the mutation check's, whose
     -x stops at the first failure of the fast files it lists first) keeps the files' order."""
+    for item in items:
+        if not item.get_closest_marker("processes") and spawns(item):
+            item.add_marker(pytest.mark.processes)
     if hasattr(config, "workerinput"):
         items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in HEAVY))
 
