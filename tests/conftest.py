@@ -8,6 +8,7 @@ database from them and uses only public API, so that it runs on every backend.
 
 from __future__ import annotations
 
+import fcntl
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -126,15 +127,56 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """A test that starts processes (spawns()) is marked ``processes`` if it is not yet,
     so that ``-m "not processes"`` leaves out every test that waits for another process.
 
-    In a pytest-xdist worker (only workers collect), the heavy tests first, in
-    collection order, then the rest, in collection order: every worker collects the same
-    order, as xdist requires.  A run without workers (-n 0, as the mutation check's, whose
-    -x stops at the first failure of the fast files it lists first) keeps the files' order."""
+    In a pytest-xdist worker (only workers collect), the heavy tests first (heavy_first):
+    every worker collects the same order, as xdist requires.  A run without workers
+    (-n 0, as the mutation check's, whose -x stops at the first failure of the fast
+    files it lists first) keeps the files' order."""
     for item in items:
         if not item.get_closest_marker("processes") and spawns(item):
             item.add_marker(pytest.mark.processes)
     if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in HEAVY))
+        items[:] = heavy_first(items)
+
+
+def heavy_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The ``processes`` and ``slow`` tests, then the others with the ``faults`` tests
+    spread evenly among them (each waits for the other worker's heavy test to end:
+    _fault_tests_alone), each part in collection order."""
+    heavy, faults, light = [], [], []
+    for item in items:
+        if item.get_closest_marker("faults"):
+            faults.append(item)
+        elif any(item.get_closest_marker(m) for m in HEAVY):
+            heavy.append(item)
+        else:
+            light.append(item)
+    step = len(light) / max(1, len(faults))
+    places = [(i, 1) for i in range(len(light))] + [(j * step, 0) for j in range(len(faults))]
+    parts = [*light, *faults]
+    order = sorted(range(len(parts)), key=lambda k: places[k])
+    return heavy + [parts[k] for k in order]
+
+
+@pytest.fixture(autouse=True)
+def _fault_tests_alone(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """A ``faults`` test runs while no other worker runs a heavy test: it bounds what
+    processes under stress do (a -wal file's size, a frozen writer's wait), which
+    another worker's processes on the same two cores would starve.  An exclusive flock
+    for it, a shared one for the other heavy tests, on a file of the run's temporary
+    folder, which its xdist workers share (without workers: no lock)."""
+    marks = {m for m in HEAVY if request.node.get_closest_marker(m)}
+    if not marks or not hasattr(request.config, "workerinput"):
+        yield
+        return
+    shared = tmp_path_factory.getbasetemp().parent / "sqlq-heavy-tests.lock"
+    with shared.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if "faults" in marks else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def server(request: pytest.FixtureRequest) -> Callable[[], str]:

@@ -79,3 +79,15 @@ def test_a_test_of_the_command_line_is_marked_by_conftest() -> None:
     )  # fmt: skip
     name = "test_the_cli_adds_grouped_tasks_and_sets_shows_and_removes_limits"
     assert f"test_limits.py::{name}[sqlite]" in found.stdout, found.stdout[-2000:]
+
+
+def test_heavy_tests_go_first_and_fault_tests_spread_among_the_light_ones() -> None:
+    def item(name: str, *marks: str) -> Any:
+        return types.SimpleNamespace(name=name, get_closest_marker=lambda m: m in marks or None)
+
+    items = [
+        item("p1", "processes"), item("l1"), item("f1", "faults"), item("l2"),
+        item("s1", "slow"), item("l3"), item("f2", "faults", "processes"), item("l4"),
+    ]  # fmt: skip
+    ordered = [i.name for i in conftest.heavy_first(items)]
+    assert ordered == ["p1", "s1", "f1", "l1", "l2", "f2", "l3", "l4"]
