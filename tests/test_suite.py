@@ -10,7 +10,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-import conftest
+import heavy
 from databases import migrated_sqlite_file, queue_options
 
 import sqlq
@@ -62,10 +62,10 @@ def test_a_test_that_starts_a_process_through_a_helper_or_fixture_is_found() -> 
     def plain() -> None:
         assert _starts_nothing() == 7
 
-    assert conftest.spawns(_item(through_a_helper))
-    assert conftest.spawns(_item(through_a_lambda))
-    assert conftest.spawns(_item(plain, ("fixture_that_starts",)))
-    assert not conftest.spawns(_item(plain))
+    assert heavy.spawns(_item(through_a_helper))
+    assert heavy.spawns(_item(through_a_lambda))
+    assert heavy.spawns(_item(plain, ("fixture_that_starts",)))
+    assert not heavy.spawns(_item(plain))
 
 
 def test_a_test_of_the_command_line_is_marked_by_conftest() -> None:
@@ -89,5 +89,5 @@ def test_heavy_tests_go_first_and_fault_tests_spread_among_the_light_ones() -> N
         item("p1", "processes"), item("l1"), item("f1", "faults"), item("l2"),
         item("s1", "slow"), item("l3"), item("f2", "faults", "processes"), item("l4"),
     ]  # fmt: skip
-    ordered = [i.name for i in conftest.heavy_first(items)]
+    ordered = [i.name for i in heavy.heavy_first(items)]
     assert ordered == ["p1", "s1", "f1", "l1", "l2", "f2", "l3", "l4"]
