@@ -3,6 +3,7 @@
     .venv/bin/python tests/mutation_check.py               # every mutant
     .venv/bin/python tests/mutation_check.py --only 'sql-*' --only memory-no-high-water-mark
     .venv/bin/python tests/mutation_check.py --list
+    .venv/bin/python tests/mutation_check.py --sample 30      # CI (.ci/run): this commit's share
 
 Each mutant is a file, a piece of its text that must occur exactly once, and
 what to put instead.  For each one the script edits the file, runs the test
@@ -12,6 +13,14 @@ and exits non-zero if a mutant survived or its run broke.  A mutant whose
 original text is no longer found exactly once stops the script before anything
 is changed: a refactor must re-point it, not retire it silently.
 
+``--sample K`` runs about K mutants, this commit's share: the mutants, in the order of
+the SHA-256 of their names (fixed, whatever the order of the list), are dealt into
+``ceil(N / K)`` slices (slice i: the i-th, the i+S-th, ... mutant), and the commit whose
+history has ``c`` commits (``git rev-list --count HEAD``) runs slice ``c mod S``.  So
+every S consecutive commits of a branch run every mutant once, and a mutant that
+survives fails CI at most S commits after the change that let it live.  A shallow clone
+(no history to count) takes the slice from the commit's hash instead.
+
 Not collected by pytest (the name does not start with ``test_``).
 """
 
@@ -19,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
+import math
 import os
 import signal
 import subprocess
@@ -58,6 +69,8 @@ HARDENING = ("tests/test_worker_hardening.py",)
 LEFTOVERS = ("tests/test_worker_leftovers.py",)
 SETTINGS = ("tests/test_settings.py",)
 UPGRADES = ("tests/test_upgrades.py",)
+CLI = ("tests/test_cli.py",)
+WEB = ("tests/test_web_probe.py", "tests/test_web.py")
 
 
 @dataclass(frozen=True)
@@ -935,6 +948,139 @@ MUTANTS = [
         PRIORITIES,
     ),
     Mutant(
+        "sql-debounce-forgets-the-priority",
+        "sqlq/sqlite/queries.sql",
+        "    line_key = iif(:seq = :seen, line_key, :now - priority * aging),",
+        "    line_key = iif(:seq = :seen, line_key, :now),",
+        PRIORITIES,
+    ),
+    Mutant(
+        "pg-debounce-forgets-the-priority",
+        "sqlq/postgresql/queries.sql",
+        "ELSE %(now)s::float8 - priority * aging END,",
+        "ELSE %(now)s::float8 END,",
+        PRIORITIES,
+    ),
+    # --- dedupe keys (sqlq/keys.py: the rules both faces share)
+    Mutant(
+        "keys-merge-refuses",
+        "sqlq/keys.py",
+        '    if on_key == "merge":\n        return Keyed.MERGED',
+        '    if on_key == "merge":\n        return Keyed.REFUSED',
+        KEYS,
+    ),
+    Mutant(
+        "keys-debounce-of-a-running-holder",
+        "sqlq/keys.py",
+        "(state == State.WAITING or state == State.AVAILABLE)",
+        "(state != State.COMPLETED)",
+        KEYS,
+    ),
+    Mutant(
+        "keys-an-existing-id-is-true",
+        "sqlq/keys.py",
+        "return self.outcome is not Keyed.REFUSED and self.outcome is not Keyed.EXISTS",
+        "return self.outcome is not Keyed.REFUSED",
+        KEYS,
+    ),
+    Mutant(
+        "keys-default-merges",
+        "sqlq/keys.py",
+        '        on_key = "refuse"',
+        '        on_key = "merge"',
+        KEYS,
+    ),
+    # --- schedules (sqlq/schedule.py: ticks and the catch-up policies)
+    Mutant(
+        "schedule-grace-exclusive",
+        "sqlq/schedule.py",
+        "now - latest > schedule.grace",
+        "now - latest >= schedule.grace",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-catch-up-all-unbounded",
+        "sqlq/schedule.py",
+        "if tick > now or len(ticks) == MAX_CATCH_UP:",
+        "if tick > now:",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-every-latest-tick-rounds-up",
+        "sqlq/schedule.py",
+        "return math.floor(until / self.every) * self.every",
+        "return math.ceil(until / self.every) * self.every",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-tick-not-passed",
+        "sqlq/schedule.py",
+        "return {**self.kwargs, TICK_ARGUMENT: tick}",
+        "return dict(self.kwargs)",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-first-seen-catches-up",
+        "sqlq/schedule.py",
+        "    if cursor is None:\n        return Plan([], now)",
+        "    if cursor is None:\n        cursor = 0",
+        SCHEDULES,
+    ),
+    # --- the command line (sqlq/cli/)
+    Mutant(
+        "cli-a-sqlq-error-exits-0",
+        "sqlq/cli/__init__.py",
+        "    except SqlqError as exc:\n        error(args.command, str(exc))\n"
+        "        return EXIT_ERROR",
+        "    except SqlqError as exc:\n        error(args.command, str(exc))\n"
+        "        return EXIT_OK",
+        CLI,
+    ),
+    Mutant(
+        "cli-add-counts-existing-ids-as-added",
+        "sqlq/cli/adding.py",
+        '        counts["existed"] += len(results) - added',
+        '        counts["added"] += len(results) - added',
+        CLI,
+    ),
+    Mutant(
+        "cli-keyed-add-says-merged-when-refused",
+        "sqlq/cli/adding.py",
+        'done = {Keyed.REFUSED: "not added", Keyed.MERGED: "merged into the holder"}',
+        'done = {Keyed.REFUSED: "merged into the holder", Keyed.MERGED: "not added"}',
+        ("tests/test_keys.py", *CLI),
+    ),
+    # --- the web dashboard (sqlq/web/)
+    Mutant(
+        "web-host-not-checked",
+        "sqlq/web/security.py",
+        "return client is not None and is_loopback(client.host) and "
+        "is_loopback(request.url.hostname)",
+        "return client is not None and is_loopback(client.host)",
+        WEB,
+    ),
+    Mutant(
+        "web-csrf-token-not-compared",
+        "sqlq/web/security.py",
+        "if not cookie or not hmac.compare_digest(cookie.encode(), given.encode()):",
+        "if not cookie:",
+        WEB,
+    ),
+    Mutant(
+        "web-origin-not-checked",
+        "sqlq/web/security.py",
+        'if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":',
+        "if False:",
+        WEB,
+    ),
+    Mutant(
+        "web-read-only-acts",
+        "sqlq/web/app.py",
+        "        if board.read_only:\n            raise HTTPException(403",
+        "        if False:\n            raise HTTPException(403",
+        WEB,
+    ),
+    Mutant(
         "sql-retry-with-a-fixed-aging",
         "sqlq/sqlite/queries.sql",
         "    line_key = :now - priority * aging,",
@@ -1378,7 +1524,12 @@ def run(m: Mutant) -> str:
     path = ROOT / m.path
     original = path.read_bytes()
     text = original.decode("utf-8")
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests]
+    # -n 0: one process, in the files' order (pyproject's addopts run pytest-xdist
+    # workers, which put the slow tests first), so that -x stops at the first failure.
+    command = [
+        *(sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider"),
+        *m.tests,
+    ]
     # A bytecode cache of its own: a cached .pyc of the original could pass for the
     # mutant (same size, same second).
     cache = tempfile.TemporaryDirectory(prefix="sqlq-mutant-")
@@ -1425,14 +1576,45 @@ def installed_from_the_tree() -> None:
         )
 
 
+def commit_number() -> int:
+    """HEAD's number of commits (its place in the branch's history); from its hash in a
+    shallow clone, whose history is cut."""
+
+    def git(*args: str) -> str:
+        found = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        if found.returncode != 0:
+            sys.exit(f"--sample needs git: git {' '.join(args)}: {found.stderr.strip()}")
+        return found.stdout.strip()
+
+    if git("rev-parse", "--is-shallow-repository") == "true":
+        return int(git("rev-parse", "HEAD")[:12], 16)
+    return int(git("rev-list", "--count", "HEAD"))
+
+
+def sample(mutants: list[Mutant], about: int, number: int) -> list[Mutant]:
+    """Slice ``number mod S`` of ``mutants`` dealt into S = ceil(N / about) slices, in
+    the order of the hashes of their names (see the module's docstring)."""
+    ordered = sorted(mutants, key=lambda m: hashlib.sha256(m.name.encode()).hexdigest())
+    slices = max(1, math.ceil(len(ordered) / max(1, about)))
+    return ordered[number % slices :: slices]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="a mutant name or glob (repeatable)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--sample", type=int, metavar="K", help="about K mutants: this commit's share of them"
+    )
     args = parser.parse_args()
     chosen = [
         m for m in MUTANTS if not args.only or any(fnmatch.fnmatch(m.name, p) for p in args.only)
     ]
+    if args.sample is not None:
+        number = commit_number()
+        slices = max(1, math.ceil(len(chosen) / max(1, args.sample)))
+        chosen = sample(chosen, args.sample, number)
+        print(f"commit {number}: slice {number % slices} of {slices}, {len(chosen)} mutants")
     if not chosen:
         sys.exit(f"no mutant matches {args.only}")
     check(chosen)
