@@ -1505,6 +1505,27 @@ MUTANTS = [
         '"schema_version": 0,',
         UPGRADES,
     ),
+    Mutant(
+        "django-connections-left-open",
+        "sqlq/django/__init__.py",
+        "        close_old_connections()\n        try:\n            return self.run(lease)\n"
+        "        finally:\n            close_old_connections()\n",
+        "        return self.run(lease)\n",
+        (
+            "tests/test_django.py::"
+            "test_the_worker_closes_a_tasks_database_connection_as_after_a_request",
+        ),
+    ),
+    Mutant(
+        "django-worker-ignores-options",
+        "sqlq/cli/running.py",
+        "    if ignored:  # said, rather than left out without a word",
+        "    if ignored and False:",
+        (
+            "tests/test_django.py::"
+            "test_the_worker_command_takes_a_database_and_handler_or_django_settings",
+        ),
+    ),
 ]
 
 

@@ -220,6 +220,16 @@ def test_tasks_from_views_run_by_a_worker_with_results_through_django(site: Site
     assert site.lines() == ["send ann@example.com"]
 
 
+def test_the_worker_closes_a_tasks_database_connection_as_after_a_request(site: Site) -> None:
+    """close_old_connections around each task: with CONN_MAX_AGE 0 every task of one
+    worker thread opens a connection of its own, as every request would."""
+    first = site.enqueue("connections_made")
+    second = site.enqueue("connections_made")
+    site.run_worker("--burst")  # one thread runs both, one after the other
+    made = [site.result("connections_made", i)["return_value"] for i in (first, second)]
+    assert made[1] == made[0] + 1, made
+
+
 def test_an_enqueue_in_a_rolled_back_atomic_block_never_runs(site: Site) -> None:
     (ids,) = site.drive({"path": "/enqueue-rolled-back/", "body": {}})
     with site.queue() as queue:
@@ -391,3 +401,6 @@ def test_the_worker_command_takes_a_database_and_handler_or_django_settings() ->
 
     assert cli.main(["worker"]) == 2
     assert cli.main(["worker", "jobs.db", "--django-settings", "mysite.settings"]) == 2
+    # What the Django worker does not do is refused, not left out without a word.
+    for option in (["--tracing"], ["--lease", "5"], ["--metrics-port", "0"], ["--fair"]):
+        assert cli.main(["worker", "--django-settings", "mysite.settings", *option]) == 2

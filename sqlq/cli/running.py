@@ -332,6 +332,23 @@ def _django_worker(args: argparse.Namespace) -> int:
         raise UsageError(
             "worker: --django-settings takes no DB or HANDLER (the TASKS setting names them)"
         )
+    ignored = [
+        option
+        for option, given in (
+            ("--lease (OPTIONS['LEASE_SECONDS'])", args.lease is not None),
+            ("--busy-timeout", args.busy_timeout != 30.0),
+            ("--synchronous", args.synchronous != "full"),
+            ("--fair", args.fair),
+            ("--no-listen", not args.listen),
+            ("--metrics-port", args.metrics_port is not None),
+            ("--metrics-host", args.metrics_host != "127.0.0.1"),
+            ("--metrics-token", args.metrics_token is not None),
+            ("--tracing", args.tracing),
+        )
+        if given
+    ]
+    if ignored:  # said, rather than left out without a word
+        raise UsageError(f"worker: --django-settings does not take {', '.join(ignored)}")
     from .. import django as sqlq_django  # Django only when asked for
 
     sqlq_django.setup(args.django_settings)

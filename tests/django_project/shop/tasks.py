@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection
+from django.db.backends.signals import connection_created
 from django.tasks import TaskContext, task
 
 
@@ -56,3 +57,23 @@ def stubborn(context: TaskContext, marker: str) -> dict[str, Any]:
         Path(marker).write_text(context.task_result.id)
         time.sleep(600)
     return {"attempt": context.attempt, "id": context.task_result.id}
+
+
+_connections_made = 0
+
+
+def _made(**_: Any) -> None:
+    global _connections_made
+    _connections_made += 1
+
+
+connection_created.connect(_made)
+
+
+@task
+def connections_made() -> int:
+    """How many database connections this process has opened so far, after using one:
+    a worker closes a task's connection afterwards (CONN_MAX_AGE 0), as after a request."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return _connections_made
