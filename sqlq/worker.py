@@ -719,6 +719,7 @@ class Worker:
                     del self._running[entry.lease.token]
                     self._held -= 1
                     self._stats.lost += 1
+                    self._done_with(entry.lease, "lost")
                     fields = task_fields(entry.lease)
                     event(self.log, logging.WARNING, "task lost", fields, outcome="lost")
                     continue

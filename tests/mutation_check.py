@@ -492,6 +492,13 @@ MUTANTS = [
         WORKER,
     ),
     Mutant(
+        "worker-runs-a-prefetched-lease-found-lost",
+        "sqlq/worker.py",
+        "if entry.lost:  # its lease was lost while it waited: not run",
+        "if False:  # its lease was lost while it waited: not run",
+        WORKER,
+    ),
+    Mutant(
         "worker-prefetched-leases-kept-at-stop",
         "sqlq/worker.py",
         "queued = list(self._backlog)",

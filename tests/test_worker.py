@@ -813,6 +813,31 @@ def test_prefetched_leases_are_heartbeated_while_they_wait(
     assert handled == ["first", "slow", "p1", "p2"]
 
 
+def test_a_prefetched_lease_found_lost_by_a_heartbeat_is_not_run(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """A lease waiting in the backlog that a heartbeat finds gone (here released under
+    the worker) is dropped, counted lost, never run under it; the task, back in line,
+    is claimed again and runs once."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=30.0, clock=clock.time)
+    worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1"])
+    try:
+        info = queue.info("p1")
+        assert info is not None and info.state == "RESERVED" and info.token is not None
+        assert queue.release("p1", info.token)  # the worker's lease is gone
+        clock.step(2)  # the first heartbeats: p1's finds it lost
+        clock.wait_for_sleepers(2)
+        assert "p1" not in handled
+    finally:
+        release.set()
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 3, 10, "every task")
+    worker.stop()
+    thread.join(10)
+    assert out == [WorkerStats(claimed=4, completed=3, lost=1)]
+    assert handled == ["first", "slow", "p1"]
+
+
 def test_a_graceful_stop_gives_prefetched_leases_back_at_once(
     open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
 ) -> None:
