@@ -63,6 +63,11 @@ class Job:
 _current: contextvars.ContextVar[Job | None] = contextvars.ContextVar("sqlq_job", default=None)
 
 
+def current_job() -> Job | None:
+    """The job whose handler runs in this thread (or coroutine), if any."""
+    return _current.get()
+
+
 def stop_requested() -> bool:
     """In a Worker's handler: was the task it runs asked to stop (``Queue.cancel``)?
 

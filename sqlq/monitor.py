@@ -25,6 +25,7 @@ from .events import event, task_fields
 from .executors import Job
 
 if TYPE_CHECKING:
+    from .durable import Queue
     from .worker import Worker, WorkerStats
 
 #: Seconds before a heartbeat that met Busy (or another error) is tried again.
@@ -62,6 +63,7 @@ class Running(Job):
     lost: bool = False
     stuck: bool = False  # said to run on long past its time limit
     ended: float | None = None  # when the handler returned (the worker's clock)
+    queue: Queue | None = None  # the worker's (what current_task() tells the handler)
 
 
 class Monitor:

@@ -155,7 +155,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol, TypeVar
@@ -164,7 +163,7 @@ from .contract import MAX_BATCH, MAX_LEASE_SECONDS, Number, State, check_result
 from .durable import Queue
 from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable
 from .events import event, task_fields
-from .executors import Executor
+from .executors import Executor, current_job
 from .monitor import ACTIVE, HELD, Monitor, Phase, Running
 from .records import Lease
 from .schedule import Schedule, check_schedule
@@ -200,16 +199,14 @@ class TaskContext:
         return self.queue.progress(self.lease.task_id, self.lease.token, value, message)
 
 
-_current: ContextVar[TaskContext] = ContextVar("sqlq_current_task")
-
-
 def current_task() -> TaskContext:
     """The task of the handler that calls it (sync or async), while a Worker runs it;
-    InvalidArgument anywhere else."""
-    try:
-        return _current.get()
-    except LookupError:
-        raise InvalidArgument("current_task() is for a handler that a sqlq.Worker runs") from None
+    InvalidArgument anywhere else.  Made when asked, from the job the handler runs
+    (sqlq.executors), not for every task."""
+    job = current_job()
+    if not isinstance(job, Running) or job.queue is None:
+        raise InvalidArgument("current_task() is for a handler that a sqlq.Worker runs")
+    return TaskContext(job.queue, job.lease)
 
 
 #: Leases a worker holds at most, by default, when its handlers are quick: concurrency
@@ -443,7 +440,8 @@ class Worker:
         self._warned: dict[str, float] = {}  # transient error kind -> last warning
         self._started = False
         self._executor = Executor(
-            self._handle,  # the handler's call on a lease (an awaitable, if it is async)
+            # The handler's call on a lease (an awaitable, if it is async).
+            self._run if tracing is not True else self._traced,
             self._finished,
             name=f"sqlq-worker-{queue.queue}",
             log=self.log,
@@ -469,12 +467,11 @@ class Worker:
 
     # --- the public face ----------------------------------------------------------
 
-    def _handle(self, lease: Lease) -> object:
-        """The handler's call on a lease, in the job's own context (see Executor), where
-        ``current_task()`` finds the task."""
-        _current.set(TaskContext(self.queue, lease))
-        if self.tracer is not None:
-            self.tracer.enter(lease)
+    def _traced(self, lease: Lease) -> object:
+        """The handler's call on a lease, in the job's own context (see Executor), with
+        the lease's span as the current one."""
+        assert self.tracer is not None
+        self.tracer.enter(lease)
         return self._run(lease)
 
     @property
@@ -885,6 +882,7 @@ class Worker:
                 running, backlog = self._running, self._backlog
                 for lease in leases:
                     entry = Running(lease, started=now, next_beat=beat, state=Phase.QUEUED)
+                    entry.queue = self.queue  # (current_task's)
                     running[lease.token] = entry
                     backlog.append(entry)
                 self._monitor.scheduled(entry)  # (all have the same first heartbeat)
