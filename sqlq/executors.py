@@ -120,7 +120,7 @@ class Executor(Generic[J]):
         except BaseException as exc:  # a handler's SystemExit fails its task too
             self._report(job, exc)
             return
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):  # (None: the usual, cheaply)
             self._event_loop().submit(job, result, context)
         else:
             job.result = result

@@ -643,24 +643,27 @@ class Worker:
             elif self._idle is None:
                 self._idle = self.poll_min
 
-    def _turn_due(self, waiting: int) -> bool:
+    def _turn_due(self, waiting: int, now: float | None = None) -> bool:
         """Is it the claim loop's turn, with ``waiting`` jobs in the backlog (holding
         _cond)?  When the backlog is empty and there are outcomes to report or room
         to claim (an idle worker then waits for tasks), or when it runs low (fewer
         jobs than handlers) and there is room: the runners run what is left while
-        the claim is in flight; or when an outcome has waited REPORT_WAIT."""
+        the claim is in flight; or when an outcome has waited REPORT_WAIT (by ``now``,
+        the worker's clock, if given)."""
         if waiting == 0:
             return bool(self._outcomes) or self._room(len(self._outcomes)) > 0
-        if self._report_due():
+        if self._report_due(now):
             return True
         if waiting >= self.concurrency:
             return False
         return self._idle is None and self._room(len(self._outcomes)) > 0
 
-    def _report_due(self) -> bool:
-        """Has an outcome waited REPORT_WAIT for its batch (holding _cond)?"""
+    def _report_due(self, now: float | None = None) -> bool:
+        """Has an outcome waited REPORT_WAIT for its batch, by ``now`` (holding _cond)?"""
         since = self._outcomes_since
-        return since is not None and self.clock.monotonic() >= since + REPORT_WAIT
+        if since is None:
+            return False
+        return (self.clock.monotonic() if now is None else now) >= since + REPORT_WAIT
 
     def _next_wake(self) -> float | None:
         """When the waiting claim loop looks again at the latest (holding _cond): the
@@ -1028,7 +1031,7 @@ class Worker:
                     self._outcomes_since = ended
                 self._outcomes.append((entry, error, late))
                 given_up = False
-            if first or self._turn_due(len(self._backlog)):
+            if first or self._turn_due(len(self._backlog), ended):
                 # The claim loop: outcomes to report (the first of a batch, by
                 # REPORT_WAIT at the latest), or room to claim.
                 self._cond.notify_all()

@@ -508,7 +508,7 @@ MUTANTS = [
     Mutant(
         "worker-outcome-waits-for-its-whole-batch",
         "sqlq/worker.py",
-        "return since is not None and self.clock.monotonic() >= since + REPORT_WAIT",
+        "return (self.clock.monotonic() if now is None else now) >= since + REPORT_WAIT",
         "return False",
         WORKER,
     ),
