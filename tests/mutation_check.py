@@ -515,7 +515,7 @@ MUTANTS = [
     Mutant(
         "executor-drops-coroutines",
         "sqlq/executors.py",
-        "if inspect.isawaitable(result):",
+        "if result is not None and inspect.isawaitable(result):",
         "if False:",
         ASYNC,
     ),
