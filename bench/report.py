@@ -506,6 +506,9 @@ def write(results: Results, out: Path) -> Path:
     if bounds.exists() and any(not t.met for t in tgts if t.met is not None):
         lines += ["", "## What bounds the targets that are not met", ""]
         lines += bounds.read_text("utf-8").rstrip().splitlines()
+    apart = Path(__file__).with_name("apart.md")
+    if apart.exists():  # the benches run on their own (python -m bench.startup, ...)
+        lines += ["", *apart.read_text("utf-8").rstrip().splitlines()]
     if results.notes:
         lines += ["", "## Notes", ""]
         lines += [f"- {n}" for n in results.notes]

@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from sqlq.install import DISTRIBUTION
 from sqlq.sqlite.driver import describe
 
 from . import postgres, report, systems
@@ -104,7 +105,7 @@ def machine(workdir: str) -> dict[str, Any]:
     except AttributeError:
         usable = os.cpu_count() or 0
     try:
-        version = importlib.metadata.version("sqlq")
+        version = importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         version = "?"
     return {

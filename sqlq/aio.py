@@ -117,6 +117,7 @@ class AsyncQueue:
     stats = _twin(Queue.stats)
     snapshot = _twin(Queue.snapshot)
     ready = _twin(Queue.ready)
+    next_due = _twin(Queue.next_due)
     counts = _twin(Queue.counts)
     checkpoint = _twin(Queue.checkpoint)
     tick = _twin(Queue.tick)
@@ -130,6 +131,8 @@ class AsyncQueue:
     beat_worker = _twin(Queue.beat_worker)
     forget_worker = _twin(Queue.forget_worker)
     workers = _twin(Queue.workers)
+    configure = _twin(Queue.configure)
+    settings = _twin(Queue.settings)
 
     async def wait_for_result(
         self,

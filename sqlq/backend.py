@@ -34,11 +34,9 @@ PostgreSQL later) implements them with its own SQL and promises:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
-
-import sqlalchemy as sa
 
 from .contract import DEFAULT_AGING, Completion, Limit, Number, Outcome, State
 from .payload import Encoded
@@ -51,8 +49,11 @@ from .records import (
     StorageFacts,
 )
 from .retry import Retry
+from .settings import QueueSettings
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from .browse import Browse, Found
 
 
@@ -401,6 +402,16 @@ class Transaction(Protocol):
         """Delete the worker's row; False if there was none."""
         ...
 
+    # --- a queue's settings (see sqlq.settings) --------------------------------------------
+
+    def settings(self, queue: str) -> QueueSettings | None:
+        """The queue's stored settings, or None."""
+        ...
+
+    def save_settings(self, queue: str, settings: QueueSettings) -> None:
+        """Store the queue's settings, replacing any (at the call's time)."""
+        ...
+
 
 #: Called by a transaction once it has read the clock, with the time the call asked
 #: for, if something fell due or that time was behind the mark (see Backend.transaction).
@@ -459,6 +470,14 @@ class Backend(Protocol):
         task?  Takes no write lock."""
         ...
 
+    def next_due(self, queue: str, now: Number | None) -> tuple[Number, Number | None]:
+        """Read only, as ``ready``: (the time of the read, by the rule ready uses, and
+        the earliest time at which the queue has a task due that a claim does not find
+        before then: the next rate slot of a group that may start one, the next lease
+        to run out, the next WAITING task's run_at; None if the queue is paused or
+        holds nothing back by time).  Takes no write lock."""
+        ...
+
     def counts(self) -> dict[str, dict[str, int]]:
         """Tasks per state, per queue name."""
         ...
@@ -502,6 +521,11 @@ class Backend(Protocol):
 
     def paused(self, queue: str) -> bool:
         """Read only, without the write lock: is the queue paused?"""
+        ...
+
+    def settings(self, queue: str | None) -> dict[str, QueueSettings]:
+        """Read only, without the write lock: the stored settings of ``queue`` (None:
+        of every queue), by queue; a queue without any is missing."""
         ...
 
     # --- inspection and maintenance (sqlq's commands) -----------------------------------
@@ -570,3 +594,11 @@ class Backend(Protocol):
         row of the worker registry (of every queue), as last written: read only,
         without the write lock."""
         ...
+
+
+def due_of(row: Sequence[Any]) -> tuple[Number, Number | None]:
+    """``next_due``'s answer from its query's row (both backends'): (time of the read,
+    paused, next rate slot, next lease deadline, next run_at)."""
+    now, paused, *times = row
+    found = [t for t in times if t is not None]
+    return now, None if paused or not found else min(found)

@@ -2,7 +2,7 @@
 
 * A plain path (or ``os.PathLike``) or a ``sqlite:///path`` URL: SQLite.
 * ``postgresql://...`` (or ``postgresql+psycopg://``): PostgreSQL, through psycopg 3
-  (``pip install 'sqlq[postgresql]'``).
+  (``pip install 'sqlq-queue[postgresql]'``).
 
 The registry is the one module above the backends that names them; each backend
 is imported only when a database of its kind is opened.  Options a Queue does not
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import sqlalchemy as sa
-
-from .backend import Backend
 from .errors import InvalidConfig
+
+if TYPE_CHECKING:
+    from .backend import Backend
 
 
 def _open_sqlite(location: str | os.PathLike[str], **options: Any) -> Backend:
@@ -57,13 +57,15 @@ KINDS = {
     "sqlite": Kind(
         "sqlite:///path (or a plain path)",
         _open_sqlite,
-        frozenset({"synchronous", "busy_timeout", "file_mode", "migrate"}),
+        frozenset({"synchronous", "busy_timeout", "file_mode", "migrate", "force_migration"}),
         _sqlite_file,
     ),
     "postgresql": Kind(
         "postgresql://user@host/db",
         _open_postgresql,
-        frozenset({"strict", "synchronous", "busy_timeout", "listen", "migrate"}),
+        frozenset(
+            {"strict", "synchronous", "busy_timeout", "listen", "migrate", "force_migration"}
+        ),
     ),
 }
 
@@ -72,6 +74,8 @@ def _scheme(path_or_url: object) -> str:
     """The kind of database a path or URL names: ``sqlite`` for a plain path."""
     if not isinstance(path_or_url, str) or "://" not in path_or_url:
         return "sqlite"  # a path; SQLite refuses what is not one
+    import sqlalchemy as sa  # a URL: SQLAlchemy reads it (and will open it)
+
     try:
         return sa.engine.make_url(path_or_url).get_backend_name()
     except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port not a number

@@ -344,7 +344,7 @@ def check_error(error: object) -> str | None:
     if error is None:
         return None
     if isinstance(error, BaseException):
-        error = _describe(error)
+        error = describe_error(error)
     if not isinstance(error, str):
         raise InvalidArgument(f"error must be a str or an exception, not {type(error).__name__}")
     return _fit(error)
@@ -368,12 +368,39 @@ def undecodable_error(exc: Exception) -> str:
     return _fit(f"payload cannot be decoded: {exc}")
 
 
-def _describe(exc: BaseException) -> str:
-    """'Type: message' of an exception, even one whose str() raises."""
+def describe_error(exc: BaseException) -> str:
+    """'Type: message' of an exception, as sqlq stores and shows it: the one way sqlq
+    formats what a handler raised (stored as a task's error, logged, traced).  Never
+    raises, whatever the exception's ``__str__``, ``__repr__`` or ``__class__`` do
+    (raise, even SystemExit; return something else than a str; a huge text): the
+    type is ``type(exc)``'s name, the message ``<str() raised ...>`` if str() fails,
+    and the text is cut at MAX_ERROR_LENGTH."""
     try:
-        return f"{type(exc).__name__}: {exc}"
-    except Exception as failure:
-        return f"{type(exc).__name__}: <str() raised {type(failure).__name__}>"
+        name = type(exc).__name__
+        name = name if type(name) is str else "?"
+    except BaseException:  # a metaclass's __name__ that raises
+        name = "?"
+    message, _ = _message(exc)
+    return _fit(f"{name}: {message}")
+
+
+def error_message(exc: BaseException) -> str:
+    """``str(exc)`` cut as describe_error cuts it, without the type; describe_error's
+    whole text if str() fails.  Never raises."""
+    message, printable = _message(exc)
+    return _fit(message) if printable else describe_error(exc)
+
+
+def _message(exc: BaseException) -> tuple[str, bool]:
+    """(``str(exc)`` as a plain str cut past MAX_ERROR_LENGTH, True), or (what
+    str() raised, False)."""
+    try:
+        text = str(exc)
+        if not isinstance(text, str):  # (str() refuses a non-str; be sure anyway)
+            raise TypeError("__str__ returned non-string")
+    except BaseException as failure:
+        return f"<str() raised {type(failure).__name__}>", False
+    return str.__str__(text)[: MAX_ERROR_LENGTH + 1], True  # (a plain str, not a subclass)
 
 
 #: Tokens are SQLite integers: 1 to 2**63 - 1.

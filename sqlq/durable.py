@@ -18,9 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, overload
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any, overload
 
 from . import payload as payloads
 from .backend import Backend, Claimed, Event, Figures, TaskRow, Transaction, WorkerRow
@@ -59,7 +57,6 @@ from .contract import (
     check_retry,
     check_rng,
     check_seconds,
-    check_settings,
     check_start,
     check_states,
     check_task_id,
@@ -90,6 +87,10 @@ from .registry import KEEP_STALE, STALE_BEATS, held_json, listed
 from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
+from .settings import DEFAULTS, QueueSettings, merged
+
+if TYPE_CHECKING:  # the backend loads SQLAlchemy when a Queue opens its database
+    import sqlalchemy as sa
 
 #: Tasks deleted per transaction by ``purge``, so that no call holds the write lock long.
 PURGE_BATCH = 1000
@@ -124,7 +125,10 @@ class Queue:
     ``max_attempts``, ``retry`` and ``aging`` (seconds of waiting one step of
     priority is worth, DEFAULT_AGING; None for strict priorities: see
     sqlq.contract) are stored with each task when it is added; ``lease_seconds``
-    applies to the leases this object hands out.
+    applies to the leases this object hands out.  ``lease_seconds``,
+    ``max_attempts`` and ``retry`` not given (None) are the queue's stored
+    settings, read once when it is opened (see ``configure`` and sqlq.settings);
+    one given applies to this object alone.
 
     ``path_or_url`` chooses the backend (see sqlq.backends); the other keyword
     options are the backend's: for SQLite ``synchronous`` ("full" or "normal"),
@@ -142,8 +146,8 @@ class Queue:
         self,
         path_or_url: str | os.PathLike[str],
         *,
-        lease_seconds: Number,
-        max_attempts: int,
+        lease_seconds: Number | None = None,
+        max_attempts: int | None = None,
         queue: str = "default",
         retry: Retry | None = None,
         max_payload_bytes: int = payloads.DEFAULT_MAX_PAYLOAD_BYTES,
@@ -154,7 +158,10 @@ class Queue:
         fair: bool = False,
         **options: Any,
     ) -> None:
-        self.lease_seconds, self.max_attempts = check_settings(lease_seconds, max_attempts)
+        # The settings given (None: the queue's stored one, read once opened), checked
+        # before anything is opened.
+        merged(DEFAULTS, lease_seconds, max_attempts, retry)
+        self._explicit = (lease_seconds, max_attempts, retry)
         self.aging = check_aging(aging)
         self.fair = check_flag(fair, "fair")
         if max_clock_step is not None and (
@@ -173,7 +180,6 @@ class Queue:
         self._kernel_seen = -math.inf  # the kernel's time at this process's last check
         self._lag_warned = -LAG_WARNING_EVERY
         self.queue = check_queue_name(queue)
-        self.retry = check_retry(retry)
         self.max_payload_bytes = payloads.check_limit(max_payload_bytes)
         if not callable(clock):
             raise InvalidConfig(f"clock must be a function giving the time, not {clock!r}")
@@ -188,9 +194,50 @@ class Queue:
                 f"older than this sqlq's {versions.latest}; a Queue needs the current one "
                 "(open it without migrate=False to migrate it)"
             )
+        if None in self._explicit:
+            try:
+                stored = self._backend.settings(self.queue).get(self.queue, DEFAULTS)
+            except BaseException:
+                self._backend.close()
+                raise
+        else:
+            stored = DEFAULTS  # not read: every setting was given
+        self._use(stored)
         # Calls without a time take the database's clock, when it keeps one and the
         # caller did not give a clock of their own.
         self._server_time = clock is time.time and self._backend.keeps_time
+
+    def _use(self, stored: QueueSettings) -> None:
+        """This handle's settings: those given to it, else ``stored``."""
+        lease, attempts, retry = self._explicit
+        self.lease_seconds, self.max_attempts, self.retry = merged(stored, lease, attempts, retry)
+
+    def configure(
+        self,
+        *,
+        lease_seconds: Number | None = None,
+        max_attempts: int | None = None,
+        retry: Retry | None = None,
+        now: Number | None = None,
+    ) -> QueueSettings:
+        """Store the queue's settings for every process that opens it without them (see
+        sqlq.settings): those given replace the stored ones (or the defaults), the
+        others stay; returns the settings now stored.  This handle uses them too, but
+        for the settings it was opened with.  Processes that have the queue open keep
+        theirs until they open it again.  Tasks already added keep their attempts and
+        retry policy."""
+        with self._call(now) as tx:
+            stored = tx.settings(self.queue) or DEFAULTS
+            new = merged(stored, lease_seconds, max_attempts, retry)
+            tx.save_settings(self.queue, new)
+        self._use(new)
+        return new
+
+    def settings(self) -> QueueSettings | None:
+        """The queue's stored settings as the database holds them now, or None if none
+        were stored (processes then use sqlq.settings.DEFAULTS): read only.  This
+        handle's own are its ``lease_seconds``, ``max_attempts`` and ``retry``."""
+        return self._backend.settings(self.queue).get(self.queue)
 
     @property
     def engine(self) -> sa.Engine:
@@ -936,7 +983,8 @@ class Queue:
             at = database_time
         else:  # a clock of the caller's
             at = check_time(self._clock())
-        return [w for w in listed(rows, at) if w.queue == self.queue]
+        mine = (row for row in rows if row.queue == self.queue)
+        return listed(mine, at, self._backend.find)
 
     def stats(self, now: Number | None = None) -> QueueStats:
         """Counts per state, the age of the front of the line, the next deadlines."""
@@ -985,6 +1033,17 @@ class Queue:
         if now is not None:
             return check_time(now)
         return None if self._server_time else check_time(self._clock())
+
+    def next_due(self, now: Number | None = None) -> float | None:
+        """Seconds from ``now`` (the queue's time, as ``ready`` reads it) until the queue
+        has a task due that a claim does not find before then: the next rate slot of
+        a limited group (sqlq.Limit), the next lease to run out, the next WAITING task
+        due; 0 if one is due already, None if the queue is paused or holds nothing
+        back by time.  Reads only and takes no write lock: an idle Worker waits until
+        then at most, not for its next poll.  Tasks added meanwhile are not foretold
+        (``on_new_tasks`` announces them where it can)."""
+        at, due = self._backend.next_due(self.queue, self._reading(now))
+        return None if due is None else max(0.0, float(due - at))
 
     def counts(self) -> dict[str, int]:
         """Tasks of this queue per state, as of the last call (reads only)."""

@@ -44,9 +44,17 @@ class InvalidConfig(InvalidArgument):
     """A queue setting (lease_seconds, max_attempts, queue name, ...) is invalid."""
 
 
+class NoDatabase(InvalidConfig):
+    """No database was given: an empty path or URL (an unset variable, often)."""
+
+
 class InvalidTask(InvalidArgument, TypeError):
     """A registered task was deferred with arguments its function cannot take, or
-    that cannot be stored as JSON; nothing was stored."""
+    that cannot be stored as JSON; nothing was stored.  Of a batch
+    (``Task.defer_many``), ``index`` is the position of the first refused call."""
+
+    #: The position in the batch of the call refused (None: not from a batch).
+    index: int | None = None
 
 
 # --- failures that no retry can mend ---------------------------------------------
@@ -106,6 +114,23 @@ class NotASqlqDatabase(SchemaError):
 
 class SchemaTooNew(SchemaError):
     """The database was migrated by a newer sqlq than this one."""
+
+
+class SchemaChanged(SchemaError):
+    """The database was migrated while this process had it open: its schema is no longer
+    the one this process knows, so the call did nothing.  Stop, and start again (with a
+    sqlq that knows the new schema)."""
+
+
+class WorkersRunning(SchemaError):
+    """A migration was refused: the worker registry shows live workers whose sqlq knows
+    an older schema (they would go on under rules they do not know).  Stop them first,
+    or migrate with ``force`` (``sqlq migrate --force``).  ``workers`` lists them as
+    (host, pid, sqlq version, schema version)."""
+
+    def __init__(self, message: str, workers: list[tuple[str, int, str, int]]) -> None:
+        super().__init__(message)
+        self.workers = workers
 
 
 class ClockSkew(SqlqError):

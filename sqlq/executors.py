@@ -32,14 +32,17 @@ handler and gives back the outcome (None, or the exception the handler raised).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
 import logging
+import os
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, TypeGuard, TypeVar
 
 from .records import Lease
 
@@ -113,14 +116,17 @@ class Executor(Generic[J]):
         # A context of the job's own, which an async handler's task runs in too:
         # what the call sets in it (the worker's current_task) is the job's alone,
         # and stop_requested() finds the job in it.
+        pid = os.getpid()
         context = contextvars.copy_context()
         context.run(_current.set, job)
         try:
             result = context.run(self._call, job.lease)
         except BaseException as exc:  # a handler's SystemExit fails its task too
+            forked_child_ends(pid, 1)
             self._report(job, exc)
             return
-        if result is not None and inspect.isawaitable(result):  # (None: the usual, cheaply)
+        forked_child_ends(pid, 0)
+        if result is not None and _awaitable(result):  # (None: the usual, cheaply)
             self._event_loop().submit(job, result, context)
         else:
             job.result = result
@@ -216,12 +222,38 @@ class _Loop(Generic[J]):
             self._loop.stop()
 
 
+def _awaitable(result: object) -> TypeGuard[Awaitable[object]]:
+    """Is a handler's return value awaitable?  False for one whose type cannot even be
+    asked (a ``__class__`` that raises): its task then fails as unstorable."""
+    try:
+        return inspect.isawaitable(result)
+    except BaseException:
+        return False
+
+
 async def _outcome(job: Job, awaitable: Awaitable[object]) -> BaseException | None:
     """Await a handler's awaitable: None (what it returned is ``job.result``), or what
     it raised (a CancelledError, or a SystemExit, which would otherwise escape the
     loop and end its thread)."""
+    pid = os.getpid()
     try:
         job.result = await awaitable
     except BaseException as exc:
+        forked_child_ends(pid, 1)
         return exc
+    forked_child_ends(pid, 0)
     return None
+
+
+def forked_child_ends(pid: int, code: int) -> None:
+    """In a child that a handler forked (``os.getpid() != pid``, the worker's) and that
+    returned (``code`` 0) or raised (1) into the worker's code: end the child now,
+    with ``os._exit(code)`` once its standard streams are flushed.  It has none of
+    the worker's other threads, so it must neither report the task (the parent
+    does) nor wait for another job: it would hang, and hold the pipes its parent's
+    reader waits on."""
+    if os.getpid() != pid:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        os._exit(code)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .contract import State
-from .errors import TRANSIENT, Busy
+from .errors import TRANSIENT, Busy, SchemaChanged
 from .events import event, task_fields
 from .executors import Job
 
@@ -208,7 +208,9 @@ class Monitor:
                 w.worker_id, every=w.heartbeat, concurrency=w.concurrency, holds=holds
             )
         except Exception as exc:
-            if isinstance(exc, TRANSIENT):
+            if isinstance(exc, SchemaChanged):
+                w.halt(exc)
+            elif isinstance(exc, TRANSIENT):
                 w._log_busy(exc)
             else:
                 w.log.error("the worker registry could not be written", exc_info=True)
@@ -265,7 +267,9 @@ class Monitor:
         try:
             beat = w.queue.heartbeat(lease.task_id, lease.token)
         except Exception as exc:
-            if isinstance(exc, Busy):
+            if isinstance(exc, SchemaChanged):
+                w.halt(exc)
+            elif isinstance(exc, Busy):
                 w.log.warning("heartbeat of task %r: queue busy (%s)", lease.task_id, exc)
             else:
                 w.log.error("heartbeat of task %r failed", lease.task_id, exc_info=True)

@@ -256,11 +256,24 @@ class ScheduleState(NamedTuple):
 
 class Held(NamedTuple):
     """A lease a worker holds (see WorkerInfo): since ``since``, the queue's time of
-    its claim."""
+    its claim.
+
+    A stale worker's row (see sqlq.registry) is no longer rewritten, so its leases
+    are checked against the tasks when it is read: ``now`` says what is still true,
+    ``"held"`` (the task is RESERVED under ``token``: the killed worker's lease, until
+    its deadline), ``"ran out"`` (the same, past its deadline: the next claim takes the
+    task back), ``"moved on"`` (another lease holds the task, or it left RESERVED:
+    ``state`` and ``token_now``, its latest lease's token, say where it is) or
+    ``"gone"`` (the task no longer exists).  None for a live worker's leases, which
+    its heartbeats rewrite."""
 
     task_id: str
     token: int
     since: Number
+    now: str | None = None
+    #: The task's state now, and its latest lease's token (a stale row's only).
+    state: str | None = None
+    token_now: int | None = None
 
 
 @dataclass(frozen=True)

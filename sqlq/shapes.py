@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .contract import Cancel, State
 from .payload import Undecodable
-from .records import QueueOverview, TaskInfo, WorkerInfo
+
+if TYPE_CHECKING:
+    from .records import QueueOverview, TaskInfo, WorkerInfo
 
 
 def payload_json(payload: Any) -> tuple[str, Any]:

@@ -59,6 +59,10 @@
   (a read that takes no write lock) after waits that double from ``poll_min``
   to ``poll_max``, and claims again only when it says yes.  A new task is thus
   picked up within about ``poll_max`` and an idle worker costs almost no CPU.
+  When ``ready()`` says no, ``queue.next_due()`` (a read too) tells when a task
+  held back by time falls due (a limited group's next rate slot, a lease running
+  out, a WAITING task), and the idle wait ends then at the latest: a rate-limited
+  group starts its tasks at its rate, not at the pace of the polls.
   Where the database announces new tasks (PostgreSQL's LISTEN/NOTIFY, see
   ``Queue.on_new_tasks``) an idle worker claims as soon as one is announced,
   and polls only for what nobody announces (a retry delay or a lease running
@@ -144,6 +148,7 @@ opens the queue, resolves the handler, sets up logging and runs a Worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import math
@@ -159,9 +164,17 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol, TypeVar
 
-from .contract import MAX_BATCH, MAX_LEASE_SECONDS, Number, State, check_result
+from . import payload as payloads
+from .contract import (
+    MAX_BATCH,
+    MAX_LEASE_SECONDS,
+    Number,
+    State,
+    check_result,
+    describe_error,
+)
 from .durable import Queue
-from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable
+from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable, SchemaChanged
 from .events import event, task_fields
 from .executors import Executor, current_job
 from .monitor import ACTIVE, HELD, Monitor, Phase, Running
@@ -178,6 +191,7 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "current_task",
+    "exit_past_lingering_threads",
     "resolve_target",
     "serve",
     "task_fields",
@@ -435,6 +449,7 @@ class Worker:
         self._outcomes: list[tuple[Running, BaseException | None, bool]] = []
         self._stopping = False
         self._stop_at: float | None = None
+        self._fatal: SchemaChanged | None = None  # met by the heartbeat thread (halt)
         self._hurry = False  # skip what is left of the grace period
         self._returned = False  # run() is returning: no more queue calls
         self._warned: dict[str, float] = {}  # transient error kind -> last warning
@@ -451,6 +466,7 @@ class Worker:
         self.worker_id = secrets.token_hex(8)
         self._until: str | None = None  # run() returns when "idle", "drained", or stopped
         self._drain_check = -math.inf  # the worker's clock: when _idle_end next reads counts
+        self._due_at: float | None = None  # the worker's clock: when a task falls due next
         self.schedules = _schedules(handler, schedules, queue.max_payload_bytes)
         if metrics_port is None and (metrics_host != "127.0.0.1" or metrics_token is not None):
             raise InvalidConfig("metrics_host and metrics_token serve metrics: give metrics_port")
@@ -495,6 +511,18 @@ class Worker:
             self._work.notify_all()  # the runners start no more jobs
         if first and running:  # the queue is the caller's again once run() has returned
             self.queue.interrupt_waits(self.grace)
+
+    def halt(self, error: SchemaChanged) -> None:
+        """Stop as ``stop`` does, because of ``error`` (the database was migrated under
+        this process, met by a heartbeat): logged once, and ``run`` raises it once
+        its handlers are done."""
+        with self._cond:
+            first = self._fatal is None
+            if first:
+                self._fatal = error
+        if first:
+            self.log.error("%s; stopping", error)
+        self.stop()
 
     def run(
         self,
@@ -546,7 +574,9 @@ class Worker:
             try:
                 idle = self._claim_loop()
             except BaseException as exc:
-                if not isinstance(exc, KeyboardInterrupt):
+                if isinstance(exc, SchemaChanged):  # no traceback: the message says it all
+                    self.halt(exc)
+                elif not isinstance(exc, KeyboardInterrupt):
                     self.log.error("worker error; stopping", exc_info=True)
                 self.stop()
                 if isinstance(exc, KeyboardInterrupt):  # not through our handler: no grace
@@ -554,6 +584,8 @@ class Worker:
                 self._drain()
                 raise
             self._drain()
+            if self._fatal is not None:  # (met by the heartbeat thread)
+                raise self._fatal
         finally:
             if self._cancel_announcements is not None:
                 self._cancel_announcements()
@@ -618,7 +650,7 @@ class Worker:
                 reporting = bool(self._outcomes)
                 idle = self._idle
             if idle is not None and not reporting:
-                woken = self._pause(self._until_tick(idle), self._woken)
+                woken = self._pause(self._until_tick(self._until_due(idle)), self._woken)
                 if woken and not self._take_announcement():
                     continue  # stopping, or outcomes to report
                 if not woken:
@@ -936,11 +968,41 @@ class Worker:
             return announced and not self._stopping
 
     def _ready(self) -> bool:
+        """Would a claim find a task now (``queue.ready``)?  If not, when is the next
+        task due that it holds back by time (_read_next_due)."""
         try:
-            return self.queue.ready()
+            ready = self.queue.ready()
         except TRANSIENT as exc:  # readers are not blocked in WAL mode; be safe anyway
             self._log_busy(exc)
             return True
+        if not ready:
+            self._read_next_due()
+        return ready
+
+    def _read_next_due(self) -> None:
+        """Note when the queue has a task due next that a claim does not find now
+        (``queue.next_due``: a group's next rate slot, a lease running out, a
+        WAITING task), by the worker's clock: an idle pause ends then at the latest
+        (_until_due), not at the next poll.  A transient error leaves it unknown."""
+        try:
+            seconds = self.queue.next_due()
+        except TRANSIENT as exc:
+            self._log_busy(exc)
+            seconds = None
+        self._due_at = None if seconds is None else self.clock.monotonic() + seconds
+
+    def _until_due(self, seconds: float) -> float:
+        """``seconds`` (an idle pause), or less if a task falls due sooner (see
+        _read_next_due); a time that has passed is forgotten (the next ``ready``
+        reads the next one)."""
+        due = self._due_at
+        if due is None:
+            return seconds
+        left = due - self.clock.monotonic()
+        if left <= 0:
+            self._due_at = None
+            return seconds
+        return min(seconds, left)
 
     def _in_flight(self) -> int:
         """Leases held: prefetched, running or being reported."""
@@ -1011,8 +1073,9 @@ class Worker:
         lease = entry.lease
         entry.ended = ended = self.clock.monotonic()
         if error is None and entry.result is not None:
-            error = self._unstorable(entry.result)
-        cancelled = entry.cancelled and isinstance(error, asyncio.CancelledError)
+            entry.result, error = self._stored_result(entry.result)
+        # (type(), never isinstance: a handler's exception may have a __class__ that raises)
+        cancelled = entry.cancelled and issubclass(type(error), asyncio.CancelledError)
         with self._cond:
             self._active -= 1
             mean = self._mean
@@ -1046,15 +1109,19 @@ class Worker:
                 lease.task_id,
             )
 
-    def _unstorable(self, result: object) -> NotRetryable | None:
-        """Why a handler's return value cannot be stored as its task's result (checked
-        here, so that one bad value never fails a whole report): its task then goes
-        DEAD with that error, as retrying would return the same."""
+    def _stored_result(self, result: object) -> tuple[object, NotRetryable | None]:
+        """A handler's return value as its report stores it: (the plain JSON value, read
+        back from its encoding, None), or (None, why it cannot be stored).  Encoded
+        here, once, so that one bad value never fails a whole report, not even one
+        whose encoding raises (anything) or changes from call to call: its task then
+        goes DEAD with that error, as retrying would return the same."""
         try:
-            check_result(result, self.queue.max_payload_bytes)
+            stored = check_result(result, self.queue.max_payload_bytes)
+            return (None if stored is None else payloads.decode(stored)), None
         except InvalidArgument as exc:
-            return NotRetryable(f"{type(exc).__name__}: {exc}")
-        return None
+            return None, NotRetryable(describe_error(exc))
+        except BaseException as exc:
+            return None, NotRetryable(f"the result cannot be stored: {describe_error(exc)}")
 
     def _acknowledge(
         self, entry: Running, error: BaseException | None, late: bool, answer: bool | str | None
@@ -1091,7 +1158,7 @@ class Worker:
         if entry.ended is not None:
             fields["duration"] = entry.ended - entry.started
         if error is not None:
-            fields["error"] = f"{type(error).__name__}: {error}"
+            fields["error"] = describe_error(error)
         return fields
 
     def _failed(
@@ -1392,6 +1459,41 @@ def _cwd_importable() -> None:
         sys.path.append(cwd)
 
 
+def exit_past_lingering_threads(code: int, error: BaseException | None = None) -> None:
+    """What ``sqlq worker`` does once its worker has stopped (``code``: its exit code;
+    ``error``: what ``serve`` raised): nothing, unless threads that are not daemon
+    threads still run (a handler started one and left it running), which would keep
+    the process alive forever (Python waits for them at exit).  Then it logs a
+    warning that names them (and the error, if any), flushes the logs and standard
+    streams, and ends the process with ``os._exit(code)`` (1 after an error): the
+    worker stopped cleanly, every lease was reported or released, and nothing of
+    sqlq's waits for those threads."""
+    lingering = [
+        thread.name
+        for thread in threading.enumerate()
+        if not thread.daemon and thread is not threading.main_thread() and thread.is_alive()
+    ]
+    if not lingering:
+        return
+    log = logging.getLogger("sqlq.worker")
+    if error is not None:
+        code = 1
+        log.error("worker stopped on an error: %s", describe_error(error))
+    log.warning(
+        "%d thread(s) that are not daemon threads still run (%s), started by a handler and "
+        "never ended; they would keep the process alive, so it exits now (code %d) "
+        "without waiting for them",
+        len(lingering),
+        ", ".join(lingering),
+        code,
+    )
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
+    os._exit(code)
+
+
 def serve(
     db: str,
     target: str,
@@ -1399,7 +1501,7 @@ def serve(
     queue: str = "default",
     concurrency: int = 1,
     prefetch: int | None = None,
-    lease_seconds: float = 30.0,
+    lease_seconds: float | None = None,
     time_limit: float | None = None,
     grace: float = 30.0,
     stop_when_idle: bool = False,
@@ -1432,8 +1534,7 @@ def serve(
     logging.getLogger("sqlq").setLevel(log_level)
     with Queue(
         db,
-        lease_seconds=lease_seconds,
-        max_attempts=1,  # of the periodic tasks this worker adds, unless their task says
+        lease_seconds=lease_seconds,  # None: the queue's stored settings (sqlq.settings)
         queue=queue,
         **options,
     ) as opened:

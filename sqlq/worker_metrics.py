@@ -50,6 +50,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .access import check_bind, check_token, token_matches
 from .errors import InvalidConfig
+from .install import pip_install
 
 #: Task names with a series of their own, per worker (the first seen); see the docstring.
 MAX_NAMES = 100
@@ -73,7 +74,7 @@ class WorkerMetrics:
             from prometheus_client import CollectorRegistry, Counter, Histogram
         except ImportError:
             raise InvalidConfig(
-                "metrics_port needs prometheus-client: pip install 'sqlq[web]'"
+                f"metrics_port needs prometheus-client: {pip_install('web')}"
             ) from None
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise InvalidConfig(f"metrics_port must be a port number (0-65535), not {port!r}")

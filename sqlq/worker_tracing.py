@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .contract import describe_error
 from .errors import InvalidConfig
+from .install import pip_install
 from .records import Lease
 
 #: The outcomes that end a span with status ERROR.
@@ -36,9 +38,7 @@ class TaskTracer:
         try:
             from opentelemetry import context, trace
         except ImportError:
-            raise InvalidConfig(
-                "tracing needs opentelemetry-api: pip install 'sqlq[otel]'"
-            ) from None
+            raise InvalidConfig(f"tracing needs opentelemetry-api: {pip_install('otel')}") from None
         self.queue = queue
         self._trace = trace
         self._context = context
@@ -73,9 +73,13 @@ class TaskTracer:
         if span is None:
             return
         span.set_attribute("sqlq.outcome", outcome)
+        why = outcome if error is None else describe_error(error)
         if error is not None:
-            span.record_exception(error)
+            try:
+                span.record_exception(error)
+            except BaseException:  # a handler's exception whose str() or __class__ raises
+                attributes = {"exception.type": why.partition(":")[0], "exception.message": why}
+                span.add_event("exception", attributes)
         if outcome in FAILED:
-            why = f"{type(error).__name__}: {error}" if error is not None else outcome
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, why))
         span.end()

@@ -9,6 +9,7 @@ a script, it takes the screenshots of the README (docs/web-*.png) from a demo da
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -68,9 +69,13 @@ def server(db: str, *options: str, host: str = "127.0.0.1", command: str = "web"
             process.wait()
 
 
-def listening(process: subprocess.Popen[str], command: str = "web") -> str:
-    """The base URL (on 127.0.0.1) of a `sqlq web` process, from its first line."""
+def listening(process: subprocess.Popen[str], command: str = "web", timeout: float = 60) -> str:
+    """The base URL (on 127.0.0.1) of a `sqlq web` process, from its first line, which
+    must come while the process runs: with stdout a pipe or a file (systemd, Docker), a
+    line left in the process's buffer would come only at its exit (issue 23)."""
     assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, f"sqlq {command} said nothing in {timeout} s (its address not flushed?)"
     started = process.stdout.readline()
     assert started.startswith(f"sqlq {command}: "), f"the server did not start: {started!r}"
     port = started.rstrip().rstrip("/").rpartition(":")[2]

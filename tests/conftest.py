@@ -8,6 +8,7 @@ database from them and uses only public API, so that it runs on every backend.
 
 from __future__ import annotations
 
+import fcntl
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import postgres
 import pytest
 from databases import DURABLE_KINDS, fresh_databases, queue_options
+from heavy import HEAVY, heavy_first, spawns
 
 import sqlq
 
@@ -31,6 +33,16 @@ def new_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable
         yield new
 
 
+@pytest.fixture(params=DURABLE_KINDS)
+def migrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], str]]:
+    """migrated_url() -> the URL of a new database that holds sqlq's current schema and
+    no task, each call another one, of each durable kind in turn: new_url's, for tests
+    that only use queues on it (a SQLite file is copied, not migrated anew: see
+    tests/databases.py).  A test of creating or migrating a database takes new_url."""
+    with fresh_databases(request.param, tmp_path, server(request), migrated=True) as new:
+        yield new
+
+
 @pytest.fixture
 def queue_url(new_url: Callable[[], str]) -> str:
     """The URL of a new, empty database, of each durable kind in turn."""
@@ -40,7 +52,7 @@ def queue_url(new_url: Callable[[], str]) -> str:
 @pytest.fixture(params=["memory", *DURABLE_KINDS])
 def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
     """make_queue(lease_seconds, max_attempts, **options) -> a WorkQueue, or a Queue on a
-    new database of each durable kind.
+    new database of each durable kind (migrated_url's: SQLite's a copy of a migrated file).
 
     ``options`` are those both faces take: retry, rng, max_payload_bytes.
     """
@@ -48,7 +60,9 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
         yield sqlq.WorkQueue
         return
     with ExitStack() as opened:
-        new = opened.enter_context(fresh_databases(request.param, tmp_path, server(request)))
+        new = opened.enter_context(
+            fresh_databases(request.param, tmp_path, server(request), migrated=True)
+        )
 
         def make(lease_seconds: float, max_attempts: int, **options: Any) -> Any:
             url = new()
@@ -63,6 +77,44 @@ def make_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Facto
             return queue
 
         yield make
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that starts processes (spawns()) is marked ``processes`` if it is not yet,
+    so that ``-m "not processes"`` leaves out every test that waits for another process.
+
+    In a pytest-xdist worker (only workers collect), the heavy tests first (heavy_first):
+    every worker collects the same order, as xdist requires.  A run without workers
+    (-n 0, as the mutation check's, whose -x stops at the first failure of the fast
+    files it lists first) keeps the files' order."""
+    for item in items:
+        if not item.get_closest_marker("processes") and spawns(item):
+            item.add_marker(pytest.mark.processes)
+    if hasattr(config, "workerinput"):
+        items[:] = heavy_first(items)
+
+
+@pytest.fixture(autouse=True)
+def _fault_tests_alone(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """A ``faults`` test runs while no other worker runs a heavy test: it bounds what
+    processes under stress do (a -wal file's size, a frozen writer's wait), which
+    another worker's processes on the same two cores would starve.  An exclusive flock
+    for it, a shared one for the other heavy tests, on a file of the run's temporary
+    folder, which its xdist workers share (without workers: no lock)."""
+    marks = {m for m in HEAVY if request.node.get_closest_marker(m)}
+    if not marks or not hasattr(request.config, "workerinput"):
+        yield
+        return
+    shared = tmp_path_factory.getbasetemp().parent / "sqlq-heavy-tests.lock"
+    with shared.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if "faults" in marks else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def server(request: pytest.FixtureRequest) -> Callable[[], str]:

@@ -3,6 +3,7 @@
     .venv/bin/python tests/mutation_check.py               # every mutant
     .venv/bin/python tests/mutation_check.py --only 'sql-*' --only memory-no-high-water-mark
     .venv/bin/python tests/mutation_check.py --list
+    .venv/bin/python tests/mutation_check.py --sample 30      # CI (.ci/run): this commit's share
 
 Each mutant is a file, a piece of its text that must occur exactly once, and
 what to put instead.  For each one the script edits the file, runs the test
@@ -12,6 +13,14 @@ and exits non-zero if a mutant survived or its run broke.  A mutant whose
 original text is no longer found exactly once stops the script before anything
 is changed: a refactor must re-point it, not retire it silently.
 
+``--sample K`` runs about K mutants, this commit's share: the mutants, in the order of
+the SHA-256 of their names (fixed, whatever the order of the list), are dealt into
+``ceil(N / K)`` slices (slice i: the i-th, the i+S-th, ... mutant), and the commit whose
+history has ``c`` commits (``git rev-list --count HEAD``) runs slice ``c mod S``.  So
+every S consecutive commits of a branch run every mutant once, and a mutant that
+survives fails CI at most S commits after the change that let it live.  A shallow clone
+(no history to count) takes the slice from the commit's hash instead.
+
 Not collected by pytest (the name does not start with ``test_``).
 """
 
@@ -19,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
+import math
 import os
 import signal
 import subprocess
@@ -50,6 +61,16 @@ LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
 REGISTRY = ("tests/test_registry.py",)
+PACKAGING = ("tests/test_packaging.py",)
+IMPORTS = ("tests/test_imports.py",)
+TASKS = ("tests/test_tasks.py",)
+DJANGO = ("tests/test_django.py",)
+HARDENING = ("tests/test_worker_hardening.py",)
+LEFTOVERS = ("tests/test_worker_leftovers.py",)
+SETTINGS = ("tests/test_settings.py",)
+UPGRADES = ("tests/test_upgrades.py",)
+CLI = ("tests/test_cli.py",)
+WEB = ("tests/test_web_probe.py", "tests/test_web.py")
 
 
 @dataclass(frozen=True)
@@ -134,8 +155,8 @@ MUTANTS = [
     Mutant(
         "worker-retries-a-task-it-cannot-run",
         "sqlq/tasks.py",
-        "return str(error), False",
-        "return str(error), True",
+        "return error_message(error), False",
+        "return error_message(error), True",
         ("tests/test_tasks.py",),
     ),
     Mutant(
@@ -316,14 +337,22 @@ MUTANTS = [
     Mutant(
         "sql-deadline-exclusive",
         "sqlq/sqlite/queries.sql",
-        "                WHERE queue = ?1 AND deadline <= max(?2",
-        "                WHERE queue = ?1 AND deadline < max(?2",
+        "deadline <= max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + iif(grouped",
+        "deadline < max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + iif(grouped",
     ),
     Mutant(  # the open of a call that claims nothing (an add, a completion)
         "sql-plain-call-deadline-exclusive",
         "sqlq/sqlite/queries.sql",
-        "sqlq_tasks\n               WHERE queue = ?1 AND deadline <= max(?2",
-        "sqlq_tasks\n               WHERE queue = ?1 AND deadline < max(?2",
+        "deadline <= max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + 8 * (schema_version",
+        "deadline < max(?2, sqlq_clock.now))\n        OR EXISTS (SELECT 1 FROM sqlq_tasks\n"
+        "                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))\n"
+        "       + 8 * (schema_version",
     ),
     Mutant(
         "sql-due-events-deadline-exclusive",
@@ -517,6 +546,8 @@ MUTANTS = [
         "sqlq/executors.py",
         "if result is not None and inspect.isawaitable(result):",
         "if False:",
+        "            if _awaitable(result):",
+        "            if False:",
         ASYNC,
     ),
     Mutant(
@@ -618,9 +649,11 @@ MUTANTS = [
         "sqlq/sqlite/queries.sql",
         "WHERE queue = ?1 AND live > 0), 0)\n"
         "       + iif(paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)\n"
+        "       + 8 * (schema_version <> ?3)\n"
         "FROM sqlq_clock WHERE id = 1\n\n-- name: open_plain_call",
         "WHERE queue = ?1 AND live > 0), 0)\n"
         "       + iif(NOT paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)\n"
+        "       + 8 * (schema_version <> ?3)\n"
         "FROM sqlq_clock WHERE id = 1\n\n-- name: open_plain_call",
         CONTROL,
     ),
@@ -966,11 +999,562 @@ MUTANTS = [
         PRIORITIES,
     ),
     Mutant(
+        "sql-debounce-forgets-the-priority",
+        "sqlq/sqlite/queries.sql",
+        "    line_key = iif(:seq = :seen, line_key, :now - priority * aging),",
+        "    line_key = iif(:seq = :seen, line_key, :now),",
+        PRIORITIES,
+    ),
+    Mutant(
+        "pg-debounce-forgets-the-priority",
+        "sqlq/postgresql/queries.sql",
+        "ELSE %(now)s::float8 - priority * aging END,",
+        "ELSE %(now)s::float8 END,",
+        PRIORITIES,
+    ),
+    # --- dedupe keys (sqlq/keys.py: the rules both faces share)
+    Mutant(
+        "keys-merge-refuses",
+        "sqlq/keys.py",
+        '    if on_key == "merge":\n        return Keyed.MERGED',
+        '    if on_key == "merge":\n        return Keyed.REFUSED',
+        KEYS,
+    ),
+    Mutant(
+        "keys-debounce-of-a-running-holder",
+        "sqlq/keys.py",
+        "(state == State.WAITING or state == State.AVAILABLE)",
+        "(state != State.COMPLETED)",
+        KEYS,
+    ),
+    Mutant(
+        "keys-an-existing-id-is-true",
+        "sqlq/keys.py",
+        "return self.outcome is not Keyed.REFUSED and self.outcome is not Keyed.EXISTS",
+        "return self.outcome is not Keyed.REFUSED",
+        KEYS,
+    ),
+    Mutant(
+        "keys-default-merges",
+        "sqlq/keys.py",
+        '        on_key = "refuse"',
+        '        on_key = "merge"',
+        KEYS,
+    ),
+    # --- schedules (sqlq/schedule.py: ticks and the catch-up policies)
+    Mutant(
+        "schedule-grace-exclusive",
+        "sqlq/schedule.py",
+        "now - latest > schedule.grace",
+        "now - latest >= schedule.grace",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-catch-up-all-unbounded",
+        "sqlq/schedule.py",
+        "if tick > now or len(ticks) == MAX_CATCH_UP:",
+        "if tick > now:",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-every-latest-tick-rounds-up",
+        "sqlq/schedule.py",
+        "return math.floor(until / self.every) * self.every",
+        "return math.ceil(until / self.every) * self.every",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-tick-not-passed",
+        "sqlq/schedule.py",
+        "return {**self.kwargs, TICK_ARGUMENT: tick}",
+        "return dict(self.kwargs)",
+        SCHEDULES,
+    ),
+    Mutant(
+        "schedule-first-seen-catches-up",
+        "sqlq/schedule.py",
+        "    if cursor is None:\n        return Plan([], now)",
+        "    if cursor is None:\n        cursor = 0",
+        SCHEDULES,
+    ),
+    # --- the command line (sqlq/cli/)
+    Mutant(
+        "cli-a-sqlq-error-exits-0",
+        "sqlq/cli/__init__.py",
+        "    except SqlqError as exc:\n        error(args.command, str(exc))\n"
+        "        return EXIT_ERROR",
+        "    except SqlqError as exc:\n        error(args.command, str(exc))\n"
+        "        return EXIT_OK",
+        CLI,
+    ),
+    Mutant(
+        "cli-add-counts-existing-ids-as-added",
+        "sqlq/cli/adding.py",
+        '        counts["existed"] += len(results) - added',
+        '        counts["added"] += len(results) - added',
+        CLI,
+    ),
+    Mutant(
+        "cli-keyed-add-says-merged-when-refused",
+        "sqlq/cli/adding.py",
+        'done = {Keyed.REFUSED: "not added", Keyed.MERGED: "merged into the holder"}',
+        'done = {Keyed.REFUSED: "merged into the holder", Keyed.MERGED: "not added"}',
+        ("tests/test_keys.py", *CLI),
+    ),
+    # --- the web dashboard (sqlq/web/)
+    Mutant(
+        "web-host-not-checked",
+        "sqlq/web/security.py",
+        "return client is not None and is_loopback(client.host) and "
+        "is_loopback(request.url.hostname)",
+        "return client is not None and is_loopback(client.host)",
+        WEB,
+    ),
+    Mutant(
+        "web-csrf-token-not-compared",
+        "sqlq/web/security.py",
+        "if not cookie or not hmac.compare_digest(cookie.encode(), given.encode()):",
+        "if not cookie:",
+        WEB,
+    ),
+    Mutant(
+        "web-origin-not-checked",
+        "sqlq/web/security.py",
+        'if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":',
+        "if False:",
+        WEB,
+    ),
+    Mutant(
+        "web-read-only-acts",
+        "sqlq/web/app.py",
+        "        if board.read_only:\n            raise HTTPException(403",
+        "        if False:\n            raise HTTPException(403",
+        WEB,
+    ),
+    Mutant(
         "sql-retry-with-a-fixed-aging",
         "sqlq/sqlite/queries.sql",
         "    line_key = :now - priority * aging,",
         "    line_key = :now - priority * 60,",
         PRIORITIES,
+    ),
+    Mutant(
+        "install-under-the-taken-name",
+        "pyproject.toml",
+        'name = "sqlq-queue"',
+        'name = "sqlq"',
+        PACKAGING,
+    ),
+    Mutant(
+        "install-extra-names-the-other-sqlq",
+        "pyproject.toml",
+        '    "sqlq-queue[postgresql]",',
+        '    "sqlq[postgresql]",',
+        PACKAGING,
+    ),
+    Mutant(
+        "install-hint-names-the-other-sqlq",
+        "sqlq/install.py",
+        "return f\"pip install '{DISTRIBUTION}[{extra}]'\"",
+        "return f\"pip install 'sqlq[{extra}]'\"",
+        PACKAGING,
+    ),
+    Mutant(
+        "install-tracing-hint-by-hand",
+        "sqlq/worker_tracing.py",
+        "{pip_install('otel')}",
+        "pip install 'sqlq[otel]'",
+        PACKAGING,
+    ),
+    Mutant(
+        "imports-sqlq-loads-every-name",
+        "sqlq/__init__.py",
+        "if TYPE_CHECKING:\n    from .aio import AsyncQueue\n",
+        "if True:\n    from .aio import AsyncQueue\n",
+        IMPORTS,
+    ),
+    Mutant(
+        "imports-cli-loads-the-queue",
+        "sqlq/cli/common.py",
+        "if TYPE_CHECKING:  # SQLAlchemy and the backends load when a command opens a database\n",
+        "if True:\n",
+        IMPORTS,
+    ),
+    Mutant(
+        "imports-help-loads-the-records",
+        "sqlq/shapes.py",
+        "if TYPE_CHECKING:\n    from .records import",
+        "if True:\n    from .records import",
+        IMPORTS,
+    ),
+    Mutant(
+        "imports-backends-loads-sqlalchemy",
+        "sqlq/backends.py",
+        "from .errors import InvalidConfig\n",
+        "import sqlalchemy as sa\n\nfrom .errors import InvalidConfig\n",
+        IMPORTS,
+    ),
+    Mutant(
+        "tasks-defer-many-unchecked",
+        "sqlq/tasks.py",
+        "given.append(self.arguments(kwargs, index))",
+        "given.append(dict(kwargs))",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-defer-many-names-a-later-call",
+        "sqlq/tasks.py",
+        "self._unstorable(given, queue.max_payload_bytes)  # an earlier call's, first",
+        "pass",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-quick-check-forgets-the-required",
+        "sqlq/tasks.py",
+        "        if not self._required <= names:\n            return False\n",
+        "",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-quick-check-takes-any-name",
+        "sqlq/tasks.py",
+        "and all(type(n) is str for n in extra)",
+        "",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-batch-ids-not-version-4",
+        "sqlq/tasks.py",
+        "bytes(b & 0x0F | 0x40 for b in raw[6::16])",
+        "bytes(b & 0x0F for b in raw[6::16])",
+        TASKS,
+    ),
+    Mutant(
+        "tasks-defer-many-forgets-the-tasks-priority",
+        "sqlq/tasks.py",
+        "priority=self.priority if priority is None else priority,\n                group=group,",
+        "priority=0 if priority is None else priority,\n                group=group,",
+        TASKS,
+    ),
+    # The command line and the dashboard (issue 23, item 12).
+    Mutant(
+        "progress-shown-in-full",
+        "sqlq/cli/common.py",
+        'return f"{value:.{max(3, len(str(int(abs(value)))))}g}"',
+        "return repr(value)",
+        ("tests/test_cli.py::test_figure_rounds_what_a_handler_reported",),
+    ),
+    Mutant(
+        "progress-cut-to-three-digits",
+        "sqlq/cli/common.py",
+        'return f"{value:.{max(3, len(str(int(abs(value)))))}g}"',
+        'return f"{value:.3g}"',
+        ("tests/test_cli.py::test_progress_is_shown_to_three_significant_digits",),
+    ),
+    Mutant(
+        "leases-page-progress-unformatted",
+        "sqlq/web/templates/tasks.html",
+        "{{ t.progress | figure }}",
+        "{{ t.progress }}",
+        ("tests/test_web.py::test_progress_is_shown_to_three_significant_digits",),
+    ),
+    Mutant(
+        "add-key-holder-unsaid",
+        "sqlq/cli/adding.py",
+        'print(f"key {printable(args.key)} is held by {holder}")',
+        "pass",
+        (
+            "tests/test_keys.py::test_sqlq_add_key_answers_with_the_holder_and_show_and_list_show_keys",
+        ),
+    ),
+    Mutant(
+        "web-address-left-in-the-buffer",
+        "sqlq/cli/web.py",
+        'print(f"sqlq {args.command}: {db.name} on http://{where}:{port}/", flush=True)',
+        'print(f"sqlq {args.command}: {db.name} on http://{where}:{port}/")',
+        ("tests/test_web.py::test_sqlq_web_answers_once_it_says_where_and_exits_0_when_stopped",),
+    ),
+    Mutant(
+        "pg-read-commands-miss-the-schema",
+        "sqlq/postgresql/migrate.py",
+        '_need_a_schema(cur, name)  # what migrating would say, not "migrate creates them"',
+        "pass",
+        ("tests/test_postgresql_probe.py::test_a_search_path_naming_no_existing_schema_says_so",),
+    ),
+    Mutant(
+        "charts-span-their-points",
+        "sqlq/web/static/charts.js",
+        "scales: { x: { time: true, auto: false, range: function () { return span; } } },",
+        "scales: { x: { time: true } },",
+        ("tests/test_web_browser.py::test_the_charts_draw_the_throughput_and_the_oldest_wait",),
+    ),
+    Mutant(
+        "django-running-is-ready",
+        "sqlq/django/__init__.py",
+        '    "RESERVED": TaskResultStatus.RUNNING,',
+        '    "RESERVED": TaskResultStatus.READY,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-dead-is-successful",
+        "sqlq/django/__init__.py",
+        '    "DEAD": TaskResultStatus.FAILED,',
+        '    "DEAD": TaskResultStatus.SUCCESSFUL,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-cancelled-is-ready",
+        "sqlq/django/__init__.py",
+        '    "CANCELLED": TaskResultStatus.FAILED,',
+        '    "CANCELLED": TaskResultStatus.READY,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-waiting-is-running",
+        "sqlq/django/__init__.py",
+        '    "WAITING": TaskResultStatus.READY,',
+        '    "WAITING": TaskResultStatus.RUNNING,',
+        DJANGO,
+    ),
+    Mutant(
+        "django-enqueue-outside-the-transaction",
+        "sqlq/django/__init__.py",
+        "        if not django_conn.in_atomic_block:",
+        "        if django_conn.in_atomic_block or True:",
+        DJANGO,
+    ),
+    Mutant(
+        "django-priority-reversed",
+        "sqlq/django/__init__.py",
+        "    return int(priority)",
+        "    return -int(priority)",
+        DJANGO,
+    ),
+    Mutant(
+        "worker-logs-a-handler-error-with-an-f-string",
+        "sqlq/worker.py",
+        '            fields["error"] = describe_error(error)',
+        '            fields["error"] = f"{type(error).__name__}: {error}"',
+        HARDENING,
+    ),
+    Mutant(
+        "describe-error-lets-a-base-exception-of-str-through",
+        "sqlq/contract.py",
+        '    except BaseException as failure:\n        return f"<str() raised',
+        '    except Exception as failure:\n        return f"<str() raised',
+        HARDENING,
+    ),
+    Mutant(
+        "failure-asks-the-handler-errors-class",
+        "sqlq/tasks.py",
+        "    if issubclass(type(error), NotRetryable):",
+        "    if isinstance(error, NotRetryable):",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-reencodes-a-handlers-result",
+        "sqlq/worker.py",
+        "            return (None if stored is None else payloads.decode(stored)), None",
+        "            return result, None",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-result-encoding-errors-escape",
+        "sqlq/worker.py",
+        "        except BaseException as exc:\n            return None, NotRetryable(",
+        "        except InvalidArgument as exc:\n            return None, NotRetryable(",
+        HARDENING,
+    ),
+    Mutant(
+        "executor-asks-a-result-its-class-unguarded",
+        "sqlq/executors.py",
+        "        return inspect.isawaitable(result)\n    except BaseException:",
+        "        return inspect.isawaitable(result)\n    except ZeroDivisionError:",
+        HARDENING,
+    ),
+    Mutant(
+        "worker-cancelled-check-asks-the-errors-class",
+        "sqlq/worker.py",
+        "issubclass(type(error), asyncio.CancelledError)",
+        "isinstance(error, asyncio.CancelledError)",
+        HARDENING,
+    ),
+    Mutant(
+        "forked-child-returns-into-the-worker",
+        "sqlq/executors.py",
+        "    if os.getpid() != pid:\n",
+        "    if False:\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "forked-child-of-an-async-handler-returns-into-the-loop",
+        "sqlq/executors.py",
+        "        return exc\n    forked_child_ends(pid, 0)\n",
+        "        return exc\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "worker-cli-waits-for-lingering-threads",
+        "sqlq/worker.py",
+        "    if not lingering:\n        return\n",
+        "    if True:\n        return\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "worker-waits-for-its-poll-not-the-next-due-task",
+        "sqlq/worker.py",
+        "        if not ready:\n            self._read_next_due()\n",
+        "",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "sql-next-due-forgets-rate-slots",
+        "sqlq/sqlite/queries.sql",
+        "       (SELECT min(tat) FROM sqlq_groups INDEXED BY sqlq_groups_by_head",
+        "       (SELECT NULL + min(tat) FROM sqlq_groups INDEXED BY sqlq_groups_by_head",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "pg-next-due-forgets-rate-slots",
+        "sqlq/postgresql/queries.sql",
+        "       (SELECT min(tat) FROM sqlq_groups\n",
+        "       (SELECT NULL + min(tat) FROM sqlq_groups\n",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "next-due-ignores-a-pause",
+        "sqlq/backend.py",
+        "    return now, None if paused or not found else min(found)",
+        "    return now, None if not found else min(found)",
+        ("tests/test_rate_wakeups.py",),
+    ),
+    Mutant(
+        "registry-stale-holds-unchecked",
+        "sqlq/registry.py",
+        "    if stale and find is not None:",
+        "    if False:",
+        REGISTRY,
+    ),
+    Mutant(
+        "registry-any-lease-of-a-reserved-task-is-the-stale-ones",
+        "sqlq/registry.py",
+        "    if state == State.RESERVED and task.token == held.token:",
+        "    if state == State.RESERVED:",
+        REGISTRY,
+    ),
+    Mutant(
+        "registry-a-lease-never-runs-out",
+        "sqlq/registry.py",
+        'what = "ran out" if ran_out else "held"',
+        'what = "held"',
+        REGISTRY,
+    ),
+    Mutant(
+        "cli-workers-hides-what-is-true-now",
+        "sqlq/cli/workers.py",
+        """f"{': ' + held_text(h) if h.now is not None else ''})\"""",
+        """")\"""",
+        REGISTRY,
+    ),
+    Mutant(  # a queue opened without settings ignores the stored ones
+        "settings-stored-not-read",
+        "sqlq/durable.py",
+        "stored = self._backend.settings(self.queue).get(self.queue, DEFAULTS)",
+        "stored = DEFAULTS",
+        SETTINGS,
+    ),
+    Mutant(  # a setting given to a handle is lost to the stored one
+        "settings-explicit-argument-ignored",
+        "sqlq/durable.py",
+        "= merged(stored, lease, attempts, retry)",
+        "= merged(stored)",
+        SETTINGS,
+    ),
+    Mutant(  # configure stores the defaults for the settings not given
+        "settings-configure-forgets-the-others",
+        "sqlq/durable.py",
+        "stored = tx.settings(self.queue) or DEFAULTS",
+        "stored = DEFAULTS",
+        SETTINGS,
+    ),
+    Mutant(  # a second configure keeps the first one's attempts
+        "sql-save-settings-keeps-the-old-attempts",
+        "sqlq/sqlite/queries.sql",
+        "max_attempts = excluded.max_attempts,\n    retry_kind = excluded.retry_kind",
+        "max_attempts = sqlq_settings.max_attempts,\n    retry_kind = excluded.retry_kind",
+        SETTINGS,
+    ),
+    Mutant(  # `sqlq worker` without --lease takes 30 s whatever the queue stored
+        "settings-worker-default-lease",
+        "sqlq/worker.py",
+        "        lease_seconds=lease_seconds,  # None: the queue's stored settings",
+        "        lease_seconds=lease_seconds or 30.0,  # None: the queue's stored settings",
+        SETTINGS,
+    ),
+    Mutant(  # a call that may claim does not notice a schema changed under it
+        "upgrade-open-call-ignores-the-schema",
+        "sqlq/sqlite/backend.py",
+        "                if due & 8:  # the file was migrated under this process",
+        "                if due & 0:  # the file was migrated under this process",
+        UPGRADES,
+    ),
+    Mutant(  # an add (a plain call) does not compare the schema version
+        "sql-plain-call-ignores-the-schema",
+        "sqlq/sqlite/queries.sql",
+        "run_at <= max(?2, sqlq_clock.now)))\n       + 8 * (schema_version <> ?3)",
+        "run_at <= max(?2, sqlq_clock.now)))\n       + 0 * (schema_version <> ?3)",
+        UPGRADES,
+    ),
+    Mutant(  # a later migration does not stamp its version: nobody notices it
+        "upgrade-later-migrations-not-stamped",
+        "sqlq/sqlite/migrate.py",
+        "        if migration.version >= STAMPED_SINCE:",
+        "        if migration.version == STAMPED_SINCE:",
+        UPGRADES,
+    ),
+    Mutant(  # PostgreSQL: a call that found the schema changed goes on
+        "pg-call-ignores-the-schema",
+        "sqlq/postgresql/backend.py",
+        "        if due is None:  # the database was migrated under this process\n"
+        "            self._changed()\n        self._mark, self._now = mark, now",
+        "        self._mark, self._now = mark, now",
+        UPGRADES,
+    ),
+    Mutant(  # a migration runs under live workers of an older schema
+        "upgrade-migrates-under-older-workers",
+        "sqlq/sqlite/migrate.py",
+        "        elif version < latest and not force:",
+        "        elif False:",
+        UPGRADES,
+    ),
+    Mutant(  # workers one schema behind do not count as older
+        "sql-older-workers-off-by-one",
+        "sqlq/sqlite/queries.sql",
+        "WHERE schema_version < :latest\n",
+        "WHERE schema_version < :latest - 1\n",
+        UPGRADES,
+    ),
+    Mutant(  # a heartbeat that meets SchemaChanged logs it and the worker goes on
+        "upgrade-heartbeat-does-not-halt",
+        "sqlq/monitor.py",
+        "            if isinstance(exc, SchemaChanged):\n                w.halt(exc)\n"
+        "            elif isinstance(exc, TRANSIENT):",
+        "            if isinstance(exc, TRANSIENT):",
+        UPGRADES,
+    ),
+    Mutant(  # an empty database argument gets the lecture about shared files again
+        "no-database-not-said",
+        "sqlq/sqlite/backend.py",
+        "    if not path.strip():  # sqlite:/// (an empty path) too",
+        "    if False:  # sqlite:/// (an empty path) too",
+        ("tests/test_no_database.py",),
+    ),
+    Mutant(  # the registry row does not say the schema its worker knows
+        "upgrade-registry-without-the-schema",
+        "sqlq/registry.py",
+        '"schema_version": schema_version,',
+        '"schema_version": 0,',
+        UPGRADES,
     ),
 ]
 
@@ -991,7 +1575,12 @@ def run(m: Mutant) -> str:
     path = ROOT / m.path
     original = path.read_bytes()
     text = original.decode("utf-8")
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *m.tests]
+    # -n 0: one process, in the files' order (pyproject's addopts run pytest-xdist
+    # workers, which put the slow tests first), so that -x stops at the first failure.
+    command = [
+        *(sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider"),
+        *m.tests,
+    ]
     # A bytecode cache of its own: a cached .pyc of the original could pass for the
     # mutant (same size, same second).
     cache = tempfile.TemporaryDirectory(prefix="sqlq-mutant-")
@@ -1038,14 +1627,45 @@ def installed_from_the_tree() -> None:
         )
 
 
+def commit_number() -> int:
+    """HEAD's number of commits (its place in the branch's history); from its hash in a
+    shallow clone, whose history is cut."""
+
+    def git(*args: str) -> str:
+        found = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        if found.returncode != 0:
+            sys.exit(f"--sample needs git: git {' '.join(args)}: {found.stderr.strip()}")
+        return found.stdout.strip()
+
+    if git("rev-parse", "--is-shallow-repository") == "true":
+        return int(git("rev-parse", "HEAD")[:12], 16)
+    return int(git("rev-list", "--count", "HEAD"))
+
+
+def sample(mutants: list[Mutant], about: int, number: int) -> list[Mutant]:
+    """Slice ``number mod S`` of ``mutants`` dealt into S = ceil(N / about) slices, in
+    the order of the hashes of their names (see the module's docstring)."""
+    ordered = sorted(mutants, key=lambda m: hashlib.sha256(m.name.encode()).hexdigest())
+    slices = max(1, math.ceil(len(ordered) / max(1, about)))
+    return ordered[number % slices :: slices]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="a mutant name or glob (repeatable)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--sample", type=int, metavar="K", help="about K mutants: this commit's share of them"
+    )
     args = parser.parse_args()
     chosen = [
         m for m in MUTANTS if not args.only or any(fnmatch.fnmatch(m.name, p) for p in args.only)
     ]
+    if args.sample is not None:
+        number = commit_number()
+        slices = max(1, math.ceil(len(chosen) / max(1, args.sample)))
+        chosen = sample(chosen, args.sample, number)
+        print(f"commit {number}: slice {number % slices} of {slices}, {len(chosen)} mutants")
     if not chosen:
         sys.exit(f"no mutant matches {args.only}")
     check(chosen)

@@ -14,7 +14,8 @@ and each line is one os.write, so a written line survives a SIGKILL.
 ``nap`` sleeps its payload (seconds) and ``fast`` does nothing: for draining
 many short tasks.  ``async_handle`` is an ``async def`` handler.  ``until_stopped``
 runs until its task is cancelled (tests/test_control.py).  ``square`` reports
-progress and returns a result (tests/test_results.py).
+progress and returns a result (tests/test_results.py); ``settings`` returns the
+settings of the queue its worker opened (tests/test_settings.py).
 """
 
 from __future__ import annotations
@@ -85,3 +86,13 @@ def square(payload: dict[str, int]) -> dict[str, int]:
     """Report progress (0.5, "squaring"), then return the square of payload["n"]."""
     sqlq.current_task().progress(0.5, "squaring")
     return {"square": payload["n"] ** 2}
+
+
+def settings(payload: object) -> dict[str, Any]:
+    """The settings of the queue its worker opened, as its result (tests/test_settings.py)."""
+    queue = sqlq.current_task().queue
+    return {
+        "lease_seconds": queue.lease_seconds,
+        "max_attempts": queue.max_attempts,
+        "retry": [queue.retry.kind, queue.retry.base, queue.retry.cap],
+    }

@@ -36,6 +36,10 @@ SECTIONS = (
     "## 5. The mixed calls of the core contract",
     "## 6. A waiting worker",
     "## Systems compared",
+    # bench/apart.md: the benches run on their own, carried over into every RESULTS.md
+    "## Run on their own",
+    "### Startup of a command",
+    "### A batch of registered tasks",
 )
 
 
@@ -206,3 +210,35 @@ def test_the_dashboard_bench_runs(tmp_path: Path) -> None:
     assert "ratio" in header.split("|")[5]
     assert float(row.split("|")[5]) > 0
     assert len([line for line in pages if line.startswith("| `/")]) == 9  # each page timed
+
+
+@pytest.mark.processes
+def test_the_startup_bench_runs() -> None:
+    """bench/startup.py: the medians of `sqlq --help`, `import sqlq` and `sqlq stats`
+    against their targets (issue 23), here of one run each; no timing asserted."""
+    command = [sys.executable, "-m", "bench.startup", "--runs", "1"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    rows = [line.split("|") for line in proc.stdout.splitlines() if line.startswith("| `")]
+    targets = {row[1].strip(): row[2].strip() for row in rows}
+    assert targets["`sqlq --help`"] == "<= 0.10 s"
+    assert targets["`import sqlq`"] == "<= 0.15 s"
+    assert targets["`sqlq stats` (a small SQLite file)"] == "<= 0.30 s"
+    for row in rows:
+        assert float(row[3].strip().removesuffix(" s")) > 0  # a wall clock was read
+        assert row[5].strip() in ("yes", "no", "-")
+
+
+def test_the_defer_many_bench_runs() -> None:
+    """bench/defer_many.py: defer against defer_many against add_many, here of 50 tasks
+    each; every way's row is there (the bench checks each filled its queue)."""
+    command = [sys.executable, "-m", "bench.defer_many", "--tasks", "50"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    rows = [line.split("|") for line in proc.stdout.splitlines() if line.startswith("| `")]
+    assert [row[1].split(",")[0].strip() for row in rows] == [
+        "`Task.defer`",
+        "`Task.defer_many`",
+        "`Queue.add_many`",
+    ]
+    assert float(rows[-1][5]) == 1.0  # the ratios are to add_many's time

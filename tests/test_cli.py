@@ -165,7 +165,7 @@ def _foreign(path: Path, kind: str) -> None:
 def test_subcommands_are_the_documented_set() -> None:
     expected = ["add", "backup", "dead", "demo", "list", "migrate", "purge", "redrive", "show"]
     expected += ["schedules", "unschedule", "stats", "cancel", "pause", "resume", "limits"]
-    expected += ["web", "metrics", "workers"]
+    expected += ["web", "metrics", "workers", "configure"]
     assert sorted([*expected, "worker"]) == SUBCOMMANDS
 
 
@@ -1701,3 +1701,32 @@ def test_the_commands_work_on_a_database_on_a_server(
     assert code == 2 and f"{shown}: the demo runs on a file" in err
     said.append(err)
     assert not [text for text in said if "secret" in text]
+
+
+def test_progress_is_shown_to_three_significant_digits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A progress of 1/12 reads 0.0833 in list and show, not 0.08333333333333333 (nor
+    %g's 0.0833333); a count stays a count, and the integer part is never cut."""
+    path = tmp_path / "p.db"
+    with sqlq.Queue(path, lease_seconds=3600, max_attempts=1) as q:
+        q.add_many(["a", "b"])
+        for task_id, value in (("a", 1 / 12), ("b", 1234.5678)):
+            lease = q.claim()
+            assert lease and lease.task_id == task_id
+            assert q.progress(task_id, lease.token, value, "decoding")
+    code, out, _ = _cli(capsys, "list", path)
+    rows = {ln.split()[0]: ln.split()[4:6] for ln in out.splitlines()[1:]}
+    assert code == 0 and rows == {"a": ["0.0833", "decoding"], "b": ["1235", "decoding"]}
+    code, out, _ = _cli(capsys, "show", path, "a")
+    assert code == 0 and re.search(r"^progress: +0\.0833$", out, re.M), out
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(1 / 12, "0.0833"), (0.5, "0.5"), (3, "3"), (3.0, "3"), (12.345, "12.3"), (-2 / 3, "-0.667"),
+     (1234.5678, "1235"), (99.96, "100"), (1e-7, "1e-07"), (2e20, "2e+20"), (1e15, "1e+15"),
+     (123456789012.5, "123456789012")],
+)  # fmt: skip
+def test_figure_rounds_what_a_handler_reported(value: float, shown: str) -> None:
+    assert common.figure(value) == shown

@@ -340,7 +340,12 @@ def _cli(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int,
 def test_sqlq_add_key_answers_with_the_holder_and_show_and_list_show_keys(
     queue_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _cli(capsys, queue_url, "add", "a", "--key", "user:42", "--payload", "1")[0] == 0
+    code, out, _ = _cli(capsys, queue_url, "add", "a", "--key", "user:42", "--payload", "1")
+    assert code == 0 and out.endswith(  # added: the holder is the new task, said as always
+        "added 1 task to queue 'default'; 0 already existed\nkey user:42 is held by task a\n"
+    )
+    code, out, _ = _cli(capsys, queue_url, "add", "a", "--key", "other")  # the id exists
+    assert code == 0 and out.endswith("1 already existed\nkey other is held by no task\n")
     code, out, _ = _cli(capsys, queue_url, "add", "b", "--key", "user:42")
     assert code == 0 and out == "task b not added: key user:42 is held by task a\n"
     code, out, _ = _cli(capsys, queue_url, "add", "b", "--key", "user:42", "--on-key", "merge",

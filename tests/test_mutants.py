@@ -48,3 +48,19 @@ def test_no_mutant_points_at_migration_text_a_later_migration_replaces() -> None
             later = [p.name for p in sorted(path.parent.glob("*.sql")) if p.name > path.name]
             stale += [(m.name, p) for p in later if m.original in (path.parent / p).read_text()]
     assert stale == []
+
+
+def test_the_slices_of_the_sample_deal_every_mutant_once() -> None:
+    """--sample K: S = ceil(N / K) consecutive commits run every mutant exactly once,
+    about K each, and a commit's slice does not depend on the order of the list."""
+    check = _mutation_check()
+    mutants = check.MUTANTS
+    slices = -(-len(mutants) // 30)
+    dealt = [check.sample(mutants, 30, number) for number in range(100, 100 + slices)]
+    names = [m.name for share in dealt for m in share]
+    assert sorted(names) == sorted(m.name for m in mutants)
+    assert all(
+        len(share) in (len(mutants) // slices, -(-len(mutants) // slices)) for share in dealt
+    )
+    assert check.sample(mutants[::-1], 30, 7) == check.sample(mutants, 30, 7)
+    assert check.sample(mutants, 30, 7) == check.sample(mutants, 30, 7 + slices)

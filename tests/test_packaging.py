@@ -4,22 +4,28 @@ package resources, so the wheel that ``pip install .`` builds carries them, and
 a plain (non-editable) install in a fresh virtualenv creates a queue whose
 ``sqlq_migrations`` rows carry the same checksums as the source files.
 
-The fresh virtualenv gets sqlq from the wheel only; its dependencies
-(SQLAlchemy, pysqlite3) come from this interpreter's site-packages through a
-``.pth`` file, so the test needs no package index.
+The fresh virtualenv gets sqlq from the wheel only; its required dependencies
+(SQLAlchemy, pysqlite3, ... and theirs, none of an extra's) come from this
+interpreter's site-packages, linked into a folder that a ``.pth`` file names, so
+the test needs no package index and the extras are missing as on a fresh machine.
+
+The distribution is ``sqlq-queue`` (``sqlq`` on the public index is an unrelated
+project): the installed distribution carries that name and every install line
+that sqlq prints (a missing extra, ``--help``) or documents names it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-import sqlalchemy
 
 ROOT = Path(__file__).resolve().parent.parent
 #: SQLite's on-demand migrations (sqlq.sqlite.migrate.on_demand), in order.
@@ -54,8 +60,63 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     command = [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(out)]
     subprocess.run(command, check=True)
-    (built,) = out.glob("sqlq-*.whl")
+    (built,) = out.glob("*.whl")
     return built
+
+
+def _required(requirement: str) -> str | None:
+    """The distribution a Requires-Dist line names, or None for one of an extra."""
+    if "extra ==" in requirement:
+        return None
+    match = re.match(r"[A-Za-z0-9._-]+", requirement)
+    assert match, requirement
+    return match.group(0)
+
+
+def _dependencies(wheel: Path) -> set[Path]:
+    """The top-level modules of the wheel's required distributions, and of theirs, as
+    installed for this interpreter (those not installed here, for another platform,
+    are left out)."""
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = (n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        text = archive.read(metadata).decode()
+    wanted = [_required(line) for line in re.findall(r"^Requires-Dist: (.+)$", text, re.M)]
+    names = {name for name in wanted if name}
+    found: set[Path] = set()
+    seen: set[str] = set()
+    while names:
+        name = names.pop()
+        if name.lower() in seen:
+            continue
+        seen.add(name.lower())
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        names.update(n for n in map(_required, dist.requires or []) if n)
+        for file in dist.files or []:
+            top = file.parts[0]
+            if top not in ("..", "__pycache__") and not top.endswith((".dist-info", ".pth")):
+                found.add(Path(dist.locate_file(top)))
+    return found
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv with sqlq from the wheel and its required dependencies
+    only; its Python."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = ["install", "--no-deps", "--no-index", "-q", str(wheel)]
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), *install], check=True)
+    (site_packages,) = venv.glob("lib/python*/site-packages")
+    linked = venv / "dependencies"
+    linked.mkdir()
+    for path in _dependencies(wheel):
+        (linked / path.name).symlink_to(path)
+    (site_packages / "dependencies.pth").write_text(f"{linked}\n")
+    return python
 
 
 def test_the_wheel_carries_every_backends_queries_and_migrations(
@@ -79,28 +140,14 @@ def test_the_wheel_carries_every_backends_queries_and_migrations(
 
 
 def test_a_fresh_virtualenv_with_the_wheel_creates_a_queue(
-    wheel: Path, tmp_path: Path, migration_files: list[Path]
+    venv: Path, tmp_path: Path, migration_files: list[Path]
 ) -> None:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    install = ["install", "--no-deps", "--no-index", "-q", str(wheel)]
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), *install], check=True)
-    (site_packages,) = venv.glob("lib/python*/site-packages")
-    dependencies = {Path(sqlalchemy.__file__).parent.parent}
-    try:
-        import pysqlite3  # type: ignore[import-not-found,unused-ignore]
-
-        dependencies.add(Path(pysqlite3.__file__).parent.parent)
-    except ImportError:  # where it has no wheel, sqlq uses the standard library's sqlite3
-        pass
-    (site_packages / "dependencies.pth").write_text("".join(f"{d}\n" for d in dependencies))
-
     run = subprocess.run(
-        [str(python), "-c", CHILD], cwd=tmp_path, capture_output=True, text=True, env={}
+        [str(venv), "-c", CHILD], cwd=tmp_path, capture_output=True, text=True, env={}
     )
     assert run.returncode == 0, run.stderr
     facts = json.loads(run.stdout)
+    (site_packages,) = venv.parent.parent.glob("lib/python*/site-packages")
     assert Path(facts["module"]).is_relative_to(site_packages)  # the wheel's, not the source's
     assert (facts["task"], facts["completed"]) == ("t1", True)
     assert facts["migrations"] == [
@@ -110,3 +157,75 @@ def test_a_fresh_virtualenv_with_the_wheel_creates_a_queue(
             *enumerate(migration_files, start=1),
         ]
     ]
+
+
+#: Run by the fresh virtualenv's Python: the installed distribution of the module
+#: sqlq, and what sqlq says when an extra is missing (none is installed there).
+HINTS = """
+import contextlib, importlib.metadata, json, subprocess, sys
+import sqlq, sqlq.errors
+
+(name,) = importlib.metadata.packages_distributions()["sqlq"]
+metadata = importlib.metadata.metadata(name)
+said = {}
+def tell(what, call):
+    try:
+        call()
+    except sqlq.errors.SqlqError as exc:
+        said[what] = str(exc)
+tell("postgresql", lambda: sqlq.Queue("postgresql://127.0.0.1:9/x", lease_seconds=30,
+                                      max_attempts=3))
+with sqlq.Queue("queue.db", lease_seconds=30, max_attempts=3) as queue:
+    tell("metrics", lambda: sqlq.Worker(queue, print, metrics_port=0))
+    tell("tracing", lambda: sqlq.Worker(queue, print, tracing=True))
+for command in (["web", "queue.db"], ["web", "--help"], ["metrics", "--help"]):
+    run = subprocess.run([sys.executable, "-m", "sqlq", *command], capture_output=True, text=True)
+    said[" ".join(command)] = run.stdout + run.stderr
+json.dump({"name": metadata["Name"], "extras": metadata.get_all("Provides-Extra"),
+           "requires": metadata.get_all("Requires-Dist"), "said": said}, sys.stdout)
+"""
+
+#: An install line: ``pip install`` and what it installs, quoted or not.
+INSTALL = re.compile(r"pip install (?:-[-\w]+ )*(['\"]?)([^\s'\"`]+)\1")
+
+
+def test_the_installed_distribution_is_the_one_every_install_line_names(
+    venv: Path, tmp_path: Path
+) -> None:
+    run = subprocess.run(
+        [str(venv), "-c", HINTS], cwd=tmp_path, capture_output=True, text=True, env={}
+    )
+    assert run.returncode == 0, run.stderr
+    facts = json.loads(run.stdout)
+    assert facts["name"] == "sqlq-queue"  # "sqlq" on the public index is another project
+    extras = set(facts["extras"])
+    assert {"postgresql", "web", "otel"} <= extras
+    # the extras that pull in others (test: postgresql, web, otel) name this
+    # distribution, so that the build expands them, never the other "sqlq"
+    requires = facts["requires"]
+    assert not [r for r in requires if re.match(r"sqlq\b(?!-queue)", r)], requires
+    assert "psycopg[binary]>=3.1; extra == 'test'" in requires, requires
+
+    # every message that tells how to install an extra, as sqlq says it there
+    said = facts["said"]
+    wanted = {"postgresql": "postgresql", "metrics": "web", "tracing": "otel"}
+    wanted |= {"web queue.db": "web", "web --help": "web", "metrics --help": "web"}
+    assert said.keys() == wanted.keys(), said
+    for what, extra in wanted.items():
+        text = " ".join(said[what].split())  # --help wraps its lines
+        assert [m.group(2) for m in INSTALL.finditer(text)] == [f"sqlq-queue[{extra}]"], text
+
+    # and every install line written in the installed code and in the README
+    (site_packages,) = venv.parent.parent.glob("lib/python*/site-packages")
+    for path in [*sorted((site_packages / "sqlq").rglob("*.py")), ROOT / "README.md"]:
+        for match in INSTALL.finditer(path.read_text()):
+            target = match.group(2)
+            if target.startswith("{"):  # sqlq.install's template: what it gives is above
+                continue
+            if target.startswith("."):  # from a clone: ".", ".[web]"
+                found = re.fullmatch(r"\.(?:\[(\w+(?:,\w+)*)\])?", target)
+            else:
+                found = re.fullmatch(r"sqlq-queue(?:\[(\w+(?:,\w+)*)\])?", target)
+            assert found, (path, target)
+            named = set(found.group(1).split(",")) if found.group(1) else set()
+            assert named <= extras, (path, target)

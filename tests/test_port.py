@@ -163,7 +163,8 @@ def test_a_url_that_does_not_parse_is_refused() -> None:
 
 def test_an_option_the_backend_does_not_take_is_refused(tmp_path: Path) -> None:
     with pytest.raises(
-        InvalidConfig, match=r"'synchronus'.*sqlite.*busy_timeout, file_mode, migrate, synchronous"
+        InvalidConfig,
+        match=r"'synchronus'.*sqlite.*busy_timeout, file_mode, force_migration, migrate, synchr",
     ):
         _queue(tmp_path / "q.db", synchronus="normal")
     assert not (tmp_path / "q.db").exists()

@@ -111,6 +111,7 @@ RELEASED = [
         "group_front_under_lock",
         "bf763b0dcda3ed9235e0827bc77c433d287a195f88b01dc2b2b6c640a94732f0",
     ),
+    (11, "queue_settings", "2fd79da0a36c3ad2e9df77e3728147c9a6a2b60166a22b9640505c7435bedcb8"),
 ]
 
 

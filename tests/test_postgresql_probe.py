@@ -179,6 +179,11 @@ def test_a_search_path_naming_no_existing_schema_says_so(postgres_url: str) -> N
     assert "CREATE SCHEMA" in str(caught.value)
     done = _cli("migrate", target)
     assert done.returncode == 2 and "CREATE SCHEMA" in done.stderr
+    # The commands that read say the same, not "sqlq migrate creates them" (issue 23).
+    for command in ("stats", "list", "workers"):
+        done = _cli(command, target)
+        assert done.returncode != 0 and "CREATE SCHEMA" in done.stderr, (command, done.stderr)
+        assert "creates them" not in done.stderr, (command, done.stderr)
 
 
 def test_a_foreign_table_with_another_of_sqlqs_names_is_refused_as_not_sqlqs(pg: str) -> None:

@@ -142,6 +142,20 @@ def test_a_retried_released_woken_or_redriven_task_keeps_its_priority(
     assert _drain(q, 33) == ["hi", "x", "y"]
 
 
+def test_a_debounce_that_wakes_a_waiting_holder_places_it_by_its_priority(
+    make_queue: Factory,
+) -> None:
+    """A WAITING holder that a debounce without a delay makes AVAILABLE joins the line
+    at the time of the add, moved ``priority * aging`` earlier, as any task that joins:
+    the priority-5 holder goes before a priority-0 task that joined earlier."""
+    q = make_queue(10, 3)
+    q.add("held", 0, key="k", priority=5, delay=100)
+    q.add("plain", 1)
+    assert q.add("again", 2, key="k", payload="now", on_key="debounce")
+    assert q.info("held", 2).priority == 5
+    assert _drain(q, 2) == ["held", "plain"]
+
+
 def test_claim_many_takes_the_front_in_order(make_queue: Factory) -> None:
     q = make_queue(100, 3)
     q.add_many(["l1", "l2"], 0, priority=-5)

@@ -177,7 +177,14 @@ def test_sqlq_workers_the_api_the_page_and_metrics_show_them(
         ("busy", False), ("gone", True)
     ]  # fmt: skip
     assert printed["workers"][0]["holds"] == [
-        {"task_id": XSS, "token": lease.token, "since": now - 5}
+        {
+            "task_id": XSS,
+            "token": lease.token,
+            "since": now - 5,
+            "now": None,  # a live row's leases, as it wrote them
+            "state": None,
+            "token_now": None,
+        }
     ]
 
     with TestClient(create_app(queue_url), base_url=HERE, client=LOCAL) as client:
@@ -282,3 +289,69 @@ def test_a_killed_worker_goes_stale_and_is_pruned(queue_url: str, tmp_path: Path
         assert seen.stale and seen.worker_id == left.worker_id
         q.beat_worker("next", left.stale_at + KEEP_STALE + 1, every=1)
         assert [w.worker_id for w in q.workers(left.stale_at)] == ["next"]
+
+
+@pytest.mark.processes
+def test_a_killed_workers_row_shows_what_is_still_true_of_its_tasks(
+    queue_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stale row's leases are checked against the tasks (the CLI, the JSON API, the
+    page and Queue.workers): still its lease, run out, or the task's state and holder
+    now; a live worker's row is shown as it wrote it."""
+    retry = sqlq.Retry.immediate()
+    with sqlq.Queue(
+        queue_url, lease_seconds=30, max_attempts=3, retry=retry, **queue_options(queue_url)
+    ) as q:
+        q.add_many([("a", str(tmp_path / "never")), ("b", str(tmp_path / "never"))])
+        worker = _worker(queue_url, tmp_path)
+        try:
+            [shown] = _wait_for(
+                q.workers, lambda seen: bool(seen and len(seen[0].holds) == 2), worker
+            )
+        finally:
+            worker.kill()
+            worker.wait(60)
+        assert all(h.now is None for h in shown.holds)  # alive: as it wrote them
+        tokens = {h.task_id: h.token for h in shown.holds}
+        infos = {task_id: q.info(task_id) for task_id in tokens}
+        stale = shown.stale_at
+        [seen] = q.workers(stale)
+        assert seen.stale
+        for held in seen.holds:
+            info = infos[held.task_id]
+            assert info is not None and info.deadline is not None
+            ran_out = info.deadline <= stale
+            assert (held.now, held.state, held.token_now) == (
+                "ran out" if ran_out else "held",
+                "RESERVED",
+                held.token,
+            )
+        # Another worker takes both once their leases ran out: completes "a", holds "b".
+        later = max(i.deadline for i in infos.values() if i and i.deadline) + 1
+        [seen] = q.workers(later)
+        assert {h.task_id: h.now for h in seen.holds} == {"a": "ran out", "b": "ran out"}
+        first, second = q.claim(later), q.claim(later)
+        assert first is not None and second is not None
+        done, held = (first, second) if first.task_id == "a" else (second, first)
+        assert q.complete("a", token=done.token, now=later)
+        [seen] = q.workers(later)
+        now = {h.task_id: (h.now, h.state, h.token_now) for h in seen.holds}
+        assert now == {
+            "a": ("moved on", "COMPLETED", done.token),
+            "b": ("moved on", "RESERVED", held.token),
+        }
+    assert main(["workers", queue_url]) == 0
+    out = capsys.readouterr().out
+    assert f"a (token {tokens['a']}," in out and "now COMPLETED" in out
+    assert f"now RESERVED by token {held.token}" in out
+    assert main(["workers", queue_url, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    [row] = printed["workers"]
+    assert {h["task_id"]: [h["now"], h["state"], h["token_now"]] for h in row["holds"]} == {
+        "a": ["moved on", "COMPLETED", done.token],
+        "b": ["moved on", "RESERVED", held.token],
+    }
+    with TestClient(create_app(queue_url), base_url=HERE, client=LOCAL) as client:
+        assert client.get("/api/workers").json()["workers"][0]["holds"] == row["holds"]
+        page = client.get("/workers").text
+    assert "now COMPLETED" in page and f"now RESERVED by token {held.token}" in page

@@ -168,6 +168,7 @@ RELEASED = [
     (12, "workers", "0455c002dbe1f783b7ba175c34d3efbde54aaf64318591eeebdef61793ac1dbc"),
     (13, "leaner_tasks", "acdf1c5cafcb3b86ecaace60611206268f422720f2cde094bf9d1dc00cd9eaec"),
     (14, "state_check", "335dee0b5e9e89c6cc7d621a25ebb7d424a23170010619e54f4ecd55e125c63a"),
+    (15, "queue_settings", "e40d557875a9b0e4d85c0075a2060353500ebaea194c46a6bb90470731d4ad47"),
 ]
 
 
@@ -888,22 +889,30 @@ def test_a_rebuild_migration_keeps_the_users_views_triggers_and_indexes(
     with monkeypatch.context() as m:
         old = migrate.migrations()[:13]
         m.setattr(migrate, "migrations", lambda: old)
-        with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:
-            q.add_many(["a", "b"], 0)
+        sqlq.Queue(db_path, lease_seconds=10, max_attempts=3).close()
+    # two tasks as an add of that version stored them (this version's calls read the
+    # schema version that migration 15 added, so they cannot run on a version 13 file)
+    added = (
+        "INSERT INTO sqlq_tasks (queue, task_id, state, seq, attempts, max_attempts, "
+        "created_at, updated_at, line_key) VALUES ('default', 'a', 'AVAILABLE', 1, 0, 3, "
+        "0, 0, 0), ('default', 'b', 'AVAILABLE', 2, 0, 3, 0, 0, 0)",
+        "UPDATE sqlq_clock SET counter = 2",
+    )
     shell = subprocess.run(
-        ["sqlite3", str(db_path), ";\n".join(_USER_OBJECTS) + ";"],
+        ["sqlite3", str(db_path), ";\n".join((*added, *_USER_OBJECTS)) + ";"],
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert shell.returncode == 0, shell.stderr
     before = _user_objects(db_path)
-    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:  # migrated to 14
+    with sqlq.Queue(db_path, lease_seconds=10, max_attempts=3) as q:  # migrated to the latest
         assert q.reserve(1) == "a"
     assert _user_objects(db_path) == before and len(before) == 4
     conn = dbapi.connect(str(db_path))
     try:
-        assert conn.execute("SELECT max(version) FROM sqlq_migrations").fetchone()[0] == 14
+        latest = migrate.latest_version()
+        assert conn.execute("SELECT max(version) FROM sqlq_migrations").fetchone()[0] == latest
         assert dict(conn.execute("SELECT state, n FROM my_report").fetchall()) == {
             "AVAILABLE": 1,
             "RESERVED": 1,

@@ -77,8 +77,8 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
         def plan(sql: str, params: dict[str, object] | tuple[object, ...]) -> str:
             return " | ".join(r[-1] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
-        calls = (Q.open_call, Q.open_plain_call, Q.due_events)
-        for due in (plan(call, ("q", 5)) for call in calls):
+        calls = ((Q.open_call, ("q", 5, 15)), (Q.open_plain_call, ("q", 5, 15)))
+        for due in (plan(call, params) for call, params in (*calls, (Q.due_events, ("q", 5)))):
             assert "sqlq_tasks_leases" in due and "sqlq_tasks_waiting" in due
             assert "SCAN sqlq_tasks" not in due
         claim = plan(Q.claim_front, ("q",))
@@ -97,7 +97,7 @@ def test_hot_queries_use_indexes(db_path: Path) -> None:
             plan(Q.complete_task_with_result, ("q", "t", 1, 1, "1")),
         ):
             assert "USING INDEX" in complete and "SCAN" not in complete
-        assert "sqlq_groups_live" in plan(Q.open_call, ("q", 5))
+        assert "sqlq_groups_live" in plan(Q.open_call, ("q", 5, 15))
         assert "sqlq_groups_live" in plan(Q.queue_flags, ("q",))
         for fair, groups in ((0, "sqlq_groups_by_head"), (1, "sqlq_groups_by_turn")):
             grouped = plan(Q.claim_grouped, ("q", 1, fair))

@@ -44,6 +44,10 @@ import sqlq
 from sqlq.errors import InvalidTaskId
 from sqlq.schedule import Schedule
 
+#: Seconds of CPU each: run first under pytest-xdist, and not in the inner loop
+#: (README, Development: -m "not processes and not faults and not slow").
+pytestmark = pytest.mark.slow
+
 #: Every run explores the same examples: hypothesis derives its seed from the
 #: test's name (derandomize) and keeps no example database, and the plain
 #: histories use seeds 0, 1, ...  SQLQ_TEST_SEED=<n> explores seed n instead (the
@@ -330,9 +334,14 @@ class DurableVsMemory(OnDurable):
         self.right = sqlq.WorkQueue(lease_seconds, max_attempts)
 
 
-def test_durable_vs_memory(new_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_durable_vs_memory(
+    migrated_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     run_on(
-        DurableVsMemory, new_url, monkeypatch, _settings(max_examples=150, stateful_step_count=40)
+        DurableVsMemory,
+        migrated_url,
+        monkeypatch,
+        _settings(max_examples=150, stateful_step_count=40),
     )
 
 
@@ -708,10 +717,10 @@ class FeaturesDurableVsMemory(OnDurable):
 
 
 def test_features_durable_vs_memory(
-    new_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+    migrated_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     features = _settings(max_examples=150, stateful_step_count=50)
-    run_on(FeaturesDurableVsMemory, new_url, monkeypatch, features)
+    run_on(FeaturesDurableVsMemory, migrated_url, monkeypatch, features)
 
 
 #: LimitsDurableVsMemory's tasks, their groups (None: no group) and the limits it sets.
@@ -883,10 +892,10 @@ class LimitsDurableVsMemory(OnDurable):
 
 
 def test_limits_durable_vs_memory(
-    new_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+    migrated_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     limited = _settings(max_examples=120, stateful_step_count=50)
-    run_on(LimitsDurableVsMemory, new_url, monkeypatch, limited)
+    run_on(LimitsDurableVsMemory, migrated_url, monkeypatch, limited)
 
 
 # ---------------------------------------------------------------------------------
@@ -1084,12 +1093,12 @@ class _History:
         return answer
 
 
-def test_long_histories_agree_and_reach_mixed_due_events(new_url: Callable[[], str]) -> None:
+def test_long_histories_agree_and_reach_mixed_due_events(migrated_url: Callable[[], str]) -> None:
     """Hundreds of calls per seed on both faces; between them, many calls that find
     lease expiries and wake-ups due together, also at equal times."""
     mixed = ties = 0
     for number in HISTORY_SEEDS:
-        history = _History(number, new_url())
+        history = _History(number, migrated_url())
         try:
             for _ in range(HISTORY_CALLS):
                 history.step()

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,155 @@ def test_enqueue_in_the_callers_transaction(resize: sqlq.Task[..., None], queue_
         except RuntimeError:
             pass
         assert [t.task_id for t in q.tasks()] == ["kept"]
+
+
+# --- defer_many: a batch of calls in one transaction (issue 23) ---------------------------
+
+
+def test_defer_many_adds_a_task_per_call_in_order(
+    resize: sqlq.Task[..., None], make_queue: Any
+) -> None:
+    q = make_queue(30, 5)
+    calls = [{"path": f"{n}.png", "width": n} for n in range(5)] + [{"path": "last.png"}]
+    ids = resize.defer_many(q, calls, now=1)
+    assert len(ids) == len(set(ids)) == 6
+    assert all(uuid.UUID(i).hex == i and uuid.UUID(i).version == 4 for i in ids)  # as defer's
+    assert all(uuid.UUID(i).variant == uuid.RFC_4122 for i in ids)
+    found = q.tasks(1)
+    assert [(t.task_id, t.name, t.payload, t.max_attempts) for t in found] == [
+        (i, "resize", call, 2) for i, call in zip(ids, calls, strict=True)
+    ]
+    lease = q.claim(2)
+    assert (lease.task_id, lease.name) == (ids[0], "resize")
+    assert q.fail(ids[0], 3, token=lease.token) == "WAITING"  # the task's own retry
+    assert q.info(ids[0], 3).run_at == 10
+    assert resize.defer_many(q, iter([]), now=3) == []  # any iterable; none: nothing added
+
+
+def test_defer_many_takes_the_options_of_enqueue_for_every_task(make_queue: Any) -> None:
+    tasks = sqlq.Tasks()
+
+    @tasks.task(name="ranked", priority=3)
+    def ranked(n: int) -> None: ...
+
+    q = make_queue(30, 5)
+    mine = ranked.defer_many(q, [{"n": 1}, {"n": 2}], now=0)
+    urgent = ranked.defer_many(q, [{"n": 3}], now=0, priority=9, group="tenant-a")
+    later = ranked.defer_many(q, [{"n": 4}], now=0, delay=60)
+    assert [q.info(i, 0).priority for i in (*mine, *urgent)] == [3, 3, 9]
+    assert q.info(urgent[0], 0).group == "tenant-a"
+    assert q.status(later[0], 0) == "WAITING" and q.info(later[0], 0).run_at == 60
+    assert [q.claim(1).task_id for _ in range(3)] == [*urgent, *mine]
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        ({}, "call 2 of the batch, cannot take these arguments: missing a required argument"),
+        ({"path": "a", "height": 3}, "call 2 of the batch, cannot take these arguments: .*height"),
+        ({"path": object()}, "call 2 of the batch: the arguments cannot be stored"),
+        ({"path": "x" * 2048}, "call 2 of the batch: the arguments cannot be stored"),
+        (["path"], "call 2 of the batch, takes its arguments as a mapping"),
+    ],
+)
+def test_defer_many_stores_nothing_if_a_call_is_bad_and_names_it(
+    resize: sqlq.Task[..., None], make_queue: Any, bad: Any, said: str
+) -> None:
+    q = make_queue(30, 5, max_payload_bytes=1024)
+    resize.defer_many(q, [{"path": "before"}], now=0)
+    calls = [{"path": "a"}, {"path": "b"}, bad, {"path": "d"}, {}]  # (the last is bad too)
+    with pytest.raises(InvalidTask, match=said) as refused:
+        resize.defer_many(q, calls, now=0)
+    assert refused.value.index == 2
+    assert [t.payload for t in q.tasks(0)] == [{"path": "before"}]
+
+
+def _posonly(a: int = 1, /, b: int = 2, **more: Any) -> None: ...
+
+
+def _closed(a: int, b: int = 2, *, c: int, d: int = 4) -> None: ...
+
+
+def _star(*args: Any, c: int = 3, **more: Any) -> None: ...
+
+
+@pytest.mark.parametrize("fn", [_posonly, _closed, _star])
+@pytest.mark.parametrize(
+    "names",
+    [
+        (),
+        ("a",),
+        ("b",),
+        ("c",),
+        ("a", "c"),
+        ("a", "b", "c", "d"),
+        ("a", "c", "e"),
+        ("e",),
+        ("args",),
+        ("more",),
+        (1,),
+        ("c", 1),
+    ],
+)
+def test_a_call_is_taken_exactly_when_the_signature_binds_it(fn: Any, names: tuple[Any]) -> None:
+    """The check of a call's arguments (a quick one of their names first) accepts
+    exactly what the function's signature binds by keyword, and refuses in its words."""
+    task = sqlq.Task(fn, "f")
+    kwargs = dict.fromkeys(names, 0)
+    try:
+        task.signature.bind(**kwargs)
+    except TypeError as exc:
+        with pytest.raises(InvalidTask) as refused:
+            task.arguments(kwargs)
+        assert str(refused.value) == f"task 'f' cannot take these arguments: {exc}"
+    else:
+        assert task.arguments(kwargs) == kwargs
+
+
+def test_defer_many_takes_calls_not_one_mapping(
+    resize: sqlq.Task[..., None], make_queue: Any
+) -> None:
+    q = make_queue(30, 5)
+    with pytest.raises(InvalidTask, match="an iterable of calls"):
+        resize.defer_many(q, {"path": "a"}, now=0)
+    assert q.tasks(0) == []
+    assert InvalidTask("one call").index is None  # only a batch's refusal has an index
+
+
+def test_defer_many_in_the_callers_transaction(
+    resize: sqlq.Task[..., None], queue_url: str
+) -> None:
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q:
+        with q.engine.begin() as conn:
+            kept = resize.defer_many(q, [{"path": "kept"}], conn=conn)
+        try:
+            with q.engine.begin() as conn:
+                resize.defer_many(q, [{"path": "undone"}, {"path": "too"}], conn=conn)
+                raise RuntimeError("the caller's transaction fails")
+        except RuntimeError:
+            pass
+        assert [t.task_id for t in q.tasks()] == kept
+
+
+def test_defer_many_async(resize: sqlq.Task[..., None], queue_url: str) -> None:
+    async def main() -> list[str]:
+        async with sqlq.AsyncQueue(queue_url, lease_seconds=30, max_attempts=5) as aq:
+            with pytest.raises(InvalidConfig, match="use defer_many_async"):
+                resize.defer_many(aq, [{"path": "a"}])  # its add_many is a coroutine
+            with pytest.raises(InvalidTask, match="call 1 of the batch") as refused:
+                await resize.defer_many_async(aq, [{"path": "a"}, {"width": 1}])
+            assert refused.value.index == 1
+            return await resize.defer_many_async(aq, [{"path": "a"}, {"path": "b"}], priority=2)
+
+    ids = asyncio.run(main())
+    with sqlq.Queue(queue_url, lease_seconds=30, max_attempts=5) as q:
+        assert [(t.task_id, t.payload, t.priority) for t in q.tasks()] == [
+            (ids[0], {"path": "a"}, 2),
+            (ids[1], {"path": "b"}, 2),
+        ]
+        with pytest.raises(InvalidConfig, match=r"take a sqlq\.AsyncQueue, not Queue"):
+            asyncio.run(resize.defer_many_async(q, [{"path": "a"}]))  # type: ignore[arg-type]
+        assert len(q.tasks()) == 2
 
 
 # --- the worker runs each task by its name -----------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import signal
 import subprocess
@@ -182,6 +183,18 @@ def test_a_task_page_shows_everything_and_escapes_it(queue_url: str, client: Tes
         assert "<img" not in client.get(path).text, path
     missing = client.get("/task", params={"queue": "jobs", "id": "nope"})
     assert missing.status_code == 404 and "no task &#39;nope&#39;" in missing.text
+
+
+def test_progress_is_shown_to_three_significant_digits(queue_url: str, client: TestClient) -> None:
+    with _queue(queue_url) as q:
+        q.add("p")
+        lease = q.claim()
+        assert lease and q.progress("p", lease.token, 1 / 12, "decoding")
+    for page in (
+        client.get("/task", params={"queue": "jobs", "id": "p"}).text,
+        client.get("/leases").text,
+    ):
+        assert "0.0833 decoding" in page and "0.08333" not in page
 
 
 def test_every_response_carries_a_content_security_policy(client: TestClient) -> None:
@@ -458,7 +471,7 @@ def test_without_the_web_extra_sqlq_web_says_what_to_install(queue_url: str) -> 
         [sys.executable, "-c", WITHOUT_UVICORN, queue_url], capture_output=True, text=True
     )
     assert run.returncode == 1, run.stderr
-    assert "needs the web extra (uvicorn is missing): pip install 'sqlq[web]'" in run.stderr
+    assert "needs the web extra (uvicorn is missing): pip install 'sqlq-queue[web]'" in run.stderr
     alone = subprocess.run([sys.executable, "-c", CLI_ALONE], capture_output=True, text=True)
     assert alone.returncode == 0, alone.stderr
     assert alone.stdout.splitlines()[-1] == "[]"
@@ -656,7 +669,9 @@ def test_sqlq_web_answers_once_it_says_where_and_exits_0_when_stopped(
 
     _queue(queue_url).close()
     argv = [sys.executable, "-m", "sqlq", "web", queue_url, "--port", "0"]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    # stdout a pipe, as under systemd or Docker, where Python buffers it (unless told not to)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
     try:
         url = browser.listening(process)
         with urllib.request.urlopen(url + "/api/queues", timeout=30) as answer:  # at once

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -194,22 +195,53 @@ def test_the_charts_draw_the_throughput_and_the_oldest_wait(driver: Any, db: str
 
         return check
 
+    def spans_the_window(seconds: int) -> None:
+        """Both charts' time axes show the window that ends now, points or none (an
+        age chart without points once spanned Feb 2027 - Aug 2029)."""
+        now = time.time()
+        for chart in ("throughput-chart", "age-chart"):
+            plot = driver.find_element(By.CSS_SELECTOR, f"#{chart} .uplot")
+            span = plot.get_attribute("data-x-range")
+            assert span, f"{chart}: uPlot set no time scale (it then makes one up)"
+            low, high = map(float, span.split())
+            assert now - seconds - 120 <= low <= now - seconds + 60, (chart, low, now)
+            assert now - 120 <= high <= now + 60, (chart, high, now)
+
     with browser.server(db) as url:
         driver.get(url + "/")
         WebDriverWait(driver, 30).until(drawn("emails/hour"))
         throughput = driver.find_element(By.CSS_SELECTOR, "#throughput-chart .uplot")
         assert throughput.get_attribute("data-points") == "61"  # a minute each, and now's
         assert driver.find_elements(By.CSS_SELECTOR, "#age-chart canvas")
+        spans_the_window(3600)
+        # The next answers as a dashboard that has sampled no age yet sees them: no point.
+        driver.execute_script("""
+            var fetched = window.fetch;
+            window.fetch = function () {
+              return fetched.apply(this, arguments).then(function (response) {
+                return response.json().then(function (answer) {
+                  answer.age_times = []; answer.ages = [];
+                  return { ok: true, json: function () { return answer; } };
+                });
+              });
+            };""")
         Select(
             driver.find_element(By.CSS_SELECTOR, "#chart-choice [name=window]")
         ).select_by_visible_text("day")
         WebDriverWait(driver, 30).until(drawn("emails/day"))
         throughput = driver.find_element(By.CSS_SELECTOR, "#throughput-chart .uplot")
         assert throughput.get_attribute("data-points") == "1441"
+        ages = driver.find_element(By.CSS_SELECTOR, "#age-chart .uplot")
+        assert ages.get_attribute("data-points") == "0"
+        if os.environ.get("SQLQ_TEST_SCREENSHOT"):  # to look at it: a path for the PNG
+            driver.execute_script("arguments[0].scrollIntoView()", ages)
+            ages.screenshot(os.environ["SQLQ_TEST_SCREENSHOT"])
+        spans_the_window(86400)
         Select(
             driver.find_element(By.CSS_SELECTOR, "#chart-choice [name=queue]")
         ).select_by_visible_text("html")
         WebDriverWait(driver, 30).until(drawn("html/day"))
+        spans_the_window(86400)
         _no_alert(driver)
 
 

@@ -9,6 +9,7 @@ Subcommands, one module per kind:
 * maintenance.py: `redrive`, `purge`, `migrate`
 * control.py: `cancel`, `pause`, `resume`
 * limits.py: `limits` (per-group limits)
+* configure.py: `configure` (a queue's stored settings)
 * running.py: `worker`, `demo`
 * web.py: `web` (the dashboard; the `web` extra)
 
@@ -20,7 +21,6 @@ could not be read or written, is not a sqlq database, an unknown task, ...);
 from __future__ import annotations
 
 import argparse
-import difflib
 import io
 import os
 import sys
@@ -28,7 +28,18 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import SqlqError
-from . import adding, control, limits, maintenance, reading, running, schedules, web, workers
+from . import (
+    adding,
+    configure,
+    control,
+    limits,
+    maintenance,
+    reading,
+    running,
+    schedules,
+    web,
+    workers,
+)
 from .common import (
     DURATION_SYNTAX,
     EXIT_ERROR,
@@ -67,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     maintenance.register(commands)
     control.register(commands)
     limits.register(commands)
+    configure.register(commands)
     maintenance.register_migrate(commands)
     running.register_demo(commands)
     web.register(commands)
@@ -89,6 +101,8 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     (argparse alone reports it with the top-level usage), and the closest options."""
     args, unknown = parser.parse_known_args(argv)
     if unknown:
+        import difflib  # only for a mistyped option
+
         sub = subcommands(parser)[args.command]
         known = [s for action in sub._actions for s in action.option_strings]
         hints = {m for u in unknown for m in difflib.get_close_matches(u.split("=")[0], known, 1)}

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import payload as payloads
 from ..contract import (
@@ -22,7 +22,6 @@ from ..contract import (
     MIN_PRIORITY,
     check_task_id,
 )
-from ..durable import Queue
 from ..errors import InvalidArgument, InvalidPayload
 from ..keys import ON_KEY, Added, Keyed
 from ..shapes import added_json
@@ -48,6 +47,9 @@ from .common import (
     seconds,
     unix_time,
 )
+
+if TYPE_CHECKING:
+    from ..durable import Queue
 
 #: Tasks per add_many call (one transaction each) when adding from a file.
 ADD_BATCH = 1000
@@ -103,8 +105,11 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--max-attempts",
         metavar="N",
         type=positive_int(1, MAX_ATTEMPTS),
-        default=5,
-        help="attempts each task gets before it is DEAD, stored with it (default %(default)s)",
+        default=None,
+        help=(
+            "attempts each task gets before it is DEAD, stored with it (default: the "
+            "queue's setting, see `sqlq configure`)"
+        ),
     )
     add.add_argument(
         "--retry",
@@ -114,7 +119,8 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=(
             "how long a failed attempt waits before the next, stored with each task: "
             f"{RETRY_SYNTAX} (delays are durations; e.g. fixed:30s, exponential:1s:5m). "
-            "Default immediate: back to the end of the line at once"
+            "Default: the queue's setting (see `sqlq configure`; immediate if none: back to "
+            "the end of the line at once)"
         ),
     )
     add.add_argument(
@@ -317,8 +323,10 @@ def _add_keyed(args: argparse.Namespace, db: Any, created: bool, payload: Any) -
         return EXIT_OK
     if created:
         print(f"created {db.name}")
-    if added or existed:
+    if added or existed:  # the holder: this task when added, whichever (or none) if it existed
         print(f"added {int(added)} task to queue {args.queue!r}; {int(existed)} already existed")
+        holder = "no task" if answer.holder is None else f"task {printable(answer.holder)}"
+        print(f"key {printable(args.key)} is held by {holder}")
     else:
         done = {Keyed.REFUSED: "not added", Keyed.MERGED: "merged into the holder"}
         what = done.get(answer.outcome, "debounced: the holder took its payload and run time")

@@ -12,12 +12,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import sqlalchemy as sa
-
-from ..backend import Backend
-from ..backends import database_file, open_backend
 from ..contract import (
     DEFAULT_AGING,
     MAX_BATCH,
@@ -27,9 +23,12 @@ from ..contract import (
     check_name,
     check_queue_name,
 )
-from ..durable import Queue
 from ..errors import InvalidArgument, InvalidConfig, SchemaError
 from ..retry import Retry
+
+if TYPE_CHECKING:  # SQLAlchemy and the backends load when a command opens a database
+    from ..backend import Backend
+    from ..durable import Queue
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -248,6 +247,10 @@ def _usage_error_if_refused() -> Iterator[None]:
 def database(arg: str) -> Database:
     """The database a DB argument names: a path or a URL, whatever sqlq.Queue takes
     (the registry, sqlq.backends, tells which name a file)."""
+    import sqlalchemy as sa
+
+    from ..backends import database_file
+
     with _usage_error_if_refused():
         file = database_file(arg)
     if file is not None:
@@ -289,6 +292,8 @@ def creatable(arg: str) -> tuple[Database, bool]:
 @contextmanager
 def opened(db: Database, **options: Any) -> Iterator[Backend]:
     """The backend of ``db`` (sqlq.backends.open_backend with ``options``), closed after."""
+    from ..backends import open_backend
+
     with _usage_error_if_refused():
         backend = open_backend(db.target, **options)
     try:
@@ -338,15 +343,17 @@ def sqlq_database(arg: str, *, allow_older: bool, creates: str = "") -> Database
 def open_queue(
     db: Database,
     name: str,
-    max_attempts: int = 1,
+    max_attempts: int | None = None,
     retry: Retry | None = None,
     aging: float | None = DEFAULT_AGING,
 ) -> Queue:
-    """A sqlq.Queue for the commands (lease_seconds only matters to claim, never called)."""
+    """A sqlq.Queue for the commands, with the queue's stored settings but for those
+    given."""
+    from ..durable import Queue
+
     with _usage_error_if_refused():
         return Queue(
             db.target,
-            lease_seconds=30,
             max_attempts=max_attempts,
             queue=name,
             retry=retry,
@@ -380,6 +387,18 @@ def shorten(text: str | None, width: int = 60) -> str:
         return "-"
     line = printable(" ".join(text.split()))
     return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def figure(value: float) -> str:
+    """A number a handler reported (its progress) for people: a whole one as it is (3,
+    1200); any other to 3 significant digits, but with every digit of its integer part
+    (0.0833, 12.3, 1235), not the 17 of 1/12 in full; past 10^15, 3 digits (2e+20)."""
+    value = float(value)
+    if abs(value) >= 1e15:
+        return f"{value:.3g}"
+    if value.is_integer():
+        return str(int(value))
+    return f"{value:.{max(3, len(str(int(abs(value)))))}g}"
 
 
 def byte_size(n: int) -> str:
@@ -430,15 +449,21 @@ def relative(t: float | None, now: float) -> str:
     return f"in {span(t - now)}" if t > now else f"{span(now - t)} ago"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> None:
-    """Print aligned columns; the columns numbered in ``right`` align right."""
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    right: Sequence[int] = (),
+    indent: str = "",
+) -> None:
+    """Print aligned columns; the columns numbered in ``right`` align right; each line
+    begins with ``indent``."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         cells = [
             cell.rjust(width) if i in right else cell.ljust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
-        print("  ".join(cells).rstrip())
+        print(indent + "  ".join(cells).rstrip())
 
 
 class Progress:

@@ -14,11 +14,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..contract import State
-from ..durable import Queue
-from ..records import Purged
 from ..shapes import purged_json, redriven_json
 from .common import (
     DURATION_SYNTAX,
@@ -42,6 +40,10 @@ from .common import (
     span,
     sqlq_database,
 )
+
+if TYPE_CHECKING:
+    from ..durable import Queue
+    from ..records import Purged
 
 WRITE_NOTE = "it must exist (it is not created) and be a sqlq database; an older schema is migrated"
 
@@ -301,13 +303,23 @@ def register_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParse
     migrate.add_argument(
         "db", metavar="DB", help="the database file (created if missing; its folder must exist)"
     )
+    migrate.add_argument(
+        "--force",
+        action="store_true",
+        help=(
+            "migrate even while the worker registry shows live workers of an older sqlq "
+            "(refused otherwise: they would go on under rules they do not know); once "
+            "migrated, workers of this sqlq and later stop at their next call"
+        ),
+    )
     add_json(migrate, "the versions")
     migrate.set_defaults(handler=_migrate)
 
 
 def _migrate(args: argparse.Namespace) -> int:
     db, created = creatable(args.db)
-    with opened(db) as backend:  # creates or migrates (refusing what is not sqlq's, unchanged)
+    options = {"force_migration": True} if args.force else {}
+    with opened(db, **options) as backend:  # creates or migrates (refusing what is not sqlq's)
         versions = backend.schema_versions()
     before, after = versions.found, versions.current
     if args.json:

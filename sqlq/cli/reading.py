@@ -11,17 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..contract import State
 from ..payload import Undecodable
-from ..records import QueueOverview, TaskInfo
+from ..settings import DEFAULTS, QueueSettings
 from ..shapes import overview_json, task_json
 from .common import (
     EXIT_OK,
@@ -35,6 +33,7 @@ from .common import (
     byte_size,
     current_version,
     existing,
+    figure,
     moment,
     open_queue,
     opened,
@@ -49,6 +48,12 @@ from .common import (
     state_name,
     table,
 )
+from .configure import retry_text
+
+if TYPE_CHECKING:
+    import threading
+
+    from ..records import QueueOverview, TaskInfo
 
 READ_ONLY_NOTE = "it must exist and be a sqlq database at the current schema; it is not created"
 
@@ -168,9 +173,13 @@ def _stats(args: argparse.Namespace) -> int:
         found = backend.overview(with_names=True)
         wal = backend.storage_facts().wal_bytes
         software = backend.describe()
+        stored = backend.settings(None)
 
     figures = overview_json(found, now)
     queues, details, names = figures["queues"], figures["stats"], figures["names"]
+    settings = {
+        name: (stored.get(name), stored.get(name, DEFAULTS)) for name in sorted({*queues, *stored})
+    }
     if args.json:
         print_json(
             {
@@ -181,6 +190,11 @@ def _stats(args: argparse.Namespace) -> int:
                 "wal_bytes": wal,
                 "now": now,
                 **figures,
+                "settings": {
+                    name: {**use.as_json(), "stored": own is not None}
+                    for name, (own, use) in settings.items()
+                },
+                "default_settings": DEFAULTS.as_json(),
             }
         )
         return EXIT_OK
@@ -193,6 +207,7 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"wal:      {shown} (the -wal file; back within 4 MiB after checkpoints)")
     if not queues:
         print("no tasks")
+        _settings_table(settings)
         return EXIT_OK
     print()
     columns = list(dict.fromkeys(s for counts in queues.values() for s in counts))
@@ -221,7 +236,25 @@ def _stats(args: argparse.Namespace) -> int:
     table(["queue", "oldest available", "leases", "next deadline", "next run_at", "claims"], rows)
     if names:
         _name_counts(names, columns)
+    _settings_table(settings)
     return EXIT_OK
+
+
+def _settings_table(settings: dict[str, tuple[QueueSettings | None, QueueSettings]]) -> None:
+    """The queues' settings: (stored or None, in use) by queue (see sqlq.settings)."""
+    if not settings:
+        return
+    print()
+    print("settings (`sqlq configure` changes them):")
+    table(
+        ["queue", "lease", "max attempts", "retry", "settings"],
+        [
+            [printable(name), span(use.lease_seconds), str(use.max_attempts),
+             retry_text(use), "stored" if own is not None else "defaults"]
+            for name, (own, use) in settings.items()
+        ],
+        indent="  ",
+    )  # fmt: skip
 
 
 def _name_counts(names: dict[str, dict[str, dict[str, int]]], columns: list[str]) -> None:
@@ -326,7 +359,7 @@ def _fields(info: TaskInfo, queue: str, now: float) -> list[tuple[str, str]]:
         ("finished_at", moment(info.finished_at, now)),
         ("stop_requested_at", moment(info.stop_requested_at, now)),
         ("last_error", "-" if info.last_error is None else _lines(info.last_error)),
-        ("progress", "-" if info.progress is None else f"{info.progress:g}"),
+        ("progress", "-" if info.progress is None else figure(info.progress)),
         ("progress_message", _lines(info.progress_message or "-")),
         ("payload", _stored(info.payload)),
         ("result", _stored(info.result)),
@@ -349,7 +382,7 @@ def _stored(value: Any) -> str:
 
 def _reported(info: TaskInfo) -> str | None:
     """The task's latest progress report as one line, or None if there is none."""
-    parts = [] if info.progress is None else [f"{info.progress:g}"]
+    parts = [] if info.progress is None else [figure(info.progress)]
     if info.progress_message:
         parts.append(printable(info.progress_message))
     return " ".join(parts) or None
@@ -431,6 +464,9 @@ def _watch(db: Database, interval: float, count: int | None) -> int:
     Ctrl-C (SIGINT) ends the watch between reads: it sets a flag, so that no
     KeyboardInterrupt lands inside a read, where it could leave the queue's lock
     taken and the closing of the database waiting for it for good."""
+    import signal
+    import threading
+
     stopped = threading.Event()
     if threading.current_thread() is not threading.main_thread():  # (no signals there)
         return _watch_until(db, interval, count, stopped)

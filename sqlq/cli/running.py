@@ -11,6 +11,7 @@ from .common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
+    UsageError,
     add_queue,
     database,
     error,
@@ -76,6 +77,7 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
     worker.add_argument(
         "db",
         metavar="DB",
+        nargs="?",
         help=(
             "the database file; it must exist (create it with `sqlq migrate` or `sqlq add`) "
             "and be a sqlq database; an older schema is migrated"
@@ -85,6 +87,7 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "target",
         metavar="HANDLER",
         type=_target,
+        nargs="?",
         help=(
             "what runs each task (modules in the current folder can be named): "
             "package.module:function, a function (sync or async) that gets the task's "
@@ -122,10 +125,11 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "--lease",
         metavar="DURATION",
         type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
-        default=30.0,
+        default=None,
         help=(
             "length of each lease; heartbeats renew it while the handler runs, so this is "
-            "how soon a task of a crashed worker runs again (default %(default)g)"
+            "how soon a task of a crashed worker runs again (default: the queue's stored "
+            "setting, see `sqlq configure`)"
         ),
     )
     worker.add_argument(
@@ -271,38 +275,88 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "(needs the otel extra)"
         ),
     )
+    worker.add_argument(
+        "--django-settings",
+        metavar="MODULE",
+        help=(
+            "run a Django project's tasks instead of DB and HANDLER: set Django up with this "
+            "settings module (modules in the current folder can be named) and serve "
+            "--queue of the TASKS backend --django-backend (a sqlq.django.Backend, whose "
+            "OPTIONS name the database); see the README, section Django"
+        ),
+    )
+    worker.add_argument(
+        "--django-backend",
+        metavar="ALIAS",
+        default="default",
+        help="with --django-settings: the TASKS alias to serve (default %(default)s)",
+    )
     worker.set_defaults(handler=_worker)
 
 
 def _worker(args: argparse.Namespace) -> int:
+    if args.django_settings is not None:
+        return _django_worker(args)
+    if args.db is None or args.target is None:
+        if args.db is not None and not args.db.strip():
+            sqlq_database(args.db, allow_older=True)  # says that no database was given
+        raise UsageError("worker: give DB and HANDLER, or --django-settings MODULE")
     db = sqlq_database(args.db, allow_older=True, creates="worker does not create databases")
-    from ..worker import serve  # threads, signals and logging only when needed
+    # threads, signals and logging only when needed
+    from ..worker import exit_past_lingering_threads, serve
 
-    return serve(
-        db.target,
-        args.target,
+    try:
+        code = serve(
+            db.target,
+            args.target,
+            queue=args.queue,
+            concurrency=args.concurrency,
+            prefetch=args.prefetch,
+            lease_seconds=args.lease,
+            time_limit=args.time_limit,
+            grace=args.grace,
+            stop_when_idle=args.burst,
+            stop_when_drained=args.drain,
+            synchronous=args.synchronous,
+            busy_timeout=args.busy_timeout,
+            log_level=args.log_level.upper(),
+            summary_every=args.summary_every,
+            fair=args.fair,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
+            metrics_token=(
+                args.metrics_token
+                if args.metrics_token is not None
+                else os.environ.get(METRICS_TOKEN_VARIABLE) or None
+            ),
+            tracing=args.tracing,
+            **({} if args.listen else {"listen": False}),  # an option PostgreSQL's alone has
+        )
+    except BaseException as exc:
+        exit_past_lingering_threads(1, exc)  # (returns if no thread lingers)
+        raise
+    exit_past_lingering_threads(code)
+    return code
+
+
+def _django_worker(args: argparse.Namespace) -> int:
+    """`sqlq worker --django-settings MODULE`: the project's tasks, by sqlq.django."""
+    if args.db is not None or args.target is not None:
+        raise UsageError(
+            "worker: --django-settings takes no DB or HANDLER (the TASKS setting names them)"
+        )
+    from .. import django as sqlq_django  # Django only when asked for
+
+    sqlq_django.setup(args.django_settings)
+    return sqlq_django.run_worker(
+        backend=args.django_backend,
         queue=args.queue,
         concurrency=args.concurrency,
-        prefetch=args.prefetch,
-        lease_seconds=args.lease,
         time_limit=args.time_limit,
         grace=args.grace,
         stop_when_idle=args.burst,
         stop_when_drained=args.drain,
-        synchronous=args.synchronous,
-        busy_timeout=args.busy_timeout,
-        log_level=args.log_level.upper(),
         summary_every=args.summary_every,
-        fair=args.fair,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        metrics_token=(
-            args.metrics_token
-            if args.metrics_token is not None
-            else os.environ.get(METRICS_TOKEN_VARIABLE) or None
-        ),
-        tracing=args.tracing,
-        **({} if args.listen else {"listen": False}),  # an option PostgreSQL's alone has
     )
 
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
-from ..records import ScheduleState
-from ..schedule import Schedule
 from .common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -30,6 +28,9 @@ from .common import (
     table,
 )
 from .maintenance import WRITE_NOTE
+
+if TYPE_CHECKING:
+    from ..records import ScheduleState
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -113,6 +114,8 @@ def _unschedule(args: argparse.Namespace) -> int:
 def _next_run(state: ScheduleState) -> Any:
     """The schedule's first tick after those it handled; None if there is none or
     this machine cannot read it (a zone it does not know)."""
+    from ..schedule import Schedule  # cron expressions and time zones: only here
+
     try:
         schedule = Schedule.stored(state.name, state.spec, state.tz, state.catch_up, state.task)
     except (InvalidConfig, ValueError):

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..access import check_bind
 from ..errors import InvalidConfig
+from ..install import pip_install
 from .common import EXIT_OK, CliError, UsageError, add_database, positive_int, sqlq_database
 
+if TYPE_CHECKING:
+    import socket
+
 #: The extra that the command needs, as pip is asked for it.
-EXTRA = "pip install 'sqlq[web]'"
+EXTRA = pip_install("web")
 #: Where the token may come from instead of the command line (which others may read).
 TOKEN_VARIABLE = "SQLQ_WEB_TOKEN"
 
@@ -100,6 +101,8 @@ def _serve(args: argparse.Namespace, make: Callable[[Any, str, str | None], Any]
     db = sqlq_database(args.db, allow_older=False, creates=creates)
     token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE) or None
     uvicorn, web = _extra()
+    from ..access import check_bind
+
     try:
         check_bind(args.host, token)
         app = make(web, db.target, token)  # (it checks the token)
@@ -116,7 +119,10 @@ def _serve(args: argparse.Namespace, make: Callable[[Any, str, str | None], Any]
     # it found, so that the process ends by the signal (exit -15): the handler found
     # here asks the server to stop instead (as uvicorn's own does: a signal that comes
     # before the server has started stops it too), and the command exits 0.
-    previous = {sig: signal.signal(sig, server.handle_exit) for sig in _STOP_SIGNALS}
+    import signal
+
+    stop = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in stop}
     try:
         server.run(sockets=[listening])
     finally:
@@ -126,11 +132,10 @@ def _serve(args: argparse.Namespace, make: Callable[[Any, str, str | None], Any]
     return EXIT_OK
 
 
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
 def _listen(host: str, port: int) -> socket.socket:
     """A socket listening on ``host``:``port``; CliError if it cannot be had."""
+    import socket
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         return socket.create_server((host.strip("[]"), port), family=family)

@@ -5,10 +5,9 @@ holds.  Reads only, and never takes the write lock."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from ..records import WorkerInfo
-from ..registry import KEEP_STALE, STALE_BEATS, listed
-from ..shapes import workers_json
+from ..registry import KEEP_STALE, STALE_BEATS, held_text, listed
 from .common import (
     EXIT_OK,
     add_database,
@@ -20,6 +19,9 @@ from .common import (
     table,
 )
 
+if TYPE_CHECKING:
+    from ..records import WorkerInfo
+
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     workers = commands.add_parser(
@@ -30,7 +32,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "themselves in (when they start, then once per heartbeat): host, pid, queue, "
             "concurrency, since when they run, their last heartbeat, and the tasks each "
             f"holds with since when. A worker that missed {STALE_BEATS} heartbeats is "
-            "marked stale (killed, its machine lost, or stuck); it is listed for "
+            "marked stale (killed, its machine lost, or stuck), and each task it held "
+            "says what is true of it now (still its lease, its lease ran out, or the "
+            "task's state and holder now); it is listed for "
             f"{KEEP_STALE / 3600:g} hour more, then no longer. Only reads."
         ),
     )
@@ -42,8 +46,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _workers(args: argparse.Namespace) -> int:
     with inspected(args.db, allow_older=False) as (db, backend):
         now, registry = backend.workers()
-        found = listed(registry, now)
+        found = listed(registry, now, backend.find)
     if args.json:
+        from ..shapes import workers_json
+
         print_json(workers_json(db.name, found, now))
         return EXIT_OK
     if not found:
@@ -66,10 +72,12 @@ def _workers(args: argparse.Namespace) -> int:
 
 
 def _holds(worker: WorkerInfo, now: float) -> str:
-    """The tasks a worker holds: 'id (token 7, 12s)', ...; '-' for none."""
+    """The tasks a worker holds: 'id (token 7, 12s)', ...; '-' for none.  A stale
+    worker's say what is true of them now: 'id (token 7, 12s: now COMPLETED)'."""
     return (
         ", ".join(
-            f"{printable(h.task_id)} (token {h.token}, {relative(h.since, now)})"
+            f"{printable(h.task_id)} (token {h.token}, {relative(h.since, now)}"
+            f"{': ' + held_text(h) if h.now is not None else ''})"
             for h in worker.holds
         )
         or "-"

@@ -46,7 +46,7 @@ from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 
-from ..backend import Claimed, Figures, Holder, Opened, TaskRow, WorkerRow, claim_each
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow, WorkerRow, claim_each, due_of
 from ..browse import Browse, Found, task_row
 from ..contract import (
     DEFAULT_AGING,
@@ -58,7 +58,14 @@ from ..contract import (
     Outcome,
     State,
 )
-from ..errors import Busy, InvalidArgument, InvalidConfig, InvariantViolation, QueueClosed
+from ..errors import (
+    Busy,
+    InvalidArgument,
+    InvalidConfig,
+    InvariantViolation,
+    QueueClosed,
+    SchemaChanged,
+)
 from ..payload import Encoded
 from ..records import (
     Checkpoint,
@@ -69,7 +76,9 @@ from ..records import (
     StorageFacts,
     overviews,
 )
+from ..registry import versioned
 from ..retry import Retry, stored_policy
+from ..settings import QueueSettings, settings_params, stored_settings
 from . import driver
 from .driver import psycopg
 from .listen import Listener, channel
@@ -135,6 +144,10 @@ def shown(url: sa.engine.URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
+#: The migration that made sqlq_settings (a queue's stored settings).
+SETTINGS_SINCE = 11
+
+
 class PostgresBackend:
     """A PostgreSQL database (the first schema of its search_path) holding queues."""
 
@@ -149,6 +162,7 @@ class PostgresBackend:
         busy_timeout: float = 30.0,
         migrate: bool = True,
         listen: bool = True,
+        force_migration: bool = False,
     ) -> None:
         """Open (and by default create or migrate) sqlq's tables in the database.
 
@@ -157,11 +171,18 @@ class PostgresBackend:
         may lose the last commits, never corrupt).  ``busy_timeout``: seconds a
         call may wait for a lock (``lock_timeout``), then Busy.  ``listen``: hear
         announcements of new tasks (LISTEN, which needs a session of its own: False
-        behind a pooler in transaction mode; workers then poll).
+        behind a pooler in transaction mode; workers then poll).  A migration is
+        refused (WorkersRunning) while live workers of an older schema run, unless
+        ``force_migration``.
         """
         if not isinstance(url, str):
             raise InvalidConfig(f"expected a postgresql:// URL, not {type(url).__name__}")
-        for flag, value in (("strict", strict), ("listen", listen), ("migrate", migrate)):
+        for flag, value in (
+            ("strict", strict),
+            ("listen", listen),
+            ("migrate", migrate),
+            ("force_migration", force_migration),
+        ):
             if not isinstance(value, bool):
                 raise InvalidConfig(f"{flag} must be True or False, not {value!r}")
         if synchronous not in ("full", "normal"):
@@ -199,7 +220,7 @@ class PostgresBackend:
             with self._lock, self._guard():
                 conn = self._connection()
                 if migrate:
-                    self.schema_found = ensure_schema(conn, self._name)
+                    self.schema_found = ensure_schema(conn, self._name, force_migration)
                     self.schema_version = latest_version()
                 else:
                     self.schema_found = self.schema_version = check_schema(conn, self._name)
@@ -401,9 +422,25 @@ class PostgresBackend:
         params = {"queue": queue, "now": now}
         return bool(self._read(lambda cur: cur.execute(Q.ready, params).fetchone()[0]))
 
+    def next_due(self, queue: str, now: Number | None) -> tuple[Number, Number | None]:
+        params = {"queue": queue, "now": now}
+        return due_of(self._read(lambda cur: cur.execute(Q.next_due, params).fetchone()))
+
     def paused(self, queue: str) -> bool:
         params = {"queue": queue}
         return bool(self._read(lambda cur: cur.execute(Q.queue_paused, params).fetchone()[0]))
+
+    def settings(self, queue: str | None) -> dict[str, QueueSettings]:
+        if self.schema_version < SETTINGS_SINCE:  # none stored before that migration
+            return {}
+
+        def read(cur: Any) -> list[tuple[Any, ...]]:
+            if queue is None:
+                return list(cur.execute(Q.list_settings).fetchall())
+            row = cur.execute(Q.queue_settings, {"queue": queue}).fetchone()
+            return [] if row is None else [(queue, *row)]
+
+        return stored_settings(self._read(read))
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -653,6 +690,8 @@ class PostgresTransaction:
             return
         self._cur = backend.send_first(Q.open_call, self._call_params(None))
         mark, now, due, serial = self._cur.fetchone()
+        if due is None:  # the database was migrated under this process
+            self._changed()
         if not due and not serial and now <= mark + MARK_LAG:
             self._mark, self._now, self._autocommit = mark, now, True
             return
@@ -668,11 +707,13 @@ class PostgresTransaction:
         mark, now, due, _ = cur.execute(Q.open_call, self._call_params(None)).fetchone()
         self._after_clock(mark, now, due)
 
-    def _after_clock(self, mark: Number, now: Number, due: bool) -> None:
+    def _after_clock(self, mark: Number, now: Number, due: bool | None) -> None:
         """The call's time is known: if something is due (and, in the default mode,
         this call wins the queue's turn), read the due events; run ``opened`` if
         anything is due or the time asked was behind the mark."""
         cur, queue, asked = self._cur, self.queue, self._asked
+        if due is None:  # the database was migrated under this process
+            self._changed()
         self._mark, self._now = mark, now
         if due and not self._backend.strict:
             due = cur.execute(Q.try_lock_queue, {"queue": queue}).fetchone()[0]
@@ -681,6 +722,19 @@ class PostgresTransaction:
             self._events = [(row[0], row[1], _event_row(row)) for row in rows]
         if due or (asked is not None and asked < mark):
             self._opened(self, now if asked is None else asked)
+
+    def _changed(self) -> NoReturn:
+        """Raise SchemaChanged: the call found the database migrated under its process."""
+        from .. import __version__
+
+        backend = self._backend
+        found = self._cur.execute(Q.schema_stamp).fetchone()[0]
+        raise SchemaChanged(
+            f"{backend.name}: the database was migrated to schema version {found} while "
+            f"this process (sqlq {__version__}) had it open at version "
+            f"{backend.schema_version}; stop this process and start it again with a sqlq "
+            "that knows the new schema"
+        )
 
     def _call_params(self, now: Number | None, serial: bool = True) -> dict[str, Any]:
         """The parameters of _call (queries.sql): the call's time once known, and
@@ -691,6 +745,7 @@ class PostgresTransaction:
             "now": now,
             "asked": self._asked,
             "lag": MARK_LAG,
+            "schema": self._backend.schema_version,
             "serial": serial,
         }
 
@@ -1074,7 +1129,8 @@ class PostgresTransaction:
         return {group: (running, live) for group, running, live in rows}
 
     def beat_worker(self, row: WorkerRow) -> None:
-        self._opened_cursor.execute(Q.beat_worker, row._asdict())
+        params = versioned(row, self._backend.schema_version)
+        self._opened_cursor.execute(Q.beat_worker, params)
 
     def prune_workers(self, before: Number) -> int:
         return int(self._opened_cursor.execute(Q.prune_workers, {"before": before}).rowcount)
@@ -1082,6 +1138,14 @@ class PostgresTransaction:
     def forget_worker(self, worker_id: str) -> bool:
         params = {"worker_id": worker_id}
         return bool(self._opened_cursor.execute(Q.forget_worker, params).rowcount == 1)
+
+    def settings(self, queue: str) -> QueueSettings | None:
+        row = self._opened_cursor.execute(Q.queue_settings, {"queue": queue}).fetchone()
+        return None if row is None else stored_settings([(queue, *row)])[queue]
+
+    def save_settings(self, queue: str, settings: QueueSettings) -> None:
+        params = settings_params(queue, settings, self.now)
+        self._opened_cursor.execute(Q.save_settings, params)
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         params = {"queue": queue, "key": key, "cutoff": cutoff}

@@ -7,12 +7,13 @@ errcodes-appendix.html), the cause kept by the caller (``raise ... from exc``).
 from __future__ import annotations
 
 from .. import errors
+from ..install import pip_install
 
 try:
     import psycopg
 except ImportError as exc:  # pragma: no cover - the extra is part of the test setup
     raise errors.InvalidConfig(
-        "PostgreSQL databases need psycopg 3: pip install 'sqlq[postgresql]'"
+        f"PostgreSQL databases need psycopg 3: {pip_install('postgresql')}"
     ) from exc
 
 __all__ = ["Error", "psycopg", "translate"]

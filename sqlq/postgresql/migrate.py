@@ -21,8 +21,15 @@ from typing import Any
 
 from ..errors import InvalidConfig, NotASqlqDatabase, SchemaError, SchemaTooNew
 from ..migration_files import Migration, read_migrations
+from ..registry import refuse_older_workers
 from .driver import psycopg
 from .queries import Q
+
+#: The migration that made sqlq_clock.schema_version: from it on, each migration stamps
+#: its version there, which every call compares with its process's (SchemaChanged).
+STAMPED_SINCE = 11
+#: The migration that made the worker registry (sqlq_workers).
+WORKERS_SINCE = 9
 
 
 @cache
@@ -67,11 +74,13 @@ def applied_version(cur: Any, name: str) -> int:
     return version
 
 
-def ensure_schema(conn: Any, name: str) -> int:
+def ensure_schema(conn: Any, name: str, force: bool = False) -> int:
     """Bring the database up to the latest version (creating sqlq's tables if they
     are missing); return the version it was at before.  ``conn`` is a psycopg
     connection outside any transaction.  The usual case, a current database, costs
-    one transaction of two reads and takes no lock."""
+    one transaction of two reads and takes no lock.  A migration is refused
+    (WorkersRunning, nothing changed) while the worker registry shows live workers
+    of an older schema, unless ``force``."""
     latest = latest_version()
     with conn.transaction():
         found = applied_version(conn.cursor(), name)
@@ -81,14 +90,19 @@ def ensure_schema(conn: Any, name: str) -> int:
         cur = conn.cursor()
         cur.execute(Q.lock_migrations)
         version = applied_version(cur, name)  # another process may have migrated meanwhile
-        if version == 0 and cur.execute(Q.current_schema).fetchone()[0] is None:
-            raise InvalidConfig(
-                f"{name}: no schema of the search_path exists, so there is none to create "
-                "sqlq's tables in; create it first (CREATE SCHEMA ...) or name one that exists"
-            )
+        if version == 0:
+            _need_a_schema(cur, name)
+        if WORKERS_SINCE <= version < latest and not force:
+            if version < STAMPED_SINCE:
+                rows = cur.execute(Q.live_workers_unversioned).fetchall()
+            else:
+                rows = cur.execute(Q.live_older_workers, {"latest": latest}).fetchall()
+            refuse_older_workers(name, rows, version, latest)
         cur.execute(Q.create_migrations_table)
         for migration in migrations()[version:]:
             cur.execute(migration.sql)
+            if migration.version >= STAMPED_SINCE:
+                cur.execute(Q.stamp_schema, {"version": migration.version})
             cur.execute(
                 Q.record_migration,
                 {"version": migration.version, "name": migration.name,
@@ -101,10 +115,23 @@ def check_schema(conn: Any, name: str) -> int:
     """The version of a sqlq database, opened as it is; refuses (without writing)
     one that has no sqlq tables, or a newer or foreign schema."""
     with conn.transaction():
-        version = applied_version(conn.cursor(), name)
+        cur = conn.cursor()
+        version = applied_version(cur, name)
+        if version == 0:
+            _need_a_schema(cur, name)  # what migrating would say, not "migrate creates them"
     if version == 0:
         raise NotASqlqDatabase(
             f"{name}: has no sqlq tables yet (opening a sqlq.Queue on it, `sqlq add` or "
             "`sqlq migrate` creates them)"
         )
     return version
+
+
+def _need_a_schema(cur: Any, name: str) -> None:
+    """Refuse a search_path none of whose schemas exists: sqlq creates its tables, not
+    the schema they go in (a name that is a typo must not become a new schema)."""
+    if cur.execute(Q.current_schema).fetchone()[0] is None:
+        raise InvalidConfig(
+            f"{name}: no schema of the search_path exists, so there is none to create "
+            "sqlq's tables in; create it first (CREATE SCHEMA ...) or name one that exists"
+        )

@@ -96,6 +96,10 @@ SELECT mark, now, due, serial FROM call
 -- lock of the statement: `serial` (the turn taken) is computed when `call` is
 -- read (a CTE with volatile functions is computed once, whole), and the
 -- statement locks its rows after that.
+-- `due` is NULL (and the write does not go ahead) when the database's schema
+-- version (sqlq_clock.schema_version, stamped by each migration from 11 on) is
+-- not :schema, the one this process knows: it was migrated under this process,
+-- and the call raises SchemaChanged (a column of the row read anyway).
 call AS (
     SELECT t.mark, t.now, t.due,
            %(now)s::float8 IS NOT NULL
@@ -109,13 +113,14 @@ call AS (
                  c.grouped AND %(serial)s::boolean
                  AND EXISTS (SELECT 1 FROM sqlq_groups
                              WHERE queue = %(queue)s AND live > 0) AS serial,
-                 %(now)s::float8 IS NULL
-                 AND (EXISTS (SELECT 1 FROM sqlq_tasks
-                              WHERE queue = %(queue)s AND deadline IS NOT NULL
-                                AND deadline <= x.now)
-                      OR EXISTS (SELECT 1 FROM sqlq_tasks
-                                 WHERE queue = %(queue)s AND run_at IS NOT NULL
-                                   AND run_at <= x.now)) AS due
+                 CASE WHEN c.schema_version <> %(schema)s::bigint THEN NULL
+                 ELSE %(now)s::float8 IS NULL
+                      AND (EXISTS (SELECT 1 FROM sqlq_tasks
+                                   WHERE queue = %(queue)s AND deadline IS NOT NULL
+                                     AND deadline <= x.now)
+                           OR EXISTS (SELECT 1 FROM sqlq_tasks
+                                      WHERE queue = %(queue)s AND run_at IS NOT NULL
+                                        AND run_at <= x.now)) END AS due
           FROM sqlq_clock AS c
           CROSS JOIN LATERAL (
               SELECT coalesce(%(now)s::float8,
@@ -171,6 +176,21 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
                WHERE queue = %(queue)s AND deadline IS NOT NULL AND deadline <= t.now)
     OR EXISTS (SELECT 1 FROM sqlq_tasks, t
                WHERE queue = %(queue)s AND run_at IS NOT NULL AND run_at <= t.now))
+
+-- name: next_due
+-- Read only, as ready: the time of the read (the later of :now, or the
+-- server's clock, and the mark), whether the queue is paused, and the earliest
+-- times at which a claim finds a task it does not find now: the next rate slot
+-- (tat) of a group with a task and a free place, the next lease to run out, the
+-- next WAITING task due; NULL where there is none.  A worker that found nothing
+-- sleeps until the soonest.
+SELECT greatest(c.now, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)),
+       EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s),
+       (SELECT min(tat) FROM sqlq_groups
+        WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap),
+       (SELECT min(deadline) FROM sqlq_tasks WHERE queue = %(queue)s AND deadline IS NOT NULL),
+       (SELECT min(run_at) FROM sqlq_tasks WHERE queue = %(queue)s AND run_at IS NOT NULL)
+FROM sqlq_clock AS c WHERE c.id = 1
 
 -- name: insert_task
 -- Add a task (see _call: the call's time, and (mark, now, due, go) first in the
@@ -632,6 +652,34 @@ CREATE TABLE IF NOT EXISTS sqlq_migrations (
 -- The applied migrations as recorded, checked against sqlq's own files.
 SELECT version, name, checksum FROM sqlq_migrations ORDER BY version
 
+-- name: live_workers_unversioned
+-- Before a migration of a database from 9 (the registry) up to 10: the live
+-- workers (not stale by the later of the server's clock and the mark), every one
+-- of an older sqlq (their rows say no version).
+SELECT host, pid, '', 0 FROM sqlq_workers
+WHERE stale_at > greatest(extract(epoch FROM clock_timestamp())::float8,
+                          (SELECT now FROM sqlq_clock WHERE id = 1))
+ORDER BY host, pid
+
+-- name: live_older_workers
+-- Before a migration of a database from 11 on: the live workers whose sqlq knows
+-- a schema older than :latest (their rows say which, migration 0011).
+SELECT host, pid, sqlq_version, schema_version FROM sqlq_workers
+WHERE schema_version < %(latest)s
+  AND stale_at > greatest(extract(epoch FROM clock_timestamp())::float8,
+                          (SELECT now FROM sqlq_clock WHERE id = 1))
+ORDER BY host, pid
+
+-- name: stamp_schema
+-- After each migration from 11 on, in its transaction: the database's schema
+-- version, which the first statement of every call compares with its process's
+-- (_call).
+UPDATE sqlq_clock SET schema_version = %(version)s WHERE id = 1
+
+-- name: schema_stamp
+-- After a call found the schema version changed: the database's (for the error).
+SELECT schema_version FROM sqlq_clock WHERE id = 1
+
 -- name: record_migration
 -- Record a migration, in the same transaction as its statements.
 INSERT INTO sqlq_migrations (version, name, checksum, applied_at)
@@ -680,15 +728,18 @@ ORDER BY queue, name
 -- name: beat_worker
 -- A worker's row of the worker registry (migration 0009, sqlq/registry.py),
 -- written when it starts and once per heartbeat interval: the first write makes
--- it, the next ones replace all but started_at.
+-- it, the next ones replace all but started_at.  With the schema version and the
+-- sqlq version its process knows (migration 0011).
 INSERT INTO sqlq_workers
-    (worker_id, queue, host, pid, concurrency, started_at, beat_at, stale_at, holds)
+    (worker_id, queue, host, pid, concurrency, started_at, beat_at, stale_at, holds,
+     schema_version, sqlq_version)
 VALUES (%(worker_id)s, %(queue)s, %(host)s, %(pid)s, %(concurrency)s, %(started_at)s,
-        %(beat_at)s, %(stale_at)s, %(holds)s)
+        %(beat_at)s, %(stale_at)s, %(holds)s, %(schema_version)s, %(sqlq_version)s)
 ON CONFLICT (worker_id) DO UPDATE
 SET queue = excluded.queue, host = excluded.host, pid = excluded.pid,
     concurrency = excluded.concurrency, beat_at = excluded.beat_at,
-    stale_at = excluded.stale_at, holds = excluded.holds
+    stale_at = excluded.stale_at, holds = excluded.holds,
+    schema_version = excluded.schema_version, sqlq_version = excluded.sqlq_version
 
 -- name: prune_workers
 -- The rows of workers gone long enough (stale since before %(before)s), of every
@@ -967,3 +1018,25 @@ WHERE queue = %(queue)s ORDER BY group_key
 -- many tasks are unfinished (sqlq limits), by group.
 SELECT group_key, running, live FROM sqlq_groups
 WHERE queue = %(queue)s AND live > 0 ORDER BY group_key
+
+-- name: queue_settings
+-- A queue's stored settings (migration 0011, sqlq/settings.py), read once by a
+-- process that opens the queue without them: read only.
+SELECT lease_seconds, max_attempts, retry_kind, retry_base, retry_cap
+FROM sqlq_settings WHERE queue = %(queue)s
+
+-- name: list_settings
+-- Every queue's stored settings (sqlq stats): read only.
+SELECT queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap
+FROM sqlq_settings ORDER BY queue
+
+-- name: save_settings
+-- Store a queue's settings (Queue.configure, sqlq configure), replacing any.
+INSERT INTO sqlq_settings
+    (queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap, updated_at)
+VALUES (%(queue)s, %(lease_seconds)s, %(max_attempts)s, %(retry_kind)s, %(retry_base)s,
+        %(retry_cap)s, %(now)s)
+ON CONFLICT (queue) DO UPDATE
+SET lease_seconds = excluded.lease_seconds, max_attempts = excluded.max_attempts,
+    retry_kind = excluded.retry_kind, retry_base = excluded.retry_base,
+    retry_cap = excluded.retry_cap, updated_at = excluded.updated_at

@@ -42,7 +42,16 @@ from typing import Any, Literal, NoReturn, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from ..backend import Claimed, Figures, Holder, Opened, TaskRow, WorkerRow, claim_each
+from ..backend import (
+    Claimed,
+    Figures,
+    Holder,
+    Opened,
+    TaskRow,
+    WorkerRow,
+    claim_each,
+    due_of,
+)
 from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
 from ..contract import (
@@ -62,7 +71,9 @@ from ..errors import (
     InvalidArgument,
     InvalidConfig,
     InvariantViolation,
+    NoDatabase,
     QueueClosed,
+    SchemaChanged,
 )
 from ..payload import Encoded
 from ..records import (
@@ -74,7 +85,9 @@ from ..records import (
     StorageFacts,
     overviews,
 )
+from ..registry import versioned
 from ..retry import Retry, stored_policy
+from ..settings import QueueSettings, settings_params, stored_settings
 from . import driver, files
 from .gate import Gate
 from .migrate import (
@@ -131,6 +144,13 @@ os.register_at_fork(
 )
 
 
+#: What an empty database argument is told (NoDatabase): every path and URL sqlq is
+#: given that names no server comes here (a plain path, even empty, is SQLite's).
+NO_DATABASE = (
+    "no database given: pass a SQLite file path or a postgresql:// URL (is $DATABASE_URL set?)"
+)
+
+
 def database_path(path_or_url: str | os.PathLike[str]) -> str:
     """The file path of a plain path or a ``sqlite:///path`` URL.
 
@@ -158,6 +178,8 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
         path = url.database or ""
     else:
         path = path_or_url
+    if not path.strip():  # sqlite:/// (an empty path) too
+        raise NoDatabase(NO_DATABASE)
     if "\x00" in path:
         raise InvalidConfig(f"a database path must not contain NUL ('\\x00'): {path!r}")
     if path in ("", ":memory:") or path.startswith("file:"):
@@ -174,6 +196,10 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
 STATEMENT_CACHE = 1024
 
 
+#: The migration that made sqlq_settings (a queue's stored settings).
+SETTINGS_SINCE = 15
+
+
 class SqliteBackend:
     keeps_time = False  # every call is given its time
 
@@ -185,6 +211,7 @@ class SqliteBackend:
         busy_timeout: float = 30.0,
         migrate: bool = True,
         file_mode: int = files.DEFAULT_FILE_MODE,
+        force_migration: bool = False,
     ) -> None:
         """Open (and by default create or migrate) the database.
 
@@ -193,11 +220,14 @@ class SqliteBackend:
         included (for inspection and maintenance: see schema_versions; the queue
         calls need the current version).
         A new database file gets ``file_mode`` (see files.py); the files beside
-        it get the database file's mode.
+        it get the database file's mode.  A migration is refused (WorkersRunning)
+        while live workers of an older schema run, unless ``force_migration``.
         """
         self.path = database_path(path_or_url)
         if not isinstance(migrate, bool):
             raise InvalidConfig(f"migrate must be True or False, not {migrate!r}")
+        if not isinstance(force_migration, bool):
+            raise InvalidConfig(f"force_migration must be True or False, not {force_migration!r}")
         if not migrate and not os.path.isfile(self.path):
             raise CannotOpen(f"{self.path}: no such database file")
         mode = files.check_mode(file_mode)
@@ -258,6 +288,7 @@ class SqliteBackend:
                         mode=mode,
                         timeout=self.busy_timeout,
                         reconnect=self._fresh_connection,
+                        force=force_migration,
                     )
                     self.schema_version = latest_version()
                 else:
@@ -359,6 +390,16 @@ class SqliteBackend:
             self._engine.dispose()
             _live_backends.discard(self)
 
+    def schema_changed(self, found: int) -> SchemaChanged:
+        """The error of a call that found the file migrated under this process."""
+        from .. import __version__
+
+        return SchemaChanged(
+            f"{self.path}: the database was migrated to schema version {found} while this "
+            f"process (sqlq {__version__}) had it open at version {self.schema_version}; "
+            "stop this process and start it again with a sqlq that knows the new schema"
+        )
+
     @contextmanager
     def _guard(self) -> Iterator[None]:
         """Translate DB-API errors raised inside into sqlq errors (the cause kept)."""
@@ -447,6 +488,16 @@ class SqliteBackend:
             )
         return bool(row[0])
 
+    def next_due(self, queue: str, now: Number | None) -> tuple[Number, Number | None]:
+        now = time.time() if now is None else now  # SQLite's clock is this process's
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            row = self._waiting(
+                lambda: conn.execute(Q.next_due, {"queue": queue, "now": now}).fetchone(),
+                deadline,
+            )
+        return due_of(row)
+
     def paused(self, queue: str) -> bool:
         with self._holding_lock() as deadline, self._guard():
             conn = self._connection()
@@ -454,6 +505,14 @@ class SqliteBackend:
                 lambda: conn.execute(Q.queue_paused, {"queue": queue}).fetchone(), deadline
             )
         return bool(row[0])
+
+    def settings(self, queue: str | None) -> dict[str, QueueSettings]:
+        if self.schema_version < SETTINGS_SINCE:  # none stored before that migration
+            return {}
+        with self._holding_lock() as deadline, self._guard():
+            conn = self._connection()
+            rows = self._waiting(lambda: _settings_rows(conn, queue), deadline)
+        return stored_settings(rows)
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -793,19 +852,26 @@ class SqliteTransaction:
                 self._cur.execute(Q.savepoint)
             cur = self._cur
             asked = self.now
+            known = backend.schema_version
             if self._plain:  # the group and pause bits unknown (None): see _flags
-                mark, counter, due = cur.execute(Q.open_plain_call, (self.queue, asked)).fetchone()
+                mark, counter, due = cur.execute(
+                    Q.open_plain_call, (self.queue, asked, known)
+                ).fetchone()
                 self.groups: int | None = None
                 self.paused: int | None = None
             else:
-                mark, counter, flags = cur.execute(Q.open_call, (self.queue, asked)).fetchone()
-                due = flags & 1  # (the bits as they are: only their truth is asked)
+                mark, counter, flags = cur.execute(
+                    Q.open_call, (self.queue, asked, known)
+                ).fetchone()
+                due = flags & 9  # (the bits as they are: only their truth is asked)
                 self.groups = flags & 2  # the queue has grouped tasks not finished
                 self.paused = flags & 4  # its claims find nothing
             self.mark: Number = mark
             self._counter: int = counter
             self._stored_counter = counter
             if due or asked < mark:
+                if due & 8:  # the file was migrated under this process
+                    raise backend.schema_changed(cur.execute(Q.schema_stamp).fetchone()[0])
                 if asked < mark:
                     self.now = mark
                 if due:
@@ -1233,7 +1299,7 @@ class SqliteTransaction:
         return {group: (running, live) for group, running, live in rows}
 
     def beat_worker(self, row: WorkerRow) -> None:
-        self._cur.execute(Q.beat_worker, row._asdict())
+        self._cur.execute(Q.beat_worker, versioned(row, self._backend.schema_version))
 
     def prune_workers(self, before: Number) -> int:
         return int(self._cur.execute(Q.prune_workers, {"before": before}).rowcount)
@@ -1241,6 +1307,13 @@ class SqliteTransaction:
     def forget_worker(self, worker_id: str) -> bool:
         params = {"worker_id": worker_id}
         return bool(self._cur.execute(Q.forget_worker, params).rowcount == 1)
+
+    def settings(self, queue: str) -> QueueSettings | None:
+        row = self._cur.execute(Q.queue_settings, {"queue": queue}).fetchone()
+        return None if row is None else stored_settings([(queue, *row)])[queue]
+
+    def save_settings(self, queue: str, settings: QueueSettings) -> None:
+        self._cur.execute(Q.save_settings, settings_params(queue, settings, self.now))
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         self._keying()
@@ -1294,6 +1367,13 @@ class SqliteTransaction:
     def _expect_one(self, sql: str, params: dict[str, Any], task: TaskRow, was: str) -> None:
         if self._cur.execute(sql, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
+
+
+def _settings_rows(conn: Any, queue: str | None) -> list[tuple[Any, ...]]:
+    if queue is None:
+        return list(conn.execute(Q.list_settings).fetchall())
+    row = conn.execute(Q.queue_settings, {"queue": queue}).fetchone()
+    return [] if row is None else [(queue, *row)]
 
 
 def _figures(cur: Any, queue: str) -> Figures:

@@ -59,6 +59,7 @@ from ..errors import (
     SchemaTooNew,
     StorageError,
 )
+from ..registry import refuse_older_workers
 from . import files
 from .driver import dbapi
 from .queries import Q
@@ -68,6 +69,11 @@ APPLICATION_ID = int.from_bytes(b"sqlq", "big")
 #: The migrations made before the application id: a database at one of these
 #: versions is recognised by its sqlq_migrations rows.
 BEFORE_APPLICATION_ID = 3
+#: The migration that made sqlq_clock.schema_version: from it on, each migration stamps
+#: its version there, which every call compares with its process's (SchemaChanged).
+STAMPED_SINCE = 15
+#: The migration that made the worker registry (sqlq_workers).
+WORKERS_SINCE = 12
 #: Waiting for another process's migration lock: the longest pause, in seconds.
 LOCK_POLL = 0.05
 
@@ -229,9 +235,12 @@ def ensure_schema(
     mode: int,
     timeout: float,
     reconnect: Callable[[], Any] | None = None,
+    force: bool = False,
 ) -> int:
     """Create the database at ``path`` if it is missing or empty, or bring it to the
     latest version; return the version it was at before (0: missing or empty).
+    A migration is refused (WorkersRunning, nothing changed) while the worker registry
+    shows live workers of an older schema, unless ``force``.
 
     ``connect()`` returns the DB-API connection to use (autocommit mode); it is
     called once the file exists.  A new database file gets ``mode``.  Waiting for
@@ -250,10 +259,25 @@ def ensure_schema(
         version = _not_newer(applied_version(conn, path), path)  # another may have migrated
         if version == 0:
             _enable_wal(conn, path)
+        elif version < latest and not force:
+            _refuse_under_older_workers(conn, path, version)
         for migration in migrations()[version:]:
             _apply(conn, migration)
     _enable_wal(conn, path)
     return version
+
+
+def _refuse_under_older_workers(conn: Any, path: str, version: int) -> None:
+    """WorkersRunning if the registry of a file at ``version`` shows live workers of an
+    older schema: every live one before the registry said versions (STAMPED_SINCE)."""
+    if version < WORKERS_SINCE:
+        return
+    now, latest = time.time(), latest_version()
+    if version < STAMPED_SINCE:
+        rows = conn.execute(Q.live_workers_unversioned, {"now": now}).fetchall()
+    else:
+        rows = conn.execute(Q.live_older_workers, {"now": now, "latest": latest}).fetchall()
+    refuse_older_workers(path, rows, version, latest)
 
 
 def check_schema(connect: Callable[[], Any], path: str, *, timeout: float) -> int:
@@ -363,6 +387,8 @@ def _apply(conn: Any, migration: Migration) -> None:
             conn.execute(statement)
         _restore_on_demand(conn, migration.version)
         _make_again(conn, kept, migration.version)
+        if migration.version >= STAMPED_SINCE:
+            conn.execute(Q.stamp_schema, {"version": migration.version})
         conn.execute(
             Q.record_migration,
             {

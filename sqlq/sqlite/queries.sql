@@ -80,6 +80,10 @@ ROLLBACK TO sqlq_batch
 -- 4: the queue is paused (a probe of sqlq_paused's key), asked only while some
 -- queue of the file is (sqlq_clock.paused, kept by triggers on sqlq_paused,
 -- migration 13): a paused queue's claims then run no statement.
+-- 8: the file's schema version (sqlq_clock.schema_version, stamped by each
+-- migration from 15 on) is not ?3, the one this process knows: the file was
+-- migrated under it, and the call raises SchemaChanged (a column of the row
+-- read anyway, and a comparison: no statement more).
 SELECT now, counter,
        (EXISTS (SELECT 1 FROM sqlq_tasks
                 WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
@@ -88,18 +92,20 @@ SELECT now, counter,
        + iif(grouped, 2 * EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_live
                                   WHERE queue = ?1 AND live > 0), 0)
        + iif(paused, 4 * EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = ?1), 0)
+       + 8 * (schema_version <> ?3)
 FROM sqlq_clock WHERE id = 1
 
 -- name: open_plain_call
 -- open_call for a call that claims nothing (an add, a completion, a heartbeat:
--- Backend.transaction's one_write): bit 1 alone, so it reads neither
+-- Backend.transaction's one_write): bits 1 and 8 alone, so it reads neither
 -- sqlq_clock.grouped nor .paused nor their probes (about 1,500 instructions).
 -- A call that needs bits 2 and 4 after all asks queue_flags.
 SELECT now, counter,
-       EXISTS (SELECT 1 FROM sqlq_tasks
-               WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
-       OR EXISTS (SELECT 1 FROM sqlq_tasks
-                  WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now))
+       (EXISTS (SELECT 1 FROM sqlq_tasks
+                WHERE queue = ?1 AND deadline <= max(?2, sqlq_clock.now))
+        OR EXISTS (SELECT 1 FROM sqlq_tasks
+                   WHERE queue = ?1 AND run_at <= max(?2, sqlq_clock.now)))
+       + 8 * (schema_version <> ?3)
 FROM sqlq_clock WHERE id = 1
 
 -- name: queue_flags
@@ -149,6 +155,19 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
     OR EXISTS (SELECT 1 FROM sqlq_tasks
                WHERE queue = :queue
                  AND run_at <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1))))
+
+-- name: next_due
+-- Read only, as ready: the time of the read (the later of :now and the mark),
+-- whether the queue is paused, and the earliest times at which a claim finds a
+-- task it does not find now: the next rate slot (tat) of a group with a task
+-- and a free place, the next lease to run out, the next WAITING task due; NULL
+-- where there is none.  A worker that found nothing sleeps until the soonest.
+SELECT max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)),
+       EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue),
+       (SELECT min(tat) FROM sqlq_groups INDEXED BY sqlq_groups_by_head
+        WHERE queue = :queue AND head IS NOT NULL AND running < cap),
+       (SELECT min(deadline) FROM sqlq_tasks WHERE queue = :queue AND deadline IS NOT NULL),
+       (SELECT min(run_at) FROM sqlq_tasks WHERE queue = :queue AND run_at IS NOT NULL)
 
 -- name: insert_task
 -- Add a task, AVAILABLE at the back of the line or WAITING until run_at; does
@@ -474,6 +493,31 @@ CREATE TABLE IF NOT EXISTS sqlq_migrations (
 -- The newest migration applied to this database.
 SELECT coalesce(max(version), 0) FROM sqlq_migrations
 
+-- name: live_workers_unversioned
+-- Before a migration of a file from 12 (the registry) up to 14: the live workers
+-- (not stale by the later of :now and the file's mark), every one of an older
+-- sqlq (their rows say no version; one of this sqlq would have migrated the file).
+SELECT host, pid, '', 0 FROM sqlq_workers
+WHERE stale_at > max(:now, (SELECT now FROM sqlq_clock WHERE id = 1))
+ORDER BY host, pid
+
+-- name: live_older_workers
+-- Before a migration of a file from 15 on: the live workers whose sqlq knows a
+-- schema older than :latest (their rows say which, migration 0015).
+SELECT host, pid, sqlq_version, schema_version FROM sqlq_workers
+WHERE schema_version < :latest
+  AND stale_at > max(:now, (SELECT now FROM sqlq_clock WHERE id = 1))
+ORDER BY host, pid
+
+-- name: stamp_schema
+-- After each migration from 15 on, in its transaction: the file's schema version,
+-- which the first statement of every call compares with its process's (open_call).
+UPDATE sqlq_clock SET schema_version = :version WHERE id = 1
+
+-- name: schema_stamp
+-- After open_call found the schema version changed: the file's (for the error).
+SELECT schema_version FROM sqlq_clock WHERE id = 1
+
 -- name: record_migration
 -- Record a migration, in the same transaction as its statements.
 INSERT INTO sqlq_migrations (version, name, checksum, applied_at)
@@ -572,15 +616,19 @@ ORDER BY queue, name
 -- name: beat_worker
 -- A worker's row of the worker registry (migration 0012, sqlq/registry.py),
 -- written when it starts and once per heartbeat interval: the first write makes
--- it, the next ones replace all but started_at.
+-- it, the next ones replace all but started_at.  With the schema version and the
+-- sqlq version its process knows (migration 0015: a migration refuses to run under
+-- live workers of an older schema).
 INSERT INTO sqlq_workers
-    (worker_id, queue, host, pid, concurrency, started_at, beat_at, stale_at, holds)
+    (worker_id, queue, host, pid, concurrency, started_at, beat_at, stale_at, holds,
+     schema_version, sqlq_version)
 VALUES (:worker_id, :queue, :host, :pid, :concurrency, :started_at,
-        :beat_at, :stale_at, :holds)
+        :beat_at, :stale_at, :holds, :schema_version, :sqlq_version)
 ON CONFLICT (worker_id) DO UPDATE
 SET queue = excluded.queue, host = excluded.host, pid = excluded.pid,
     concurrency = excluded.concurrency, beat_at = excluded.beat_at,
-    stale_at = excluded.stale_at, holds = excluded.holds
+    stale_at = excluded.stale_at, holds = excluded.holds,
+    schema_version = excluded.schema_version, sqlq_version = excluded.sqlq_version
 
 -- name: prune_workers
 -- The rows of workers gone long enough (stale since before :before), of every
@@ -872,3 +920,24 @@ WHERE value NOT IN (SELECT name FROM sqlite_schema WHERE type = 'trigger' OR typ
 -- Does the file hold a task with a dedupe key (migrate.IN_USE)?  A scan, once,
 -- when a file is migrated to 13.
 SELECT EXISTS (SELECT 1 FROM sqlq_tasks WHERE dedupe_key IS NOT NULL)
+
+-- name: queue_settings
+-- A queue's stored settings (migration 0015, sqlq/settings.py), read once by a
+-- process that opens the queue without them: read only.
+SELECT lease_seconds, max_attempts, retry_kind, retry_base, retry_cap
+FROM sqlq_settings WHERE queue = :queue
+
+-- name: list_settings
+-- Every queue's stored settings (sqlq stats): read only.
+SELECT queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap
+FROM sqlq_settings ORDER BY queue
+
+-- name: save_settings
+-- Store a queue's settings (Queue.configure, sqlq configure), replacing any.
+INSERT INTO sqlq_settings
+    (queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap, updated_at)
+VALUES (:queue, :lease_seconds, :max_attempts, :retry_kind, :retry_base, :retry_cap, :now)
+ON CONFLICT (queue) DO UPDATE
+SET lease_seconds = excluded.lease_seconds, max_attempts = excluded.max_attempts,
+    retry_kind = excluded.retry_kind, retry_base = excluded.retry_base,
+    retry_cap = excluded.retry_cap, updated_at = excluded.updated_at

@@ -1,4 +1,4 @@
-"""The web dashboard and metrics of a sqlq database (``pip install 'sqlq[web]'``).
+"""The web dashboard and metrics of a sqlq database (``pip install 'sqlq-queue[web]'``).
 
 ``sqlq web DB`` serves it; ``create_app(DB)`` is the same ASGI app, to mount in your
 own Starlette or FastAPI application::

@@ -44,7 +44,7 @@ def queues_json(backend: Backend) -> dict[str, Any]:
 def workers_of(backend: Backend) -> dict[str, Any]:
     """The workers alive now and those gone stale lately (``sqlq workers --json``'s shape)."""
     now, rows = backend.workers()
-    return workers_json(backend.name, listed(rows, now), now)
+    return workers_json(backend.name, listed(rows, now, backend.find), now)
 
 
 def tasks_json(backend: Backend, where: Browse) -> dict[str, Any]:

@@ -44,10 +44,11 @@ from .. import payload as payloads
 from ..access import check_token
 from ..backend import Backend
 from ..backends import open_backend
-from ..cli.common import byte_size, moment, relative, span
+from ..cli.common import byte_size, figure, moment, relative, span
 from ..contract import State
 from ..durable import Queue
 from ..errors import InvalidArgument, SqlqError, StorageError
+from ..registry import held_text
 from . import api, metrics, security
 from .actions import ACTIONS, DESTRUCTIVE, Action, Outcome
 from .history import History
@@ -78,7 +79,13 @@ class Dashboard:
             undefined=jinja2.StrictUndefined,
         )
         self.pages.filters.update(
-            moment=moment, relative=relative, span=span, byte_size=byte_size, pretty=_pretty
+            moment=moment,
+            relative=relative,
+            span=span,
+            byte_size=byte_size,
+            figure=figure,
+            pretty=_pretty,
+            held_text=held_text,
         )
 
     def backend(self) -> Backend:

@@ -1,0 +1,74 @@
+"""A queue's settings, stored with it: lease length, attempts and retry policy.
+
+Every process that opens a queue (``sqlq.Queue``, ``sqlq.AsyncQueue``, ``sqlq
+worker``, the commands) without giving a setting reads the queue's stored one,
+once, when it opens it (one read, no statement per call); a setting given as an
+argument applies to that handle alone.  ``Queue.configure`` (``sqlq configure``)
+changes the stored ones (in sqlq_settings: SQLite migration 15, PostgreSQL 11).
+A queue without stored settings has DEFAULTS.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from .contract import Number, check_retry, check_settings
+from .retry import Retry, stored_policy
+
+
+class QueueSettings(NamedTuple):
+    """The settings of a queue (or of a handle on it)."""
+
+    lease_seconds: Number
+    max_attempts: int
+    retry: Retry
+
+    def as_json(self) -> dict[str, Any]:
+        retry = self.retry
+        return {
+            "lease_seconds": self.lease_seconds,
+            "max_attempts": self.max_attempts,
+            "retry": {"kind": retry.kind, "base": retry.base, "cap": retry.cap},
+        }
+
+
+#: The settings of a queue that has none stored: leases of 30 seconds, 5 attempts (as
+#: `sqlq add` always gave),
+#: a failed attempt back in line at once (Retry.immediate, the core contract's).
+DEFAULTS = QueueSettings(30.0, 5, Retry.immediate())
+
+
+def merged(
+    base: QueueSettings,
+    lease_seconds: Number | None = None,
+    max_attempts: int | None = None,
+    retry: Retry | None = None,
+) -> QueueSettings:
+    """``base`` with the settings given (not None) instead of its own, checked."""
+    lease = base.lease_seconds if lease_seconds is None else lease_seconds
+    attempts = base.max_attempts if max_attempts is None else max_attempts
+    lease, attempts = check_settings(lease, attempts)
+    return QueueSettings(lease, attempts, base.retry if retry is None else check_retry(retry))
+
+
+def stored_settings(rows: list[tuple[Any, ...]]) -> dict[str, QueueSettings]:
+    """The rows of sqlq_settings (queue, lease_seconds, max_attempts, retry_kind,
+    retry_base, retry_cap) as settings by queue."""
+    return {
+        queue: QueueSettings(lease, attempts, stored_policy(kind, base, cap))
+        for queue, lease, attempts, kind, base, cap in rows
+    }
+
+
+def settings_params(queue: str, settings: QueueSettings, now: Number) -> dict[str, Any]:
+    """The parameters of save_settings (both backends' queries.sql)."""
+    lease, attempts, retry = settings
+    return {
+        "queue": queue,
+        "lease_seconds": float(lease),
+        "max_attempts": attempts,
+        "retry_kind": retry.kind,
+        "retry_base": retry.base,
+        "retry_cap": retry.cap,
+        "now": now,
+    }
