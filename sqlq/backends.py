@@ -113,3 +113,12 @@ def database_file(path_or_url: str | os.PathLike[str]) -> str | None:
     or None for a database on a server (and for a URL open_backend refuses)."""
     kind = KINDS.get(_scheme(path_or_url))
     return None if kind is None or kind.file is None else kind.file(path_or_url)
+
+
+def sqlite_dbapi() -> Any:
+    """The DB-API module sqlq's SQLite backend opens its files with (pysqlite3 where it
+    is installed, else the standard library's sqlite3): a program that shares a file's
+    connections with sqlq (sqlq.django) must use the same library, whose locks it sees."""
+    from .sqlite.driver import dbapi
+
+    return dbapi

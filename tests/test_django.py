@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from databases import fresh_schema
+from filelock import FileLock
 from needs import need
 
 import sqlq
@@ -69,15 +70,23 @@ def django_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     base = _new_python()
     need(base, "needs Python 3.12 or newer (Django 6.1)")
     assert base is not None
-    folder = tmp_path_factory.mktemp("django-venv")
-    subprocess.run([base, "-m", "venv", str(folder)], check=True)
+    # One venv for the whole run: under pytest-xdist the workers' temporary folders
+    # share a parent, and the first worker to get here builds it while the others wait.
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    folder = shared / "django-venv"
     python = str(folder / "bin" / "python")
-    subprocess.run(
-        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e",
-         f"{ROOT}[django,postgresql]"],
-        check=True,
-        timeout=900,
-    )  # fmt: skip
+    with FileLock(shared / "django-venv.lock"):
+        if not (folder / "built").exists():
+            subprocess.run([base, "-m", "venv", "--clear", str(folder)], check=True)
+            subprocess.run(
+                [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e",
+                 f"{ROOT}[django,postgresql]"],
+                check=True,
+                timeout=900,
+            )  # fmt: skip
+            (folder / "built").touch()
     assert _runs_django(python)
     return python
 

@@ -100,10 +100,21 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     """Parse ``argv``; an unknown option is reported with the usage of its subcommand
     (argparse alone reports it with the top-level usage), and the closest options."""
     args, unknown = parser.parse_known_args(argv)
+    if not unknown:
+        return args
+    sub = subcommands(parser)[args.command]
+    if any(not word.startswith("-") for word in unknown):
+        # A command whose positionals may be left out (`sqlq worker DB HANDLER`, or
+        # `--django-settings` alone) takes them all at its first one, so one after an
+        # option comes back unknown: parse the command's words again, intermixed.
+        words = list(sys.argv[1:] if argv is None else argv)
+        rest = words[words.index(args.command) + 1 :]
+        args, unknown = sub.parse_known_intermixed_args(
+            rest, argparse.Namespace(command=args.command)
+        )
     if unknown:
         import difflib  # only for a mistyped option
 
-        sub = subcommands(parser)[args.command]
         known = [s for action in sub._actions for s in action.option_strings]
         hints = {m for u in unknown for m in difflib.get_close_matches(u.split("=")[0], known, 1)}
         hint = f" (did you mean {', '.join(sorted(hints))}?)" if hints else ""

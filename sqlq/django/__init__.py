@@ -38,6 +38,7 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
+from ..backends import sqlite_dbapi
 from ..contract import MAX_ERROR_LENGTH
 from ..durable import Queue
 from ..errors import InvalidArgument, NotRetryable
@@ -285,8 +286,7 @@ class Backend(BaseTaskBackend):
             return None
         from django.db.backends.sqlite3.base import Database
 
-        from ..sqlite.driver import dbapi
-
+        dbapi = sqlite_dbapi()
         if Database is not dbapi:
             raise ImproperlyConfigured(
                 f"sqlq: Django's SQLite connections use {Database.__name__}, sqlq's "
