@@ -5,8 +5,9 @@
   worker opens the system on the file, says ready, waits for "go", then
   reserves and completes until reserve finds nothing, recording every task it
   received and every completion that was accepted.  sqlq's workers run a
-  ``sqlq.Worker`` with 4 slots instead (``Sqlq.run_worker``), which also counts
-  its transactions (tasks per commit).  Lock errors (sqlq's
+  ``sqlq.Worker`` with its defaults instead (``Sqlq.run_worker``), which also
+  counts its transactions (tasks per commit); the peers' loops count theirs
+  (one a call).  Lock errors (sqlq's
   ``Busy``, SQLite's "database is locked") are caught and counted, never
   retried silently; any other exception is counted too.
 * ``idle_worker``: a sqlq worker waiting on an empty queue, for the idle CPU
@@ -103,7 +104,10 @@ def _drain(system: systems.System, time_limit: float) -> tuple[Any, ...]:
         system.close()
     except Exception as exc:
         other.append(f"close: {exc!r}")
-    return received, completed, lock_errors, other[:3], len(other), start, end, timed_out, None
+    # Its transactions: one per reserve call that returned (and the last, which found
+    # nothing), and complete_commits per complete call that returned.
+    commits = len(received) + 1 + system.complete_commits * (len(received) - len(other))
+    return received, completed, lock_errors, other[:3], len(other), start, end, timed_out, commits
 
 
 def _worker_drain(system: systems.Sqlq, time_limit: float) -> tuple[Any, ...]:

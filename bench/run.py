@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import dataclasses
 import importlib.metadata
+import json
 import os
 import platform
 import sqlite3
@@ -58,6 +59,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--sync", default="full,normal", help="durability settings (default full,normal)"
     )
     parser.add_argument(
+        "--worker-options",
+        metavar="JSON",
+        help="options of sqlq's Worker in the drains, a JSON object (default: its defaults)",
+    )
+    parser.add_argument(
         "--report-from",
         type=Path,
         metavar="JSON",
@@ -75,6 +81,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for sync in args.sync.split(","):
         if sync not in ("full", "normal"):
             parser.error(f"unknown durability {sync!r}")
+    if args.worker_options is not None:
+        try:
+            options = json.loads(args.worker_options)
+        except ValueError as exc:
+            parser.error(f"--worker-options is not JSON: {exc}")
+        if not isinstance(options, dict):
+            parser.error("--worker-options must be a JSON object")
     return args
 
 
@@ -148,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg.syncs = tuple(s for s in ("full", "normal") if s in args.sync.split(","))
     cfg.pg_syncs = tuple(s for s in cfg.pg_syncs if s in cfg.syncs)
     wanted = args.systems.split(",") if args.systems else list(systems.ALL)
+    if args.worker_options is not None:  # (read by the drains' worker processes)
+        os.environ[systems.WORKER_OPTIONS] = args.worker_options
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
 

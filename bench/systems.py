@@ -15,6 +15,7 @@ prints it.  Libraries that are not installed are skipped with a note.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pickle
@@ -71,6 +72,10 @@ class System:
     can_claim_many: ClassVar[bool] = False
     can_complete_many: ClassVar[bool] = False
     can_complete_and_claim: ClassVar[bool] = False
+    #: Write transactions one ``complete`` call commits (huey's: none, it has no ack).
+    #: A drain's tasks per commit, for the peers' loops, counts one per ``reserve``
+    #: call (the last, which finds nothing, included) and these per ``complete``.
+    complete_commits: ClassVar[int] = 1
 
     def __init__(self, path: str, synchronous: str) -> None:
         self.path = path
@@ -128,7 +133,9 @@ class System:
 
 
 #: Slots (handler threads) of each sqlq.Worker in the process drains.
-WORKER_SLOTS = 4
+#: An environment variable: the options of the drains' sqlq.Worker, as a JSON object
+#: (none: the Worker's defaults, as ``Worker(queue, handler)`` and ``sqlq worker`` run).
+WORKER_OPTIONS = "SQLQ_BENCH_WORKER"
 
 
 @dataclass
@@ -165,9 +172,10 @@ class Sqlq(System):
         "complete = `complete(task_id, token=...)` (compare-and-set on the lease); "
         "batches = `add_many(1000)`, `claim_many(1000)` and `complete_many(leases)` "
         "(one transaction each); runner loop = `complete_and_claim` (one transaction "
-        "per task). Worker processes: each runs `sqlq.Worker(concurrency=WORKER_SLOTS)` "
-        "with a handler that does nothing (group commit: one `settle_and_claim` "
-        "transaction reports every outcome pending and claims for every free slot)."
+        "per task). Worker processes: each runs `sqlq.Worker(queue, handler)` with its "
+        "defaults (one handler thread, a prefetch of 31: leases are claimed and "
+        "outcomes reported up to 32 a `settle_and_claim` transaction) and a handler "
+        "that does nothing (`python -m bench --worker-options JSON` gives it others)."
     )
     can_add_many = True
     can_claim_many = True
@@ -216,8 +224,8 @@ class Sqlq(System):
         return self.queue.counts()["COMPLETED"]
 
     def run_worker(self, stop_at: float) -> WorkerRun:
-        """Drain the queue with a ``sqlq.Worker`` of WORKER_SLOTS slots and a handler
-        that does nothing, stopped at ``stop_at`` (time.time()) at the latest."""
+        """Drain the queue with a ``sqlq.Worker`` (its defaults, or WORKER_OPTIONS) and a
+        handler that does nothing, stopped at ``stop_at`` (time.time()) at the latest."""
         from sqlq.worker import Worker
 
         received: list[str] = []
@@ -228,9 +236,9 @@ class Sqlq(System):
         worker = Worker(
             self.queue,
             lambda lease: received.append(lease.task_id),
-            concurrency=WORKER_SLOTS,
             with_lease=True,
             logger=logger,
+            **json.loads(os.environ.get(WORKER_OPTIONS, "{}")),
         )
         timer = threading.Timer(max(0.0, stop_at - time.time()), worker.stop)
         timer.start()
@@ -561,6 +569,8 @@ class Huey(System):
     def reserve(self) -> Claimed | None:
         data = self._dequeue()
         return None if data is None else (bytes(data).decode(), None)
+
+    complete_commits = 0
 
     def complete(self, claimed: Claimed) -> bool:
         return True

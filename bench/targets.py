@@ -1,4 +1,5 @@
-"""Issue 10's targets (SQLite) and issue 12's (PostgreSQL), judged from a run's records:
+"""Issue 10's targets (SQLite), issue 12's (PostgreSQL) and issue 24's (the worker's drains),
+judged from a run's records:
 met, NOT MET, or not measured.
 
 Each target compares figures of the same run (ratios, never absolute times from
@@ -100,33 +101,22 @@ def targets(results: Results, instructions: Path = INSTRUCTIONS) -> list[Target]
     return j.out
 
 
+#: Issue 24's drain targets by durability: 8 processes against huey's storage at 8,
+#: the most CPU per task (microseconds, all worker processes) at 8.
+VS_HUEY = {"full": 3.0, "normal": 2.0}
+CPU_PER_TASK = {"full": 60.0, "normal": 40.0}
+#: Each step of 1 -> 2 -> 4 -> 8 processes at least this much of the one before.
+NEVER_FALLS = 0.95
+#: Tasks per commit of a deep queue, at 8 processes.
+PER_COMMIT = 16.0
+#: The least-served of 4 processes, of a fair share.
+LEAST_SERVED = 0.8
+
+
 def _drains(j: _Judge) -> None:
-    counts = sorted(
-        int(r.case) for r in j.results.find("processes", "sqlq", "full") if r.case.isdigit()
-    )
-    steps = [k for k in (1, 2, 4, 8) if k in counts]
-    figures = [j.drain("sqlq", "full", k) for k in steps]
-    if len(steps) < 2 or any(f is None for f in figures):
-        j.add(
-            "FULL drains never decrease, 1 -> 2 -> 4 -> 8 processes",
-            "each >= the one before",
-            None,
-            None,
-        )
-    else:
-        medians = [f.median for f in figures if f is not None]
-        text = " -> ".join(f"{_rate(m)}" for m in medians) + " tasks/s"
-        ok = all(b >= a for a, b in itertools.pairwise(medians))
-        j.add(
-            f"FULL drains never decrease, {' -> '.join(map(str, steps))} processes",
-            "each >= the one before",
-            text,
-            ok,
-        )
+    for sync in ("full", "normal"):
+        _scaling(j, sync)
     eight = j.drain("sqlq", "full", 8)
-    j.ratio(
-        "8 processes, FULL, vs huey's storage at 8", eight, j.drain("huey", "full", 8), 2.0, "huey"
-    )
     floor = j.results.one("floor", "sqlite", "full", "write transaction")
     if eight is None or floor is None or not floor.values:
         j.add("8 processes, FULL, vs the FULL commit floor", ">= 3x commits/s", None, None)
@@ -139,13 +129,6 @@ def _drains(j: _Judge) -> None:
             f"{_rate(eight.median)} tasks/s vs {_rate(commits)} commits/s = {r:.2f}x",
             r >= 3,
         )
-    j.ratio(
-        "8 processes, NORMAL, vs huey's storage at 8",
-        j.drain("sqlq", "normal", 8),
-        j.drain("huey", "normal", 8),
-        1.5,
-        "huey",
-    )
     j.add(
         "a 16-process row in the drain table",
         "measured",
@@ -157,7 +140,7 @@ def _drains(j: _Judge) -> None:
         if four is None:
             j.add(
                 f"least-served of 4 workers, {SYNC_NAMES[sync]}",
-                ">= 0.5 of a fair share",
+                f">= {LEAST_SERVED} of a fair share",
                 None,
                 None,
             )
@@ -166,9 +149,9 @@ def _drains(j: _Judge) -> None:
         m = statistics.median(shares)
         j.add(
             f"least-served of 4 workers, {SYNC_NAMES[sync]}",
-            ">= 0.5 of a fair share",
+            f">= {LEAST_SERVED} of a fair share",
             f"{m:.2f} (runs: {', '.join(f'{x:.2f}' for x in shares)})",
-            m >= 0.5,
+            m >= LEAST_SERVED,
         )
     runs = j.results.find("processes", "sqlq")
     keys = ("duplicates", "double_completed", "lost", "lock_errors", "other_errors")
@@ -183,6 +166,47 @@ def _drains(j: _Judge) -> None:
         + f" (over {sum(len(r.values) for r in runs)} drains)",
         not any(bad.values()),
     )
+
+
+def _scaling(j: _Judge, sync: str) -> None:
+    """Issue 24's rules for one durability: drains never fall from 1 to 8 processes, and
+    8 processes against huey's storage, in CPU per task and in tasks per commit."""
+    s = SYNC_NAMES[sync]
+    counts = sorted(
+        int(r.case) for r in j.results.find("processes", "sqlq", sync) if r.case.isdigit()
+    )
+    steps = [k for k in (1, 2, 4, 8) if k in counts]
+    figures = [j.drain("sqlq", sync, k) for k in steps]
+    name = f"{s} drains never fall, {' -> '.join(map(str, steps or (1, 2, 4, 8)))} processes"
+    against = f"each >= {NEVER_FALLS}x the one before"
+    if len(steps) < 2 or any(f is None for f in figures):
+        j.add(name, against, None, None)
+    else:
+        medians = [f.median for f in figures if f is not None]
+        text = " -> ".join(f"{_rate(m)}" for m in medians) + " tasks/s"
+        ok = all(b >= NEVER_FALLS * a for a, b in itertools.pairwise(medians))
+        j.add(name, against, text, ok)
+    eight = j.drain("sqlq", sync, 8)
+    j.ratio(
+        f"8 processes, {s}, vs huey's storage at 8",
+        eight,
+        j.drain("huey", sync, 8),
+        VS_HUEY[sync],
+        "huey",
+    )
+    _figure(j, f"8 processes, {s}, CPU us per task", eight, "cpu_per_task", CPU_PER_TASK[sync])
+    _figure(j, f"8 processes, {s}, tasks per commit", eight, "tasks_per_commit", -PER_COMMIT)
+
+
+def _figure(j: _Judge, name: str, rec: Record | None, key: str, bound: float) -> None:
+    """A drain's median figure ``key`` at most ``bound`` (at least ``-bound`` if negative)."""
+    runs = [x for x in ((rec.extra.get(key) if rec else None) or []) if x is not None]
+    against = f"<= {bound:g}" if bound >= 0 else f">= {-bound:g}"
+    if not runs:
+        j.add(name, against, None, None)
+        return
+    m = statistics.median(runs)
+    j.add(name, against, f"{m:.1f}", m <= bound if bound >= 0 else m >= -bound)
 
 
 def _single_calls(j: _Judge) -> None:

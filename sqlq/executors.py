@@ -4,16 +4,17 @@ A :class:`sqlq.Worker` claims leases, keeps them alive, enforces time limits and
 reports outcomes; it hands each lease to an :class:`Executor`, which calls the
 handler and gives back the outcome (None, or the exception the handler raised).
 
-* **Threads.**  ``threads`` daemon threads take the jobs in turn and make the
-  call.  A call that returns a value is done.  A call that returns an
-  *awaitable* (an ``async def`` handler, or a sync function - a router by task
-  name, say - that calls one) is handed to the loop, and the thread goes on to
-  the next job.  So whether a handler is async is decided call by call, from
-  what the call returns, not from the handler's type: one worker can run sync
-  and async functions side by side.
+* **Threads.**  ``run(job)`` makes the call in the caller's thread (the
+  worker's runner threads, which take the jobs in batches: see sqlq.worker).  A
+  call that returns a value is done.  A call that returns an *awaitable* (an
+  ``async def`` handler, or a sync function - a router by task name, say - that
+  calls one) is handed to the loop, and the thread goes on to the next job.
+  So whether a handler is async is decided call by call, from what the call
+  returns, not from the handler's type: one worker can run sync and async
+  functions side by side.
 * **The loop.**  One thread runs an asyncio event loop, started with the first
-  awaitable; each awaitable is awaited there as a task of its own.  The worker
-  hands out a job only for a slot it reserved, so at most ``concurrency`` tasks
+  awaitable; each awaitable is awaited there as a task of its own, many at once.
+  The worker starts a job only in a free slot, so at most ``concurrency`` tasks
   (threads and coroutines together) run at once.  A blocking call inside an
   ``async def`` handler blocks the loop, and every coroutine on it: use
   ``await`` (``asyncio.to_thread`` for blocking work, :class:`sqlq.AsyncQueue`
@@ -37,7 +38,6 @@ import functools
 import inspect
 import logging
 import os
-import queue as stdqueue
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -66,6 +66,11 @@ class Job:
 _current: contextvars.ContextVar[Job | None] = contextvars.ContextVar("sqlq_job", default=None)
 
 
+def current_job() -> Job | None:
+    """The job whose handler runs in this thread (or coroutine), if any."""
+    return _current.get()
+
+
 def stop_requested() -> bool:
     """In a Worker's handler: was the task it runs asked to stop (``Queue.cancel``)?
 
@@ -85,35 +90,47 @@ Done = Callable[[J, BaseException | None], None]
 
 
 class Executor(Generic[J]):
-    """Runs ``call(job.lease)`` for each job submitted; ``done(job, error)`` gets the
-    outcome, from a handler thread or the loop's thread."""
+    """Runs ``call(job.lease)`` for each job it is given; ``done(job, error)`` gets the
+    outcome, from the thread that ran the call or from the loop's thread."""
 
     def __init__(
         self,
         call: Callable[[Lease], object],
         done: Done[J],
         *,
-        threads: int,
         name: str,
         log: logging.Logger,
     ) -> None:
         self._call = call
         self._done = done
-        self._threads = threads
         self._name = name
         self._log = log
-        self._jobs: stdqueue.SimpleQueue[J | None] = stdqueue.SimpleQueue()
         self._lock = threading.Lock()  # guards _loop and _shut
         self._loop: _Loop[J] | None = None
         self._shut = False
 
-    def start(self) -> None:
-        for i in range(self._threads):
-            threading.Thread(target=self._thread, name=f"{self._name}-{i}", daemon=True).start()
-
-    def submit(self, job: J) -> None:
-        """Run ``job``: the caller holds a slot for it (no more jobs than threads)."""
-        self._jobs.put(job)
+    def run(self, job: J) -> None:
+        """Call the handler on ``job`` in this thread (the caller holds a slot for it).
+        A value or an exception is reported (``done``) before this returns; an
+        awaitable goes to the loop, which reports it once it has ended."""
+        # A context of the job's own, which an async handler's task runs in too:
+        # what the call sets in it (the worker's current_task) is the job's alone,
+        # and stop_requested() finds the job in it.
+        pid = os.getpid()
+        context = contextvars.copy_context()
+        context.run(_current.set, job)
+        try:
+            result = context.run(self._call, job.lease)
+        except BaseException as exc:  # a handler's SystemExit fails its task too
+            forked_child_ends(pid, 1)
+            self._report(job, exc)
+            return
+        forked_child_ends(pid, 0)
+        if result is not None and _awaitable(result):  # (None: the usual, cheaply)
+            self._event_loop().submit(job, result, context)
+        else:
+            job.result = result
+            self._report(job, None)
 
     def cancel(self, job: J) -> None:
         """Give up on ``job``: its coroutine, if it has one, is cancelled (now, or as
@@ -124,35 +141,11 @@ class Executor(Generic[J]):
             loop.cancel(job)
 
     def shutdown(self) -> None:
-        """No more jobs: the threads exit once their calls return, and the loop once its
-        tasks have ended (a stuck call keeps its daemon thread)."""
-        for _ in range(self._threads):
-            self._jobs.put(None)
+        """No more jobs: the loop ends once its tasks have ended."""
         with self._lock:
             self._shut = True
             if self._loop is not None:
                 self._loop.shutdown()
-
-    def _thread(self) -> None:
-        pid = os.getpid()
-        while (job := self._jobs.get()) is not None:
-            # A context of the job's own, which an async handler's task runs in too:
-            # what the call sets in it (the worker's current_task) is the job's alone,
-            # and stop_requested() finds the job in it.
-            context = contextvars.copy_context()
-            context.run(_current.set, job)
-            try:
-                result = context.run(self._call, job.lease)
-            except BaseException as exc:  # a handler's SystemExit fails its task too
-                forked_child_ends(pid, 1)
-                self._report(job, exc)
-                continue
-            forked_child_ends(pid, 0)
-            if _awaitable(result):
-                self._event_loop().submit(job, result, context)
-            else:
-                job.result = result
-                self._report(job, None)
 
     def _event_loop(self) -> _Loop[J]:
         with self._lock:

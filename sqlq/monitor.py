@@ -1,5 +1,6 @@
-"""The worker's monitor: heartbeats, time limits, the summary line and the worker's row
-of the worker registry (sqlq.registry), in one thread.
+"""The worker's monitor: heartbeats (of the leases running and of those prefetched),
+time limits, the summary line and the worker's row of the worker registry
+(sqlq.registry), in one thread.
 
 A :class:`Monitor` belongs to one :class:`sqlq.Worker` and shares its lock, but
 waits on a condition of its own: it is woken only when a task arrives whose
@@ -24,6 +25,7 @@ from .events import event, task_fields
 from .executors import Job
 
 if TYPE_CHECKING:
+    from .durable import Queue
     from .worker import Worker, WorkerStats
 
 #: Seconds before a heartbeat that met Busy (or another error) is tried again.
@@ -36,6 +38,7 @@ STUCK_AFTER = 2
 class Phase(enum.Enum):
     """Where a running task of a worker is."""
 
+    QUEUED = "queued"  # claimed (prefetched), its handler not started; heartbeats keep it
     RUNNING = "running"  # the handler runs; heartbeats keep the lease
     REPORTING = "reporting"  # the handler returned; complete/fail is being called
     TIMED_OUT = "timed out"  # failed for its time limit; the handler still runs
@@ -44,18 +47,23 @@ class Phase(enum.Enum):
 
 #: States in which a task counts as in flight (a stop waits for them).
 ACTIVE = (Phase.RUNNING, Phase.REPORTING)
+#: States in which the worker holds the task's lease (the registry lists them).
+HELD = (Phase.QUEUED, Phase.RUNNING, Phase.REPORTING)
+#: States whose leases heartbeats extend: running and waiting to run.
+BEATING = (Phase.QUEUED, Phase.RUNNING)
 
 
 @dataclass(eq=False)
 class Running(Job):
     """A task a worker runs, as the worker and its monitor track it."""
 
-    started: float  # the worker's clock.monotonic()
+    started: float  # the worker's clock.monotonic(): claimed, then as its handler starts
     next_beat: float
     state: Phase = Phase.RUNNING
     lost: bool = False
     stuck: bool = False  # said to run on long past its time limit
     ended: float | None = None  # when the handler returned (the worker's clock)
+    queue: Queue | None = None  # the worker's (what current_task() tells the handler)
 
 
 class Monitor:
@@ -144,9 +152,9 @@ class Monitor:
                     else:
                         soonest = min(soonest, at)
                     continue
-                if entry.state is not Phase.RUNNING or entry.lost:
+                if entry.state not in BEATING or entry.lost:
                     continue
-                if w.time_limit is not None:
+                if w.time_limit is not None and entry.state is Phase.RUNNING:
                     if now >= entry.started + w.time_limit:
                         entry.state = Phase.TIMED_OUT
                         limits.append(entry)
@@ -193,7 +201,7 @@ class Monitor:
             holds = [
                 (e.lease.task_id, e.lease.token, max(0, e.lease.deadline - length))
                 for e in w._running.values()
-                if e.state in ACTIVE and not e.lost
+                if e.state in HELD and not e.lost
             ]
         try:
             w.queue.beat_worker(
@@ -254,7 +262,7 @@ class Monitor:
         lease = entry.lease
         started = w.clock.monotonic()
         with self._cond:
-            if entry.state is not Phase.RUNNING:
+            if entry.state not in BEATING:
                 return  # finished, timed out or given back since the round began
         try:
             beat = w.queue.heartbeat(lease.task_id, lease.token)
@@ -271,7 +279,7 @@ class Monitor:
         with self._cond:
             entry.next_beat = started + w.heartbeat
             # None: the lease is gone, unless the handler finished meanwhile.
-            lost = beat is None and entry.state is Phase.RUNNING
+            lost = beat is None and entry.state in BEATING
             asked = beat is not None and beat.stop_requested and not entry.stop_requested
             entry.lost |= lost
             entry.stop_requested |= asked  # what sqlq.stop_requested() tells the handler

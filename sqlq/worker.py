@@ -2,27 +2,36 @@
 
 ``Worker(queue, handler).run()`` is the loop every consumer of a queue needs:
 
-* **Claim and report: group commit.**  One claim loop (the thread that calls
-  ``run``) takes leases and hands them to ``concurrency`` handler threads.  A
-  handler that returns or raises leaves its outcome with the claim loop, which
-  reports every outcome pending and claims a lease for every free slot in one
-  transaction (``queue.settle_and_claim``: completions, failures with the
+* **Claim and report: batches.**  One claim loop (the thread that calls
+  ``run``) takes leases and hands them, as a batch, to ``concurrency`` runner
+  threads, which take them from a shared backlog one after the other: no
+  thread hand-off per task, and the claim loop sleeps until the backlog runs
+  low (fewer jobs left than runners) with outcomes to report or room to claim.
+  It then reports every outcome pending and claims for the room there is in
+  one transaction (``queue.settle_and_claim``: completions, failures with the
   exception text, then the claim; one commit).  Outcomes that come while that
   commit is in flight go with the next, so the tasks per commit grow with the
-  load (up to ``concurrency``) and are one when the worker is not busy:
-  nothing waits for a batch to fill.  An outcome is acknowledged (counted and
-  logged) only once its transaction has committed; one that met ``Busy`` goes
-  with the next call.  The queue's retry policy decides what happens to a
-  failed task.  Every report carries the lease's token, so a worker whose
-  lease ran out can never complete or fail a task another worker now holds:
-  its report is refused and counted as *lost*.
-* **Slots.**  A worker never holds more than ``concurrency`` leases: a lease is
-  only ever obtained for a slot already reserved for it.  The claim loop
-  reserves the free slots and those of the outcomes it reports (which the same
-  transaction ends before it claims), and frees those the claim did not fill;
-  a handler's slot stays reserved until its outcome is reported.  A lease
-  that arrives once the worker is stopping is released at once, so none is
-  left to run out.
+  load (up to ``concurrency + prefetch``, 32 by default) and are one when a
+  lone task comes to an idle worker: nothing waits for a batch to fill, and an
+  outcome waits for the rest of its batch REPORT_WAIT at most (a handler that
+  takes far longer than the others holds up no report).  An outcome is
+  acknowledged (counted and logged) only once its transaction has committed;
+  one that met ``Busy`` goes with the next call.  The queue's retry policy
+  decides what happens to a failed task.  Every report carries the lease's
+  token, so a worker whose lease ran out can never complete or fail a task
+  another worker now holds: its report is refused and counted as *lost*.
+* **Leases are not threads: a bounded prefetch.**  ``concurrency`` handlers run
+  at once (threads and coroutines together); the worker holds at most
+  ``concurrency + prefetch`` leases, those beyond the running ones waiting in
+  the backlog.  A lease is only asked for once counted (see _room), and the
+  transaction that ends the outcomes reported is the one that claims anew.  The
+  prefetch is cut to what the handlers get through in PREFETCH_HORIZON at their
+  mean duration so far, and is none before the first handler has returned:
+  short tasks go 16-32 a transaction, long ones are not hoarded while another
+  worker could run them.  Leases waiting in the backlog are heartbeated as the
+  running ones are, a lease found lost there is not run, and at a stop they
+  are released at once (the attempt not counted).  A lease that arrives once
+  the worker is stopping is released at once too, so none is left to run out.
 * **Results and progress.**  What a handler returns (a registered task's
   function too; awaited, for an async one) is stored as its task's result by
   the completion that reports it (``Queue.result``).  A value that cannot be
@@ -30,7 +39,7 @@
   at once, as it would return the same again.  A handler reports progress with
   ``current_task().progress(value, message)``: the job's own context (see
   sqlq.executors) tells it its queue and lease.
-* **Heartbeats.**  One monitor thread extends the lease of every running task
+* **Heartbeats.**  One monitor thread extends the lease of every task running or prefetched
   every ``heartbeat`` seconds (default ``lease_seconds / 3``), so a handler may
   run far longer than ``lease_seconds`` while its worker lives.  A heartbeat
   that finds the lease gone (``extend`` returned None: the lease ran out, for
@@ -88,7 +97,9 @@
   is awaited on the worker's event loop, one thread of its own: decided call
   by call, so sync and async functions can share a worker.  Heartbeats, time
   limits, stopping and outcomes are the same as for threads, and at most
-  ``concurrency`` tasks run at once, threads and coroutines together.  A
+  ``concurrency`` tasks run at once, threads and coroutines together (a runner
+  thread that hands a coroutine to the loop goes on to its next job while a
+  slot is free: many coroutines at once on one loop).  A
   blocking call inside an async handler blocks the whole loop: await instead
   (``asyncio.to_thread``, and :class:`sqlq.AsyncQueue` for the queue).  The
   threads and the loop are sqlq.executors.
@@ -147,8 +158,8 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any, Protocol, TypeVar
@@ -165,8 +176,8 @@ from .contract import (
 from .durable import Queue
 from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable, SchemaChanged
 from .events import event, task_fields
-from .executors import Executor
-from .monitor import ACTIVE, Monitor, Phase, Running
+from .executors import Executor, current_job
+from .monitor import ACTIVE, HELD, Monitor, Phase, Running
 from .records import Lease
 from .schedule import Schedule, check_schedule
 from .tasks import Tasks, failure, runner
@@ -202,17 +213,28 @@ class TaskContext:
         return self.queue.progress(self.lease.task_id, self.lease.token, value, message)
 
 
-_current: ContextVar[TaskContext] = ContextVar("sqlq_current_task")
-
-
 def current_task() -> TaskContext:
     """The task of the handler that calls it (sync or async), while a Worker runs it;
-    InvalidArgument anywhere else."""
-    try:
-        return _current.get()
-    except LookupError:
-        raise InvalidArgument("current_task() is for a handler that a sqlq.Worker runs") from None
+    InvalidArgument anywhere else.  Made when asked, from the job the handler runs
+    (sqlq.executors), not for every task."""
+    job = current_job()
+    if not isinstance(job, Running) or job.queue is None:
+        raise InvalidArgument("current_task() is for a handler that a sqlq.Worker runs")
+    return TaskContext(job.queue, job.lease)
 
+
+#: Leases a worker holds at most, by default, when its handlers are quick: concurrency
+#: plus a prefetch of ``max(BATCH - concurrency, concurrency)``, so that a deep queue
+#: of short tasks is claimed and reported about BATCH a transaction.
+BATCH = 32
+#: Seconds a prefetched lease should wait at most for a handler: the prefetch is cut
+#: to what the handlers get through in that time by their mean duration.
+PREFETCH_HORIZON = 0.05
+#: Weight of a handler's duration in the mean the prefetch is cut by.
+DURATION_WEIGHT = 0.2
+#: Seconds an outcome waits at most for the rest of its batch (a handler that takes
+#: far longer than the others holds up no report).
+REPORT_WAIT = PREFETCH_HORIZON
 
 #: Pause before a queue call that raised Busy is tried again, in seconds.
 BUSY_PAUSE = 0.2
@@ -297,7 +319,7 @@ class WorkerStats:
     #: DEAD now.  Part of those counts, so left out of comparisons.
     dead: int = field(default=0, compare=False)
     #: Transactions of the claim loop (``settle_and_claim`` calls that committed):
-    #: each reported the outcomes pending and claimed for the free slots, so
+    #: each reported the outcomes pending and claimed for the room there was, so
     #: ``(completed + failed) / commits`` is about the tasks per commit.  A
     #: measure, not an outcome: left out of comparisons.
     commits: int = field(default=0, compare=False)
@@ -332,6 +354,7 @@ class Worker:
         handler: Callable[[Any], object] | Tasks,
         *,
         concurrency: int = 1,
+        prefetch: int | None = None,
         heartbeat: float | None = None,
         time_limit: float | None = None,
         grace: float = 30.0,
@@ -361,9 +384,15 @@ class Worker:
                     "open the queue with a positive lease_seconds"
                 )
             heartbeat = lease_seconds / 3
+        if prefetch is None:
+            prefetch = max(BATCH - concurrency, concurrency)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise InvalidConfig(f"prefetch must be an int of at least 0, got {prefetch!r}")
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
+        #: The most leases held beyond ``concurrency`` (see _room).
+        self.prefetch = prefetch
         self.heartbeat = _positive(heartbeat, "heartbeat")
         self.time_limit = None if time_limit is None else _positive(time_limit, "time_limit")
         self.grace = _positive(grace, "grace", zero=True)
@@ -401,11 +430,20 @@ class Worker:
         self._cond = threading.Condition(self._lock)  # the claim loop's and the drain's waits
         self._stats = WorkerStats()
         self._running: dict[int, Running] = {}  # by lease token
-        # Slots not reserved for a lease.  The one rule that keeps the leases held
-        # at most concurrency: a lease is only obtained for a slot reserved for it
-        # (_settle reserves the free slots and those of the outcomes it reports,
-        # which the same transaction ends before it claims).
-        self._free = concurrency
+        # Leases held or being claimed.  The one rule that keeps the leases held at
+        # most concurrency + prefetch: a lease is only asked for once counted here
+        # (_settle asks for the room _room finds and counts it before the call; the
+        # outcomes it reports, which the same transaction ends before it claims,
+        # are uncounted once it has committed).
+        self._held = 0
+        # Leases claimed whose handlers have not started, in order; runners take them.
+        self._backlog: deque[Running] = deque()
+        self._active = 0  # handlers running (threads and coroutines): <= concurrency
+        self._runners: set[int] = set()  # the runner threads' idents
+        self._work = threading.Condition(self._lock)  # the runners' waits for a job
+        self._idle: float | None = None  # the claim loop's current idle wait, if idle
+        self._mean: float | None = None  # handlers' mean duration (the worker's clock)
+        self._outcomes_since: float | None = None  # when the oldest outcome pending came
         # Outcomes of handlers that returned, not yet reported: (task, error, whether
         # the handler returned after its time limit).
         self._outcomes: list[tuple[Running, BaseException | None, bool]] = []
@@ -417,9 +455,9 @@ class Worker:
         self._warned: dict[str, float] = {}  # transient error kind -> last warning
         self._started = False
         self._executor = Executor(
-            self._handle,  # the handler's call on a lease (an awaitable, if it is async)
+            # The handler's call on a lease (an awaitable, if it is async).
+            self._run if tracing is not True else self._traced,
             self._finished,
-            threads=concurrency,
             name=f"sqlq-worker-{queue.queue}",
             log=self.log,
         )
@@ -445,12 +483,11 @@ class Worker:
 
     # --- the public face ----------------------------------------------------------
 
-    def _handle(self, lease: Lease) -> object:
-        """The handler's call on a lease, in the job's own context (see Executor), where
-        ``current_task()`` finds the task."""
-        _current.set(TaskContext(self.queue, lease))
-        if self.tracer is not None:
-            self.tracer.enter(lease)
+    def _traced(self, lease: Lease) -> object:
+        """The handler's call on a lease, in the job's own context (see Executor), with
+        the lease's span as the current one."""
+        assert self.tracer is not None
+        self.tracer.enter(lease)
         return self._run(lease)
 
     @property
@@ -471,6 +508,7 @@ class Worker:
                 self._stop_at = self.clock.monotonic()
             running = self._started and not self._returned
             self._cond.notify_all()
+            self._work.notify_all()  # the runners start no more jobs
         if first and running:  # the queue is the caller's again once run() has returned
             self.queue.interrupt_waits(self.grace)
 
@@ -592,28 +630,31 @@ class Worker:
     # --- the claim loop -------------------------------------------------------------
 
     def _claim_loop(self) -> bool:
-        """Claim and report until stopped (False) or idle as run() was asked (True)."""
-        idle: float | None = None  # the current idle wait, or None if not idle
+        """Claim and report until stopped (False) or idle as run() was asked (True).
+
+        It sleeps while the runners have enough to do, and is woken when their
+        backlog runs low with outcomes to report or room to claim (see _turn_due):
+        once a batch, not once a task."""
         while True:
             if self._ticks and self._tick_schedules():
-                idle = None  # claim the tasks just added at once
+                self._idle = None  # claim the tasks just added at once
             with self._cond:
                 while (
                     not self._stopping
-                    and not self._outcomes
-                    and self._free == 0
+                    and not self._turn_due(len(self._backlog))
                     and not self._tick_due()
                 ):
-                    self._wait(self._next_tick())
+                    self._wait(self._next_wake())
                 if self._stopping:
                     return False  # _drain reports what is left
                 reporting = bool(self._outcomes)
+                idle = self._idle
             if idle is not None and not reporting:
                 woken = self._pause(self._until_tick(self._until_due(idle)), self._woken)
                 if woken and not self._take_announcement():
                     continue  # stopping, or outcomes to report
                 if not woken:
-                    idle = min(idle * 2, self.poll_max)
+                    self._idle = min(idle * 2, self.poll_max)
                 if not woken and not self._ready():
                     if self._in_flight() == 0 and self._idle_end():
                         return True
@@ -623,7 +664,7 @@ class Worker:
                 self._wait_for_stop(BUSY_PAUSE)
                 continue
             if not short:
-                idle = None
+                self._idle = None
             elif (
                 self._until is not None
                 and self._in_flight() == 0
@@ -631,8 +672,98 @@ class Worker:
                 and self._idle_end()
             ):
                 return True
-            elif idle is None:
-                idle = self.poll_min
+            elif self._idle is None:
+                self._idle = self.poll_min
+
+    def _turn_due(self, waiting: int, now: float | None = None) -> bool:
+        """Is it the claim loop's turn, with ``waiting`` jobs in the backlog (holding
+        _cond)?  When the backlog is empty and there are outcomes to report or room
+        to claim (an idle worker then waits for tasks), or when it runs low (fewer
+        jobs than handlers) and there is room: the runners run what is left while
+        the claim is in flight; or when an outcome has waited REPORT_WAIT (by ``now``,
+        the worker's clock, if given)."""
+        if waiting == 0:
+            return bool(self._outcomes) or self._room(len(self._outcomes)) > 0
+        if self._report_due(now):
+            return True
+        if waiting >= self.concurrency:
+            return False
+        return self._idle is None and self._room(len(self._outcomes)) > 0
+
+    def _report_due(self, now: float | None = None) -> bool:
+        """Has an outcome waited REPORT_WAIT for its batch, by ``now`` (holding _cond)?"""
+        since = self._outcomes_since
+        if since is None:
+            return False
+        return (self.clock.monotonic() if now is None else now) >= since + REPORT_WAIT
+
+    def _next_wake(self) -> float | None:
+        """When the waiting claim loop looks again at the latest (holding _cond): the
+        next schedule due, or the time an outcome has waited long enough."""
+        due = self._next_tick()
+        since = self._outcomes_since
+        if since is not None and (due is None or since + REPORT_WAIT < due):
+            return since + REPORT_WAIT
+        return due
+
+    def _room(self, reporting: int) -> int:
+        """How many leases a claim that reports ``reporting`` outcomes asks for (holding
+        _cond): enough for every handler slot and the prefetch, less those held.
+        The prefetch is what the handlers get through in PREFETCH_HORIZON by their
+        mean duration so far (none before the first has returned), at most
+        ``prefetch``: short tasks go 16-32 a transaction, long ones are not hoarded."""
+        mean = self._mean
+        if mean is None:
+            ahead = 0
+        elif mean * self.prefetch <= self.concurrency * PREFETCH_HORIZON:
+            ahead = self.prefetch
+        else:
+            ahead = int(self.concurrency * PREFETCH_HORIZON / mean)
+        return max(0, self.concurrency + ahead - (self._held - reporting))
+
+    def _runner(self) -> None:
+        """A runner thread: runs the handlers of the leases claimed, taking them from
+        the backlog one after the other, with no hand-off to another thread per task."""
+        self._runners.add(threading.get_ident())
+        while True:
+            with self._cond:
+                entry = self._next_job()
+            if entry is None:
+                return
+            try:
+                if self.tracer is not None:
+                    self.tracer.start(entry.lease)
+                self._executor.run(entry)
+            except BaseException:  # (the executor reports a handler's own errors)
+                self.log.error("worker error in a runner thread", exc_info=True)
+
+    def _next_job(self) -> Running | None:
+        """The next job of the backlog for a runner (holding _cond), once a slot is free;
+        None once the worker stops (the leases not started are given back)."""
+        backlog = self._backlog
+        while True:
+            if self._stopping or self._returned:
+                return None
+            while backlog and self._active < self.concurrency:
+                entry = backlog.popleft()
+                if entry.lost:  # its lease was lost while it waited: not run
+                    entry.state = Phase.RELEASED
+                    del self._running[entry.lease.token]
+                    self._held -= 1
+                    self._stats.lost += 1
+                    self._done_with(entry.lease, "lost")
+                    fields = task_fields(entry.lease)
+                    event(self.log, logging.WARNING, "task lost", fields, outcome="lost")
+                    continue
+                self._active += 1
+                entry.state = Phase.RUNNING
+                entry.started = self.clock.monotonic()
+                if self.time_limit is not None:
+                    self._monitor.scheduled(entry)
+                return entry
+            if self._turn_due(0):
+                self._cond.notify_all()  # the claim loop (the backlog just ran low)
+            self._work.wait()
 
     def _tick_schedules(self) -> bool:
         """Add the tasks of the schedules due by the worker's clock (queue.tick), and
@@ -719,19 +850,22 @@ class Worker:
         )
 
     def _settle(self, *, claim: bool) -> bool | _Busy:
-        """One transaction: report every outcome pending and, with ``claim``, take a
-        lease for each free slot and each slot those outcomes free.  True if the
-        claim found fewer tasks than it asked for; _BUSY (logged) if the call
-        met a transient error, and then the outcomes wait for the next call.
+        """One transaction: report every outcome pending and, with ``claim``, take
+        leases for the room there is (see _room; the outcomes reported free theirs
+        in the same transaction, before the claim).  True if the claim found fewer
+        tasks than it asked for; _BUSY (logged) if the call met a transient error,
+        and then the outcomes wait for the next call.
 
         Outcomes that arrive while the call is in flight wait for the next one,
         so the tasks per commit grow with the load and are one when idle."""
         with self._cond:
             batch = self._outcomes[:MAX_BATCH]
             del self._outcomes[: len(batch)]
-            reserved = min(self._free, MAX_BATCH - len(batch)) if claim else 0
-            self._free -= reserved
-        slots = reserved + len(batch)
+            since, self._outcomes_since = self._outcomes_since, None
+            if self._outcomes:
+                self._outcomes_since = self.clock.monotonic()
+            wanted = min(self._room(len(batch)), MAX_BATCH) if claim else 0
+            self._held += wanted  # reserved: the one rule that bounds the leases held
         completed = [(e.lease.task_id, e.lease.token, e.result) for e, x, _ in batch if x is None]
         failed = [
             (e.lease.task_id, e.lease.token, *failure(x)) for e, x, _ in batch if x is not None
@@ -739,12 +873,13 @@ class Worker:
         began = self.clock.monotonic() if self.metrics is not None else 0.0
         try:
             done, states, leases = self.queue.settle_and_claim(
-                slots if claim else 0, completed=completed, failed=failed
+                wanted, completed=completed, failed=failed
             )
         except BaseException as exc:
             with self._cond:  # nothing changed: the outcomes go with the next call
                 self._outcomes[:0] = batch
-                self._free += reserved
+                self._outcomes_since = since
+                self._held -= wanted
                 self._cond.notify_all()
             if not isinstance(exc, TRANSIENT):
                 raise
@@ -759,37 +894,52 @@ class Worker:
             for entry, error, late, answer in answered:
                 self._acknowledge(entry, error, late, answer)
                 del self._running[entry.lease.token]
-            self._free += slots - len(leases)
+            self._held -= len(batch) + wanted - len(leases)
             self._cond.notify_all()
-        for entry, error, late, answer in answered:  # (not holding _cond: spans may export)
-            if not late:  # (a late one was counted when the time limit failed its task)
-                self._done_with(entry.lease, _final(answer), error)
-        for lease in leases:
-            if not self._take(lease):
-                self._free_slot()
-        return len(leases) < slots
+        if self.metrics is not None or self.tracer is not None:
+            for entry, error, late, answer in answered:  # (not holding _cond: spans export)
+                if not late:  # (a late one was counted when the time limit failed its task)
+                    self._done_with(entry.lease, _final(answer), error)
+        if leases:
+            self._take(leases)
+        return len(leases) < wanted
 
-    def _take(self, lease: Lease) -> bool:
-        """A lease just obtained, in a slot reserved for it: hand it to a handler thread
-        (True), or, if the worker is stopping, release it at once (False: the
-        caller frees the slot)."""
+    def _take(self, leases: list[Lease]) -> None:
+        """Leases just obtained, for room reserved for them: into the backlog, where the
+        runners take them, heartbeated until they run; or, if the worker is stopping,
+        released at once."""
         now = self.clock.monotonic()
-        entry = Running(lease, started=now, next_beat=now + self.heartbeat)
+        beat = now + self.heartbeat
         with self._cond:
-            self._stats.claimed += 1
+            self._stats.claimed += len(leases)
             stopping = self._stopping
             if not stopping:
-                self._running[lease.token] = entry
-                self._monitor.scheduled(entry)
+                running, backlog = self._running, self._backlog
+                for lease in leases:
+                    entry = Running(lease, started=now, next_beat=beat, state=Phase.QUEUED)
+                    entry.queue = self.queue  # (current_task's)
+                    running[lease.token] = entry
+                    backlog.append(entry)
+                self._monitor.scheduled(entry)  # (all have the same first heartbeat)
+                self._work.notify(len(leases))
         if stopping:
             self._let_releases_wait()
-            self._give_back(lease, "was claimed as the worker stopped")
-            return False
-        event(self.log, logging.DEBUG, "task claimed", task_fields(lease))
+            for lease in leases:
+                self._give_back(lease, "was claimed as the worker stopped")
+            with self._cond:
+                self._held -= len(leases)
+                self._cond.notify_all()
+            return
+        if self.log.isEnabledFor(logging.DEBUG):
+            for lease in leases:
+                event(self.log, logging.DEBUG, "task claimed", task_fields(lease))
+
+    def _start(self, entry: Running) -> None:
+        """Run the handler of a job taken from the backlog, in this runner thread (an
+        async one goes on to the event loop)."""
         if self.tracer is not None:
-            self.tracer.start(lease)
-        self._executor.submit(entry)
-        return True
+            self.tracer.start(entry.lease)
+        self._executor.run(entry)
 
     def _listen_for_announcements(self) -> None:
         """Where the queue announces new tasks, be told (and, unless poll_max was
@@ -816,11 +966,6 @@ class Worker:
         with self._cond:
             announced, self._announced = self._announced, False
             return announced and not self._stopping
-
-    def _free_slot(self) -> None:
-        with self._cond:
-            self._free += 1
-            self._cond.notify_all()
 
     def _ready(self) -> bool:
         """Would a claim find a task now (``queue.ready``)?  If not, when is the next
@@ -860,8 +1005,9 @@ class Worker:
         return min(seconds, left)
 
     def _in_flight(self) -> int:
+        """Leases held: prefetched, running or being reported."""
         with self._cond:
-            return sum(e.state in ACTIVE for e in self._running.values())
+            return sum(e.state in HELD for e in self._running.values())
 
     def _wait_for_stop(self, seconds: float) -> bool:
         """Wait ``seconds`` or until stop() is called; True if it was."""
@@ -906,13 +1052,16 @@ class Worker:
     # --- running handlers (sqlq.executors) ------------------------------------------------
 
     def _start_threads(self) -> None:
-        self._executor.start()
         self._monitor.start(self.clock.monotonic(), WorkerStats())
+        for i in range(self.concurrency):
+            name = f"sqlq-worker-{self.queue.queue}-{i}"
+            threading.Thread(target=self._runner, name=name, daemon=True).start()
 
     def _stop_threads(self) -> None:
         with self._cond:
             self._returned = True
             self._cond.notify_all()
+            self._work.notify_all()
             self._monitor.end()
         self._monitor.join()
         self._executor.shutdown()
@@ -922,23 +1071,35 @@ class Worker:
         report it (its slot stays reserved until then).  A coroutine that ends
         with the CancelledError of the worker's cancel is reported no more."""
         lease = entry.lease
-        entry.ended = self.clock.monotonic()
+        entry.ended = ended = self.clock.monotonic()
         if error is None and entry.result is not None:
             entry.result, error = self._stored_result(entry.result)
         # (type(), never isinstance: a handler's exception may have a __class__ that raises)
         cancelled = entry.cancelled and issubclass(type(error), asyncio.CancelledError)
         with self._cond:
+            self._active -= 1
+            mean = self._mean
+            took = ended - entry.started
+            self._mean = took if mean is None else mean + (took - mean) * DURATION_WEIGHT
             if self._returned or entry.state is Phase.RELEASED or cancelled:
                 del self._running[lease.token]
-                self._free += 1
+                self._held -= 1
                 self._cond.notify_all()
-                given_up = True
+                given_up, first = True, False
             else:
                 late = entry.state is Phase.TIMED_OUT
                 entry.state = Phase.REPORTING
+                first = not self._outcomes
+                if first:
+                    self._outcomes_since = ended
                 self._outcomes.append((entry, error, late))
-                self._cond.notify_all()
                 given_up = False
+            if first or self._turn_due(len(self._backlog), ended):
+                # The claim loop: outcomes to report (the first of a batch, by
+                # REPORT_WAIT at the latest), or room to claim.
+                self._cond.notify_all()
+            if threading.get_ident() not in self._runners:
+                self._work.notify()  # the event loop's: a runner may wait for the slot
         if cancelled:
             self.log.debug("task %r: its handler was cancelled", lease.task_id)
         elif given_up:
@@ -1065,9 +1226,23 @@ class Worker:
         self.queue.interrupt_waits(0)
 
     def _drain(self) -> None:
-        """Report what handlers return within the grace period, then release the rest."""
+        """Give back the leases prefetched, report what handlers return within the
+        grace period, then release the rest."""
         with self._cond:
             start = self._stop_at if self._stop_at is not None else self.clock.monotonic()
+            queued = list(self._backlog)
+            self._backlog.clear()
+            for entry in queued:
+                entry.state = Phase.RELEASED
+        if queued:
+            self._let_releases_wait()
+            for entry in queued:
+                why = "was prefetched and had not started when the worker stopped"
+                self._give_back(entry.lease, why, logging.INFO)
+            with self._cond:
+                for entry in queued:
+                    del self._running[entry.lease.token]
+                self._held -= len(queued)
 
         def settled() -> bool:
             return self._hurry or not any(e.state in ACTIVE for e in self._running.values())
@@ -1146,7 +1321,7 @@ class Worker:
         except Exception:
             return False
 
-    def _give_back(self, lease: Lease, why: str) -> None:
+    def _give_back(self, lease: Lease, why: str, level: int = logging.WARNING) -> None:
         """Release ``lease`` (its attempt is not counted).  One that cannot be released
         runs out at its deadline, and its task is retried then."""
         try:
@@ -1171,7 +1346,7 @@ class Worker:
         if outcome == "cancelled":  # a stop was asked of it: the release ended it
             event(self.log, logging.INFO, "task cancelled", fields, outcome=outcome, reason=why)
         elif outcome == "released":  # back in line, its attempt not counted
-            event(self.log, logging.WARNING, "task released", fields, reason=why)
+            event(self.log, level, "task released", fields, reason=why)
         else:
             event(self.log, logging.WARNING, "task lost", fields, outcome="lost", refused="release")
 
@@ -1325,6 +1500,7 @@ def serve(
     *,
     queue: str = "default",
     concurrency: int = 1,
+    prefetch: int | None = None,
     lease_seconds: float | None = None,
     time_limit: float | None = None,
     grace: float = 30.0,
@@ -1366,6 +1542,7 @@ def serve(
             opened,
             handler,
             concurrency=concurrency,
+            prefetch=prefetch,
             time_limit=time_limit,
             grace=grace,
             summary_every=summary_every,

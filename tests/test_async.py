@@ -279,12 +279,9 @@ def test_a_coroutine_given_up_before_it_reaches_the_loop_never_starts() -> None:
         outcomes.append((job, error))
         ended.set()
 
-    executor: Executor[Job] = Executor(
-        call, done, threads=1, name="test", log=logging.getLogger("test")
-    )
-    executor.start()
+    executor: Executor[Job] = Executor(call, done, name="test", log=logging.getLogger("test"))
     job = Job(lease)
-    executor.submit(job)
+    threading.Thread(target=executor.run, args=(job,), daemon=True).start()  # a runner's
     assert calling.wait(10)
     executor.cancel(job)
     cancelled.set()

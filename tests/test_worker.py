@@ -409,7 +409,8 @@ def test_the_summary_comes_every_interval_of_the_workers_clock_and_reads_only(
             blocking.set()
             assert finish.wait(30)
 
-    worker = Worker(queue, handler, clock=clock, summary_every=10.0)
+    # No prefetch: each outcome is reported as the next task is claimed, one at a time.
+    worker = Worker(queue, handler, clock=clock, summary_every=10.0, prefetch=0)
     thread, out = _in_thread(worker)
     assert blocking.wait(10)
     writer = dbapi.connect(sqlite_path(queue_url), isolation_level=None)
@@ -671,13 +672,31 @@ def test_idle_waits_double_up_to_poll_max_and_a_new_task_is_taken_at_the_next_po
     assert taken_at[0] - added <= 0.04  # at the next poll, or sooner if announced
 
 
-def test_each_task_costs_one_transaction_while_there_is_work(
+def _calls(queue: sqlq.Queue) -> list[tuple[int, int, int]]:
+    """Record the worker's settle_and_claim calls on ``queue``: (leases asked for,
+    outcomes reported, leases obtained), as each returns."""
+    calls: list[tuple[int, int, int]] = []
+    settle_and_claim = queue.settle_and_claim
+
+    def recorded(n: int, *args: Any, completed: Any = (), failed: Any = (), **kw: Any) -> Any:
+        answer = settle_and_claim(n, *args, completed=completed, failed=failed, **kw)
+        calls.append((n, len(completed) + len(failed), len(answer[2])))
+        return answer
+
+    queue.settle_and_claim = recorded  # type: ignore[method-assign]
+    return calls
+
+
+def test_a_deep_queue_of_quick_tasks_goes_in_batches_of_concurrency_and_prefetch(
     open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A handler that returns completes its task and claims the next in one call
-    (settle_and_claim): one commit per task, not a complete and a claim."""
+    """With the defaults (one handler, a prefetch of 31): the first claim asks for one
+    lease (no handler has returned yet, so nothing tells how long tasks take); once
+    one has returned in no time, each transaction reports the whole batch and claims
+    the next 32, one commit for 32 tasks."""
+    clock = ManualClock()  # the handlers take no time on it: the prefetch is whole
     queue = open_queue()
-    queue.add_many([f"t{i}" for i in range(10)])
+    queue.add_many([f"t{i}" for i in range(100)])
     calls: Counter[str] = Counter()
 
     def counted(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
@@ -687,20 +706,204 @@ def test_each_task_costs_one_transaction_while_there_is_work(
 
         return wrapper
 
-    for name in ("claim", "complete", "fail", "complete_and_claim", "settle_and_claim"):
+    for name in ("claim", "complete", "fail", "complete_and_claim", "claim_many"):
         monkeypatch.setattr(queue, name, counted(name, getattr(queue, name)))
-    stats = Worker(queue, lambda p: None).run(stop_when_idle=True)
-    assert stats == WorkerStats(claimed=10, completed=10)
-    # The first claim, then ten completions that each bring the next task (the last
-    # none, which also finds the queue empty).
-    assert calls == Counter({"settle_and_claim": 11})
-    assert stats.commits == 11
+    settled = _calls(queue)
+    worker = Worker(queue, lambda p: None, clock=clock)
+    assert (worker.concurrency, worker.prefetch) == (1, 31)
+    stats = worker.run(stop_when_idle=True)
+    assert stats == WorkerStats(claimed=100, completed=100)
+    assert settled == [(1, 0, 1), (32, 1, 32), (32, 32, 32), (32, 32, 32), (32, 32, 3), (32, 3, 0)]
+    assert stats.commits == 6 and not calls  # every report and claim went through settle
+
+
+def test_tasks_are_not_prefetched_when_handlers_take_long(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """Tasks of 0.5 s (on the worker's clock) with two handlers: the prefetch is cut to
+    what the handlers get through in PREFETCH_HORIZON, none, so a task is never held
+    waiting while another worker could run it."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=10.0, clock=clock.time)
+    queue.add_many([f"t{i}" for i in range(6)])
+    settled = _calls(queue)
+    lock = threading.Lock()
+
+    def handler(payload: object) -> None:
+        with lock:  # (one advance at a time)
+            clock.advance(0.5)
+
+    stats = Worker(queue, handler, concurrency=2, clock=clock).run(stop_when_idle=True)
+    assert stats == WorkerStats(claimed=6, completed=6)
+    assert max(n for n, _, _ in settled) <= 2  # never more than the two handlers
+    assert sum(got for _, _, got in settled) == 6
+
+
+def _behind_a_slow_task(
+    queue: sqlq.Queue, clock: ManualClock, then: list[str], **options: Any
+) -> tuple[Worker, threading.Thread, list[Any], threading.Event, list[str]]:
+    """A worker (one handler, the default prefetch) started on task "first", whose
+    handler adds ``then``: claimed together with its report, the handler's mean
+    duration 0 on ``clock``, so all of them at once.  Task "slow" blocks until the
+    event returned is set (once it has started); the list gets each task handled."""
+    queue.add("first")
+    release, slow_started = threading.Event(), threading.Event()
+    handled: list[str] = []
+
+    def handler(lease: sqlq.Lease) -> None:
+        handled.append(lease.task_id)
+        if lease.task_id == "first":
+            queue.add_many(then)
+        if lease.task_id == "slow":
+            slow_started.set()
+            assert release.wait(30)
+
+    worker = Worker(queue, handler, with_lease=True, clock=clock, **options)
+    thread, out = _in_thread(worker)
+    assert slow_started.wait(10)
+    return worker, thread, out, release, handled
+
+
+def test_outcomes_behind_a_long_handler_are_reported_within_report_wait(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """One handler, a batch prefetched: "a" returns at once, "slow" then runs on.  The
+    outcome of "a" waits for the rest of its batch only REPORT_WAIT of the worker's
+    clock, then goes alone (its lease, no longer heartbeated, would otherwise run out
+    behind the slow handler and "a" would run again)."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=10.0, clock=clock.time)
+    worker, thread, out, release, _ = _behind_a_slow_task(queue, clock, ["a", "slow", "c"])
+    try:
+        assert queue.status("a") == "RESERVED"  # its outcome waits for its batch...
+        clock.wait_for_deadline(clock.monotonic() + sqlq.worker.REPORT_WAIT)
+        clock.advance(sqlq.worker.REPORT_WAIT)
+        _wait_for(lambda: queue.status("a") == "COMPLETED", 10, "the report of a")
+        assert queue.status("slow") == "RESERVED" and queue.status("c") == "RESERVED"
+    finally:
+        release.set()
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 4, 10, "the rest")
+    worker.stop()
+    thread.join(10)
+    assert out == [WorkerStats(claimed=4, completed=4)]
+
+
+def test_prefetched_leases_are_heartbeated_while_they_wait(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """Leases prefetched behind a handler that runs for three lease lengths are
+    extended by the heartbeats as the running one is: none runs out, and each task
+    runs once, on its first attempt."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=1.0, clock=clock.time)
+    worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
+    try:
+        for _ in range(9):  # a heartbeat every 1/3 s: three lease lengths
+            clock.step(2)
+        clock.wait_for_sleepers(2)  # the last beat is done
+        for task in ("p1", "p2"):
+            info = queue.info(task)
+            assert info is not None and (info.state, info.attempts) == ("RESERVED", 1), info
+    finally:
+        release.set()
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 4, 10, "every task")
+    worker.stop()
+    thread.join(10)
+    assert out == [WorkerStats(claimed=4, completed=4)]
+    assert handled == ["first", "slow", "p1", "p2"]
+
+
+def test_a_prefetched_lease_found_lost_by_a_heartbeat_is_not_run(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """A lease waiting in the backlog that a heartbeat finds gone (here released under
+    the worker) is dropped, counted lost, never run under it; the task, back in line,
+    is claimed again and runs once."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=30.0, clock=clock.time)
+    worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1"])
+    try:
+        info = queue.info("p1")
+        assert info is not None and info.state == "RESERVED" and info.token is not None
+        assert queue.release("p1", info.token)  # the worker's lease is gone
+        clock.step(2)  # the first heartbeats: p1's finds it lost
+        clock.wait_for_sleepers(2)
+        assert "p1" not in handled
+    finally:
+        release.set()
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 3, 10, "every task")
+    worker.stop()
+    thread.join(10)
+    assert out == [WorkerStats(claimed=4, completed=3, lost=1)]
+    assert handled == ["first", "slow", "p1"]
+
+
+def test_a_graceful_stop_gives_prefetched_leases_back_at_once(
+    open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stop while a handler runs and leases wait behind it: those are released at
+    once (their attempts not counted), not held through the grace period; the
+    running one finishes within the grace and is completed."""
+    caplog.set_level(logging.INFO, logger="sqlq.worker")
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=60.0, clock=clock.time)
+    worker, thread, out, release, _ = _behind_a_slow_task(
+        queue, clock, ["slow", "p1", "p2", "p3"], grace=600.0
+    )
+    try:
+        assert queue.counts()["RESERVED"] == 4
+        worker.stop()
+        _wait_for(lambda: queue.counts()["AVAILABLE"] == 3, 10, "the prefetched leases back")
+        assert queue.status("slow") == "RESERVED"  # still running, within its grace
+        for task in ("p1", "p2", "p3"):
+            info = queue.info(task)
+            assert info is not None and info.attempts == 0  # the attempt did not count
+    finally:
+        release.set()
+    thread.join(10)
+    assert out == [WorkerStats(claimed=5, completed=2, released=3)]
+    assert queue.status("slow") == "COMPLETED"
+    released = [r for r in _records(caplog, "task released") if r.levelno == logging.INFO]
+    assert len(released) == 3  # not warnings: nothing went wrong
+
+
+def test_a_lone_task_at_an_idle_worker_is_claimed_and_reported_alone_at_once(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """A worker idle after a deep queue (its prefetch whole) picks up a lone task at its
+    next poll, in a claim that asks for 32 and gets one, and reports it in the next
+    transaction at once: no wait for a batch to fill."""
+    clock = ManualClock()
+    queue = open_queue(clock=clock.time)
+    queue.add_many([f"t{i}" for i in range(40)])
+    settled = _calls(queue)
+    handled = threading.Event()
+
+    def handler(lease: sqlq.Lease) -> None:
+        if lease.task_id == "lone":
+            handled.set()
+
+    worker = Worker(queue, handler, with_lease=True, poll_max=0.04, clock=clock)
+    thread, out = _in_thread(worker)
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 40, 10, "the deep queue")
+    clock.wait_for_sleepers(2)  # idle: the claim loop polls, the monitor waits
+    before = len(settled)
+    queue.add("lone")
+    while not handled.is_set():
+        clock.step(2)  # the next poll (or the announcement) finds it
+    # Reported without the clock moving on: no batch to wait for.
+    _wait_for(lambda: queue.status("lone") == "COMPLETED", 10, "the lone task's report")
+    worker.stop()
+    thread.join(10)
+    assert out == [WorkerStats(claimed=41, completed=41)]
+    lone = [call for call in settled[before:] if call != (32, 0, 0)]
+    assert lone == [(32, 0, 1), (32, 1, 0)]
 
 
 def test_outcomes_that_come_while_a_commit_is_in_flight_share_the_next_commit(
     open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Group commit: four slots, four tasks.  The call that reports the first outcome
+    """Group commit: four slots, no prefetch, four tasks.  The call that reports the first outcome
     is held until the three other handlers have returned; their outcomes all go in
     the next call, one commit for three tasks.  No outcome is counted (acknowledged)
     before the call that reports it has returned, and no call asks for more leases
@@ -713,7 +916,7 @@ def test_outcomes_that_come_while_a_commit_is_in_flight_share_the_next_commit(
         if lease.task_id != "t0":
             assert first_reported.wait(10)
 
-    worker = Worker(queue, handler, concurrency=4, with_lease=True)
+    worker = Worker(queue, handler, concurrency=4, with_lease=True, prefetch=0)
     settle_and_claim = queue.settle_and_claim
     calls: list[tuple[int, int]] = []  # (leases asked for, completions reported)
 
@@ -996,8 +1199,8 @@ def test_worker_processes_survive_a_kill_and_keep_long_tasks(
         if info.attempts > 1:
             retried.append(task)
             assert info.attempts == 2 and by_survivors == ["start", "done"], (task, seen)
-    # The victim held at most two leases (two handler threads) when it was killed.
-    assert "victim" in retried and len(retried) <= 2
+    # The victim held at most concurrency + prefetch leases (2 + 30) when it was killed.
+    assert "victim" in retried and len(retried) <= 32
     assert events["victim"][0] == ("start", victim_pid)
     victim_info = queue.info("victim")
     assert victim_info is not None and victim_info.last_error == "lease expired"
@@ -1012,17 +1215,24 @@ def test_worker_processes_survive_a_kill_and_keep_long_tasks(
 
 
 @pytest.mark.processes
-@pytest.mark.parametrize("concurrency", [1, 3])
-def test_a_worker_never_holds_more_leases_than_its_concurrency(
-    queue_url: str, tmp_path: Path, open_queue: Callable[..., sqlq.Queue], concurrency: int
+@pytest.mark.parametrize(("concurrency", "prefetch"), [(1, None), (3, None), (3, 2), (2, 0)])
+def test_a_worker_never_holds_more_leases_than_its_concurrency_and_prefetch(
+    queue_url: str,
+    tmp_path: Path,
+    open_queue: Callable[..., sqlq.Queue],
+    concurrency: int,
+    prefetch: int | None,
 ) -> None:
-    """Sampled from this process while a worker process drains 5 ms tasks, with the
+    """Sampled from this process while a worker process drains 1 ms tasks, with the
     thread switch interval so short that the worker's threads interleave at almost
-    every bytecode: the tasks RESERVED never outnumber the worker's slots."""
-    tasks = 300
+    every bytecode: the tasks RESERVED never outnumber the worker's slots and its
+    prefetch (by default 32 in all), and a batch does fill them."""
+    tasks = 400
     queue = open_queue(lease_seconds=60.0)
-    queue.add_many([(f"t{i}", 0.005) for i in range(tasks)])
+    queue.add_many([(f"t{i}", 0.001) for i in range(tasks)])
     err_path = tmp_path / "worker.stderr"
+    bound = concurrency + (max(32 - concurrency, concurrency) if prefetch is None else prefetch)
+    options = {} if prefetch is None else {"prefetch": prefetch}
     peak = 0
     with err_path.open("wb") as stderr:
         process = _serve(
@@ -1033,6 +1243,7 @@ def test_a_worker_never_holds_more_leases_than_its_concurrency(
             lease_seconds=60.0,
             concurrency=concurrency,
             stop_when_idle=True,
+            **options,
         )
         try:
             while process.poll() is None:
@@ -1042,7 +1253,8 @@ def test_a_worker_never_holds_more_leases_than_its_concurrency(
         finally:
             process.kill()
             process.wait()
-    assert 1 <= peak <= concurrency
+    assert peak <= bound
+    assert peak > (concurrency if prefetch != 0 else 0)  # (leases beyond the handlers')
     assert queue.counts()["COMPLETED"] == tasks
     assert _final_stats(err_path.read_text()) == WorkerStats(claimed=tasks, completed=tasks)
 

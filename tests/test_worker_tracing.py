@@ -88,7 +88,9 @@ def _run_every_outcome(db: str) -> Worker:
                 raise RuntimeError("stopped, as asked")
 
     with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as q:
-        worker = Worker(q, handle, with_lease=True, metrics_port=0, tracing=True)
+        # No prefetch: a retried task is back in line when its span ends, not claimed
+        # again by the same transaction.
+        worker = Worker(q, handle, with_lease=True, metrics_port=0, tracing=True, prefetch=0)
         worker.run(stop_when_idle=True, install_signal_handlers=False)
     other.close()
     return worker

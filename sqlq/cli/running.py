@@ -110,6 +110,18 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         ),
     )
     worker.add_argument(
+        "--prefetch",
+        metavar="N",
+        type=positive_int(0, MAX_CONCURRENCY),
+        default=None,
+        help=(
+            "leases held at most beyond those running, so that short tasks are claimed "
+            "and reported in batches; only as many as the handlers get through in about "
+            "50 ms are taken, and none are held back at a stop (default: 32 less "
+            "--concurrency, at least --concurrency)"
+        ),
+    )
+    worker.add_argument(
         "--lease",
         metavar="DURATION",
         type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
@@ -299,6 +311,7 @@ def _worker(args: argparse.Namespace) -> int:
             args.target,
             queue=args.queue,
             concurrency=args.concurrency,
+            prefetch=args.prefetch,
             lease_seconds=args.lease,
             time_limit=args.time_limit,
             grace=args.grace,
