@@ -544,10 +544,8 @@ MUTANTS = [
     Mutant(
         "executor-drops-coroutines",
         "sqlq/executors.py",
-        "if result is not None and inspect.isawaitable(result):",
+        "if result is not None and _awaitable(result):",
         "if False:",
-        "            if _awaitable(result):",
-        "            if False:",
         ASYNC,
     ),
     Mutant(
