@@ -276,7 +276,7 @@ class Sqlq(System):
     def fill_completed(cls, path: str, n: int) -> None:
         """n COMPLETED tasks written straight into sqlq's table, in one transaction.
 
-        The columns are those sqlq writes (sqlq/sqlite/migrations/0002, queries.sql
+        The columns are those sqlq writes (migrations/sqlite/0002, queries.sql
         insert_task and complete_task); the clock's counter is moved past the
         seqs and lease ids used, as sqlq would have.
         """
@@ -621,7 +621,7 @@ class SqlqPostgres(_OnPostgres, Sqlq):
     def fill_completed(cls, path: str, n: int) -> None:
         """n COMPLETED tasks written straight into sqlq's table, in one statement.
 
-        The columns are those sqlq writes (sqlq/postgresql/migrations/0001, queries.sql
+        The columns are those sqlq writes (migrations/postgresql/0001, queries.sql
         insert_task and complete_task); its counter is moved past the seqs and lease
         ids used, as sqlq would have.
         """

@@ -1,6 +1,6 @@
 """The schema the code expects, declared with SQLAlchemy Core.
 
-The migrations in ``sqlq/sqlite/migrations/`` build the database; this declaration is
+The migrations in ``migrations/sqlite/`` build the database; this declaration is
 what the queries in ``sqlq/sqlite/queries.sql`` are written against.
 ``tests/test_schema.py`` builds a database from all migrations, reflects it, and
 checks that it matches this declaration exactly (tables, columns, types,
@@ -155,7 +155,7 @@ Index(
     sqlite_where=text("finished_at IS NOT NULL"),
 )
 # The dedupe keys' indexes (sqlq_tasks_key_holder, sqlq_tasks_key_finished) are made by
-# the first keyed add of a file (sqlq/sqlite/migrations/on_demand/0002), not declared here.
+# the first keyed add of a file (migrations/sqlite/on_demand/0002), not declared here.
 
 schedules = Table(
     "sqlq_schedules",

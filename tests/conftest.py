@@ -131,7 +131,7 @@ def db_path(tmp_path: Path) -> Path:
 def migration_files() -> list[Path]:
     """The SQLite backend's migration files in order, listed by the test itself (not
     by sqlq.sqlite.migrate): the newest schema version is their number."""
-    folder = Path(__file__).resolve().parent.parent / "sqlq" / "sqlite" / "migrations"
+    folder = Path(__file__).resolve().parent.parent / "migrations" / "sqlite"
     return sorted(folder.glob("[0-9][0-9][0-9][0-9]_*.sql"))
 
 

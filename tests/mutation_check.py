@@ -657,7 +657,7 @@ MUTANTS = [
     ),
     Mutant(
         "sql-resuming-one-queue-unmarks-the-file",
-        "sqlq/sqlite/migrations/0013_leaner_tasks.sql",
+        "migrations/sqlite/0013_leaner_tasks.sql",
         "    UPDATE sqlq_clock SET paused = EXISTS (SELECT 1 FROM sqlq_paused) WHERE id = 1;",
         "    UPDATE sqlq_clock SET paused = 0 WHERE id = 1;",
         ("tests/test_sqlite.py",),
@@ -773,7 +773,7 @@ MUTANTS = [
     ),
     Mutant(  # only a completion frees a slot: a failure or an expiry keeps it
         "sql-expiry-keeps-the-slot",
-        "sqlq/sqlite/migrations/on_demand/0001_group_triggers.sql",
+        "migrations/sqlite/on_demand/0001_group_triggers.sql",
         "running = running + (new.state = 'RESERVED') - (old.state = 'RESERVED'),",
         "running = running + (new.state = 'RESERVED')\n"
         "                  - (old.state = 'RESERVED' AND new.state = 'COMPLETED'),",
@@ -781,7 +781,7 @@ MUTANTS = [
     ),
     Mutant(
         "pg-expiry-keeps-the-slot",  # (0010 made the counting function anew: its text is live)
-        "sqlq/postgresql/migrations/0010_group_front_under_lock.sql",
+        "migrations/postgresql/0010_group_front_under_lock.sql",
         "- (OLD.state = 'RESERVED')::int,",
         "- (OLD.state = 'RESERVED' AND NEW.state = 'COMPLETED')::int,",
         LIMITS,
@@ -822,7 +822,7 @@ MUTANTS = [
     ),
     Mutant(
         "postgresql-no-race-guard-for-keys",
-        "sqlq/postgresql/migrations/0006_dedupe_keys.sql",
+        "migrations/postgresql/0006_dedupe_keys.sql",
         "CREATE UNIQUE INDEX sqlq_tasks_key_holder",
         "CREATE INDEX sqlq_tasks_key_holder",
         # the race of real processes in test_keys may miss it; the redrive racing a keyed
@@ -927,7 +927,7 @@ MUTANTS = [
     ),
     Mutant(
         "postgresql-group-front-read-before-its-lock",
-        "sqlq/postgresql/migrations/0010_group_front_under_lock.sql",
+        "migrations/postgresql/0010_group_front_under_lock.sql",
         "        PERFORM 1 FROM sqlq_groups\n"
         "        WHERE queue = NEW.queue AND group_key = NEW.group_key\n"
         "        FOR UPDATE;\n",

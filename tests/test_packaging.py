@@ -1,8 +1,12 @@
-"""What sqlq reads at run time ships inside the package: the SQLite backend's
-``queries.sql`` and its numbered migrations (``sqlq/sqlite/migrations/``) are
-package resources, so the wheel that ``pip install .`` builds carries them, and
-a plain (non-editable) install in a fresh virtualenv creates a queue whose
-``sqlq_migrations`` rows carry the same checksums as the source files.
+"""What sqlq reads at run time ships inside the package: each backend's
+``queries.sql``, and the numbered migrations, which live in the project's top-level
+``migrations/`` (``migrations/sqlite/``, ``migrations/postgresql/``, beside ``sqlq/``)
+and which the wheel carries inside the package as ``sqlq/migrations/`` (pyproject's
+wheel ``sources``), so the wheel that ``pip install .`` builds carries them, and a
+plain (non-editable) install in a fresh virtualenv creates a queue whose
+``sqlq_migrations`` rows carry the same checksums as the source files.  An editable
+install reads the checkout's ``migrations/`` itself, through the same function
+(sqlq.migration_files.folder), and leaves no copy of them in site-packages.
 
 The fresh virtualenv gets sqlq from the wheel only; its required dependencies
 (SQLAlchemy, pysqlite3, ... and theirs, none of an extra's) come from this
@@ -28,18 +32,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+MIGRATIONS = ROOT / "migrations"
 #: SQLite's on-demand migrations (sqlq.sqlite.migrate.on_demand), in order.
-ON_DEMAND = sorted((ROOT / "sqlq" / "sqlite" / "migrations" / "on_demand").glob("[0-9]*_*.sql"))
+ON_DEMAND = sorted((MIGRATIONS / "sqlite" / "on_demand").glob("[0-9]*_*.sql"))
+#: PostgreSQL's migrations, in order.
+POSTGRESQL = sorted((MIGRATIONS / "postgresql").glob("[0-9][0-9][0-9][0-9]_*.sql"))
 
 pytestmark = pytest.mark.processes
 
 #: Run by the fresh virtualenv's Python: where sqlq was imported from, a task
-#: through one lease, and the migrations recorded in the new database (after a
+#: through one lease, the migrations recorded in the new database (after a
 #: grouped add and a keyed add: the on-demand migrations of the group triggers and of
-#: the key indexes too).
+#: the key indexes too), and each backend's migration folder as sqlq finds it, with
+#: every file in it and its checksum.
 CHILD = """
-import json, sqlite3, sys
+import hashlib, json, sqlite3, sys
 import sqlq
+from sqlq import migration_files
+
+def listing(folder):
+    return {entry.name: hashlib.sha256(entry.read_bytes()).hexdigest()
+            for entry in folder.iterdir() if entry.is_file()}
+
+folders = {"sqlite": migration_files.folder("sqlite"),
+           "on_demand": migration_files.folder("sqlite", "on_demand"),
+           "postgresql": migration_files.folder("postgresql")}
 
 with sqlq.Queue("queue.db", lease_seconds=30, max_attempts=3) as q:
     q.add("t1", payload={"n": 1})
@@ -51,7 +68,8 @@ with sqlite3.connect("queue.db") as conn:
     recorded = conn.execute("SELECT version, checksum FROM sqlq_migrations ORDER BY version")
     recorded = recorded.fetchall()
 json.dump({"module": sqlq.__file__, "task": lease.task_id, "completed": completed,
-           "migrations": recorded}, sys.stdout)
+           "migrations": recorded, "folders": {k: str(v) for k, v in folders.items()},
+           "files": {k: listing(v) for k, v in folders.items()}}, sys.stdout)
 """
 
 
@@ -122,21 +140,21 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_carries_every_backends_queries_and_migrations(
     wheel: Path, migration_files: list[Path]
 ) -> None:
-    assert migration_files, "no migration files in sqlq/sqlite/migrations/"
-    postgresql = ROOT / "sqlq" / "postgresql"
-    assert sorted(postgresql.glob("migrations/[0-9][0-9][0-9][0-9]_*.sql"))
-    sources = [
-        ROOT / "sqlq" / "sqlite" / "queries.sql",
-        *migration_files,
-        *ON_DEMAND,
-        postgresql / "queries.sql",
-        *sorted(postgresql.glob("migrations/[0-9][0-9][0-9][0-9]_*.sql")),
-    ]
+    assert migration_files, "no migration files in migrations/sqlite/"
+    assert ON_DEMAND
+    assert POSTGRESQL
+    # the top-level migrations/ goes into the package: sqlq/migrations/<backend>/...
+    sources = {
+        f"sqlq/{path.relative_to(ROOT).as_posix()}": path
+        for path in [*migration_files, *ON_DEMAND, *POSTGRESQL]
+    }
+    for backend in ("sqlite", "postgresql"):
+        sources[f"sqlq/{backend}/queries.sql"] = ROOT / "sqlq" / backend / "queries.sql"
     with zipfile.ZipFile(wheel) as archive:
         inside = {name for name in archive.namelist() if name.endswith(".sql")}
-        assert inside == {path.relative_to(ROOT).as_posix() for path in sources}
-        for path in sources:
-            assert archive.read(path.relative_to(ROOT).as_posix()) == path.read_bytes()
+        assert inside == set(sources)
+        for name, path in sources.items():
+            assert archive.read(name) == path.read_bytes()
 
 
 def test_a_fresh_virtualenv_with_the_wheel_creates_a_queue(
@@ -149,6 +167,12 @@ def test_a_fresh_virtualenv_with_the_wheel_creates_a_queue(
     facts = json.loads(run.stdout)
     (site_packages,) = venv.parent.parent.glob("lib/python*/site-packages")
     assert Path(facts["module"]).is_relative_to(site_packages)  # the wheel's, not the source's
+    assert facts["folders"] == {
+        "sqlite": str(site_packages / "sqlq" / "migrations" / "sqlite"),
+        "on_demand": str(site_packages / "sqlq" / "migrations" / "sqlite" / "on_demand"),
+        "postgresql": str(site_packages / "sqlq" / "migrations" / "postgresql"),
+    }
+    assert facts["files"] == _files()  # every migration file, as in the checkout
     assert (facts["task"], facts["completed"]) == ("t1", True)
     assert facts["migrations"] == [
         [number, hashlib.sha256(path.read_bytes()).hexdigest()]
@@ -157,6 +181,49 @@ def test_a_fresh_virtualenv_with_the_wheel_creates_a_queue(
             *enumerate(migration_files, start=1),
         ]
     ]
+
+
+def _files() -> dict[str, dict[str, str]]:
+    """The checkout's migration files of each folder, with their checksums."""
+
+    def listing(paths: list[Path]) -> dict[str, str]:
+        return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in paths}
+
+    folders = {"sqlite": "sqlite", "on_demand": "sqlite/on_demand", "postgresql": "postgresql"}
+    return {
+        name: listing([p for p in sorted((MIGRATIONS / folder).iterdir()) if p.is_file()])
+        for name, folder in folders.items()
+    }
+
+
+def test_an_editable_install_reads_the_checkouts_migrations(tmp_path: Path) -> None:
+    """pip install -e: sqlq and its migrations come from the checkout, through the
+    same function; site-packages holds no copy of them that could go stale."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = ["install", "--no-deps", "-q", "-e", str(ROOT)]
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), *install], check=True)
+    (site_packages,) = venv.glob("lib/python*/site-packages")
+    # the dependencies of this interpreter (the editable sqlq itself left out)
+    paths = [p for p in sys.path if p and Path(p).is_dir() and Path(p) != ROOT]
+    (site_packages / "dependencies.pth").write_text("".join(f"{p}\n" for p in paths))
+    work = tmp_path / "work"
+    work.mkdir()
+    run = subprocess.run([str(python), "-c", CHILD], cwd=work, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    facts = json.loads(run.stdout)
+    assert facts["module"] == str(ROOT / "sqlq" / "__init__.py")
+    assert facts["folders"] == {
+        "sqlite": str(MIGRATIONS / "sqlite"),
+        "on_demand": str(MIGRATIONS / "sqlite" / "on_demand"),
+        "postgresql": str(MIGRATIONS / "postgresql"),
+    }
+    assert facts["files"] == _files()
+    assert [v for v, _ in facts["migrations"] if v > 0][-1] == max(
+        int(name[:4]) for name in facts["files"]["sqlite"]
+    )
+    assert not list(site_packages.rglob("*.sql"))  # no copy beside the editable install
 
 
 #: Run by the fresh virtualenv's Python: the installed distribution of the module

@@ -1,10 +1,11 @@
 """Numbered schema migrations for PostgreSQL, applied when a queue is opened.
 
-Migrations are the files ``NNNN_name.sql`` in this package's ``migrations/``
-folder, beside ``queries.sql``.  A database (more exactly: the schema that the
-connection's ``search_path`` names first) that is behind is brought up to date
-in one transaction that first takes an advisory lock, so processes opening a
-new database at once wait for each other and only the first migrates; each
+Migrations are the files ``NNNN_name.sql`` in the project's
+``migrations/postgresql/`` folder (see sqlq.migration_files.folder).  A database
+(more exactly: the schema that the connection's ``search_path`` names first) that
+is behind is brought up to date in one transaction that first takes an advisory
+lock, so processes opening a new database at once wait for each other and only
+the first migrates; each
 migration is recorded in ``sqlq_migrations`` with its checksum, as on SQLite.
 PostgreSQL's DDL is transactional: a migration that fails leaves nothing.
 
@@ -34,7 +35,7 @@ WORKERS_SINCE = 9
 
 @cache
 def migrations() -> tuple[Migration, ...]:
-    return read_migrations("sqlq.postgresql", Migration)
+    return read_migrations("postgresql", Migration)
 
 
 def latest_version() -> int:

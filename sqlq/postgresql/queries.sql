@@ -686,7 +686,7 @@ INSERT INTO sqlq_migrations (version, name, checksum, applied_at)
 VALUES (%(version)s, %(name)s, %(checksum)s, extract(epoch FROM clock_timestamp()))
 
 -- name: get_schedule
--- A schedule's stored state (sqlq/postgresql/migrations/0003), read by the call
+-- A schedule's stored state (migrations/postgresql/0003), read by the call
 -- that ticks it, before it adds the tasks of the ticks that are due.  Not locked:
 -- two schedulers may read the same state; the compare-and-set of update_schedule
 -- lets one of them move it.

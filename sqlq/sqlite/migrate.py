@@ -1,8 +1,8 @@
 """Numbered schema migrations, applied in order when a queue is opened.
 
-Migrations are the files ``NNNN_name.sql`` in this package's ``migrations/``
-folder, next to ``queries.sql``, read as package resources (so from a wheel, a
-source tree or an editable install alike).  Each is applied in its own
+Migrations are the files ``NNNN_name.sql`` in the project's ``migrations/sqlite/``
+folder (inside the package in a wheel; found by sqlq.migration_files.folder from a
+wheel, a source tree or an editable install alike).  Each is applied in its own
 transaction together with its row in ``sqlq_migrations``, so a database is
 always at exactly one version.  The usual case, a database that is already current, costs two
 queries and takes no lock.
@@ -15,7 +15,7 @@ so is a file that is not a SQLite database: they are refused with a
 :class:`sqlq.errors.SchemaError` before anything is written to them, and so is
 a schema newer than this library.
 
-On-demand migrations (``migrations/on_demand/``, numbered 1, 2, ... apart) hold
+On-demand migrations (``migrations/sqlite/on_demand/``, numbered 1, 2, ... apart) hold
 schema that only some databases need and that would cost the others on every call
 (the group triggers: see migration 11).  The first call that needs one applies it in
 that call's write transaction (apply_on_demand) and records it with the negative of its
@@ -96,14 +96,14 @@ class Migration(migration_files.Migration):
 
 @cache
 def migrations() -> tuple[Migration, ...]:
-    return migration_files.read_migrations("sqlq.sqlite", Migration)
+    return migration_files.read_migrations("sqlite", Migration)
 
 
 @cache
 def on_demand() -> tuple[Migration, ...]:
-    """The on-demand migrations (``migrations/on_demand/``): applied by the first call
+    """The on-demand migrations (``migrations/sqlite/on_demand/``): applied by the first call
     that needs them, not when a database is opened (see apply_on_demand)."""
-    return migration_files.read_migrations("sqlq.sqlite", Migration, "migrations/on_demand")
+    return migration_files.read_migrations("sqlite", Migration, "on_demand")
 
 
 #: The on-demand migration of the group triggers (applied by the first grouped add).

@@ -578,7 +578,7 @@ PRAGMA synchronous = FULL
 PRAGMA synchronous = NORMAL
 
 -- name: get_schedule
--- A schedule's stored state (sqlq/sqlite/migrations/0006), read by the call that
+-- A schedule's stored state (migrations/sqlite/0006), read by the call that
 -- ticks it, before it adds the tasks of the ticks that are due.
 SELECT queue, name, task, spec, tz, catch_up, handled_until, last_enqueued, updated_at
 FROM sqlq_schedules
@@ -887,7 +887,7 @@ SELECT group_key, running, live FROM sqlq_groups
 WHERE queue = :queue AND live > 0 ORDER BY group_key
 
 -- name: record_on_demand
--- An on-demand migration (migrations/on_demand/, see migrate.apply_on_demand),
+-- An on-demand migration (migrations/sqlite/on_demand/, see migrate.apply_on_demand),
 -- recorded under its negative version in the transaction that applies it; no
 -- change (no row) if it was applied before, and then its statements are not run.
 INSERT INTO sqlq_migrations (version, name, checksum, applied_at)
