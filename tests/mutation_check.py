@@ -662,6 +662,20 @@ MUTANTS = [
         "    UPDATE sqlq_clock SET paused = 0 WHERE id = 1;",
         ("tests/test_sqlite.py",),
     ),
+    Mutant(  # the number read as a Julian day: a date thousands of years away
+        "sql-stats-utc-not-from-unix-time",
+        "migrations/sqlite/0016_readable_stats_times.sql",
+        "       datetime(min(run_at), 'unixepoch')   AS next_run_at_utc",
+        "       datetime(min(run_at))                AS next_run_at_utc",
+        ("tests/test_schema.py",),
+    ),
+    Mutant(  # whole seconds without the millisecond first: not SQLite's text
+        "pg-stats-utc-not-rounded-as-sqlite",
+        "migrations/postgresql/0012_readable_stats_times.sql",
+        "       to_char(to_timestamp(round(min(run_at)::numeric, 3)::double precision)",
+        "       to_char(to_timestamp(floor(min(run_at)))",
+        ("tests/test_postgresql.py",),
+    ),
     Mutant(
         "sqlite-rebuild-drops-the-users-objects",
         "sqlq/sqlite/migrate.py",

@@ -112,6 +112,11 @@ RELEASED = [
         "bf763b0dcda3ed9235e0827bc77c433d287a195f88b01dc2b2b6c640a94732f0",
     ),
     (11, "queue_settings", "2fd79da0a36c3ad2e9df77e3728147c9a6a2b60166a22b9640505c7435bedcb8"),
+    (
+        12,
+        "readable_stats_times",
+        "c5892d52637ceafe83f8cea9ed8c6e1bb8b539c8a82e62fa9840e30fa311ba86",
+    ),
 ]
 
 
@@ -376,6 +381,28 @@ def test_the_views_answer_in_the_psql_shell(pg: str) -> None:
     ]
     assert _psql(pg, "SELECT task_id, last_error FROM sqlq_dead_letters") == ["b|boom"]
     assert _psql(pg, "SELECT task_id, token FROM sqlq_leases") == ["a|4"]  # seqs 1-3 first
+
+
+def test_queue_stats_shows_its_next_times_as_utc_text_in_psql(pg: str) -> None:
+    """Migration 12: next_deadline_utc and next_run_at_utc, the same UTC text as
+    SQLite's view gives (the millisecond, then whole seconds), in a session of
+    another time zone; the Unix times stay in their columns; none where none."""
+    at = 1_700_000_000.7
+    with _queue(pg, clock=lambda: at) as q:
+        q.add("now")
+        q.add("later", delay=60.2999)  # due at ...60.9999: 22:14:21 to the millisecond
+        assert q.reserve() is not None  # runs out at ...10.7 (LEASE): 22:13:30
+    with _queue(pg, queue="quiet") as quiet:
+        quiet.add("idle")
+    shown = _psql(
+        pg,
+        "SET TIME ZONE 'America/New_York'; SELECT queue, next_deadline, next_run_at, "
+        "next_deadline_utc, next_run_at_utc FROM sqlq_queue_stats ORDER BY queue",
+    )
+    assert [line for line in shown if line != "SET"] == [
+        "default|1700000010.7|1700000060.9999|2023-11-14 22:13:30|2023-11-14 22:14:21",
+        "quiet||||",
+    ]
 
 
 def _psql(url: str, sql: str) -> list[str]:

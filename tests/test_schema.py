@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import importlib
+import json
 import os
 import re
 import shutil
@@ -169,6 +170,11 @@ RELEASED = [
     (13, "leaner_tasks", "acdf1c5cafcb3b86ecaace60611206268f422720f2cde094bf9d1dc00cd9eaec"),
     (14, "state_check", "335dee0b5e9e89c6cc7d621a25ebb7d424a23170010619e54f4ecd55e125c63a"),
     (15, "queue_settings", "e40d557875a9b0e4d85c0075a2060353500ebaea194c46a6bb90470731d4ad47"),
+    (
+        16,
+        "readable_stats_times",
+        "ec13c8867aa30f09880df75c55fdc5bebd2b0e46d71aa70bd309e2b31d56341a",
+    ),
 ]
 
 
@@ -952,3 +958,54 @@ def test_a_users_object_the_rebuilt_table_no_longer_fits_stops_the_migration_by_
         assert ("my_results", "view") in _objects(db_path)
     finally:
         conn.close()
+
+
+def test_queue_stats_shows_its_next_times_as_utc_text_in_the_sqlite3_shell(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 16: sqlq_queue_stats gives next_deadline_utc and next_run_at_utc,
+    the next lease's end and the next waiting task's time as UTC text (as
+    datetime(..., 'unixepoch') writes them: the millisecond, then whole seconds),
+    read here by the real sqlite3 shell; the Unix times stay in their columns, and a
+    queue with none shows none.  A file made at version 15, with its tasks, gets them
+    when it is opened."""
+    sqlite3_shell = shutil.which("sqlite3")
+    need(sqlite3_shell, "no sqlite3 shell on this machine")
+    assert sqlite3_shell is not None
+    at = 1_700_000_000.7
+    with monkeypatch.context() as m:
+        before = migrate.migrations()[:15]
+        m.setattr(migrate, "migrations", lambda: before)
+        m.setattr(migrate, "latest_version", lambda: 15)
+        with sqlq.Queue(db_path, lease_seconds=30, max_attempts=1, clock=lambda: at) as q:
+            q.add("now")
+            q.add("later", delay=60.2999)  # due at ...60.9999: 22:14:21 to the millisecond
+            assert q.reserve() is not None  # runs out at ...30.7: 22:13:50
+        with sqlq.Queue(db_path, queue="quiet", lease_seconds=30, max_attempts=1) as quiet:
+            quiet.add("idle")
+    with sqlq.Queue(db_path, lease_seconds=30, max_attempts=1, clock=lambda: at):
+        pass  # migrated to the current version
+    query = (
+        "SELECT queue, next_deadline, next_run_at, next_deadline_utc, next_run_at_utc "
+        "FROM sqlq_queue_stats ORDER BY queue"
+    )
+    shown = subprocess.run(
+        [sqlite3_shell, "-readonly", "-json", str(db_path), query],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    assert json.loads(shown) == [
+        {
+            "queue": "default",
+            "next_deadline": 1_700_000_030.7,
+            "next_run_at": 1_700_000_060.9999,
+            "next_deadline_utc": "2023-11-14 22:13:50",
+            "next_run_at_utc": "2023-11-14 22:14:21",
+        },
+        {
+            "queue": "quiet",
+            "next_deadline": None,
+            "next_run_at": None,
+            "next_deadline_utc": None,
+            "next_run_at_utc": None,
+        },
+    ]
