@@ -1517,6 +1517,13 @@ MUTANTS = [
         "run_at <= max(?2, sqlq_clock.now)))\n       + 0 * (schema_version <> ?3)",
         UPGRADES,
     ),
+    Mutant(  # SQLite: creating or migrating a file without the migration lock (filelock)
+        "sqlite-migration-lock-not-taken",
+        "sqlq/sqlite/migrate.py",
+        "        lock.acquire(poll_interval=LOCK_POLL / 10)\n",
+        "",
+        ("tests/test_sqlite.py", "tests/faults/test_frozen.py"),
+    ),
     Mutant(  # a later migration does not stamp its version: nobody notices it
         "upgrade-later-migrations-not-stamped",
         "sqlq/sqlite/migrate.py",

@@ -229,6 +229,24 @@ def test_the_startup_bench_runs() -> None:
         assert row[5].strip() in ("yes", "no", "-")
 
 
+@pytest.mark.processes
+def test_the_locks_bench_runs(tmp_path: Path) -> None:
+    """bench/locks.py: the gate's flock beside filelock, per acquire + release and per
+    hand-off to another process (a few rounds here); no timing asserted."""
+    command = [sys.executable, "-m", "bench.locks", "--rounds", "20", "--handoffs", "2"]
+    command += ["--folder", str(tmp_path)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    rows = [line.split() for line in proc.stdout.splitlines() if not line.startswith("(")]
+    assert [(row[0], row[1]) for row in rows] == [
+        ("gate", "cpu:"),
+        ("filelock", "cpu:"),
+        ("gate", "hand-off:"),
+        ("filelock", "hand-off:"),
+    ]
+    assert list(tmp_path.iterdir()) == []  # its folder is gone
+
+
 def test_the_defer_many_bench_runs() -> None:
     """bench/defer_many.py: defer against defer_many against add_many, here of 50 tasks
     each; every way's row is there (the bench checks each filled its queue)."""
