@@ -10,6 +10,10 @@ their own in one temporary folder:
 - ``handoff``: a second process holds the lock and lets go while this one waits
   for it: the time from its release to this process's acquisition, the median of
   HANDOFFS, the holder's release time being written to a pipe just before.
+- ``gate after import filelock``: the gate's ``cpu`` in a new process of this
+  Python that has imported filelock first, beside one that has not (filelock 4
+  installs a process-wide audit hook on Python 3.12+, which every later audited
+  call pays, fcntl.flock among them).
 
     python -m bench.locks [--only gate|filelock] [--rounds N] [--handoffs N] [--folder DIR]
 """
@@ -21,13 +25,13 @@ import multiprocessing
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import filelock
 
 from sqlq.sqlite.gate import Gate
 
@@ -42,6 +46,8 @@ def _pair(kind: str, path: Path) -> tuple[Callable[[], Any], Callable[[], Any], 
     if kind == "gate":
         gate = Gate(str(path))
         return (lambda: gate.acquire(time.monotonic() + 60)), gate.release, gate.close
+    import filelock  # only here: importing it changes what the gate costs (see above)
+
     lock = filelock.FileLock(str(path), thread_local=False, mode=0o600)
     return (lambda: lock.acquire(timeout=60)), lock.release, (lambda: None)
 
@@ -57,6 +63,24 @@ def cpu(kind: str, folder: Path, rounds: int) -> float:
         return _cpu() - before
     finally:
         close()
+
+
+def gate_in_new_process(folder: Path, rounds: int, import_filelock: bool) -> float:
+    """The gate's ``cpu`` in a new process, which imports filelock first or not."""
+    code = (
+        ("import filelock\n" if import_filelock else "")
+        + "import sys\nfrom pathlib import Path\nfrom bench.locks import cpu\n"
+        + "print(cpu('gate', Path(sys.argv[1]), int(sys.argv[2])))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(folder), str(rounds)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return float(run.stdout)
 
 
 def _holder(kind: str, path: Path, handoffs: int, ready: Any, released: Any) -> None:
@@ -105,7 +129,7 @@ def main() -> None:
     parser.add_argument("--handoffs", type=int, default=100)
     parser.add_argument("--folder", type=Path, help="for the lock files (default: a new one)")
     args = parser.parse_args()
-    kinds = [args.only] if args.only else ["gate", "filelock"]
+    kinds = [args.only] if args.only else ["gate", "filelock"]  # the gate before the import
     with tempfile.TemporaryDirectory(dir=args.folder) as tmp:
         folder = Path(tmp)
         for kind in kinds:
@@ -114,6 +138,14 @@ def main() -> None:
                 f"{kind:9} cpu: {spent:.3f} s for {args.rounds:,} acquire + release "
                 f"({spent / args.rounds * 1e6:.1f} us each)"
             )
+        if args.only != "filelock":
+            for imported in (False, True):
+                spent = gate_in_new_process(folder, args.rounds, imported)
+                how = "imported" if imported else "not imported"
+                print(
+                    f"gate      cpu in a new process, filelock {how}: "
+                    f"{spent / args.rounds * 1e6:.1f} us each"
+                )
         if args.handoffs:
             for kind in kinds:
                 gap = handoff(kind, folder, args.handoffs)

@@ -1517,10 +1517,10 @@ MUTANTS = [
         "run_at <= max(?2, sqlq_clock.now)))\n       + 0 * (schema_version <> ?3)",
         UPGRADES,
     ),
-    Mutant(  # SQLite: creating or migrating a file without the migration lock (filelock)
+    Mutant(  # SQLite: creating or migrating a file without the migration lock
         "sqlite-migration-lock-not-taken",
         "sqlq/sqlite/migrate.py",
-        "        lock.acquire(poll_interval=LOCK_POLL / 10)\n",
+        "        _flock_within(fd, fcntl.LOCK_EX, path, timeout)\n",
         "",
         ("tests/test_sqlite.py", "tests/faults/test_frozen.py"),
     ),

@@ -323,34 +323,29 @@ def _not_newer(version: int, path: str) -> int:
 
 @contextmanager
 def _migration_lock(path: str, mode: int, timeout: float) -> Iterator[None]:
-    """Held while this process creates or migrates the database at ``path``: an
-    exclusive ``filelock.FileLock`` (a flock, as _wait_for_migration's shared one),
-    on a file that sqlq creates first with the database's mode and, as root, its
-    owner (open_side_file), which filelock does not do."""
-    import filelock  # here: opening a current database never needs it
-
+    """Held while this process creates or migrates the database at ``path``.  An
+    flock of sqlq's own, not filelock's: importing filelock (4.x) gives the process an
+    audit hook for good on Python 3.12+, which triples the cost of every later flock
+    of the write gate (bench/locks.py), and it has no shared lock for
+    _wait_for_migration."""
     lock_path = path + ".migrate-lock"
     try:
-        os.close(files.open_side_file(lock_path, files.file_mode(path, mode)))
-        lock = filelock.FileLock(lock_path, timeout=timeout, thread_local=False)
-        lock.acquire(poll_interval=LOCK_POLL / 10)
-    except filelock.Timeout:
-        raise _busy(path, timeout) from None
+        fd = files.open_side_file(lock_path, files.file_mode(path, mode))
     except OSError as exc:
         raise CannotOpen(
             f"{path}: cannot take {lock_path} to migrate the schema ({exc.strerror or exc})"
         ) from exc
     try:
+        _flock_within(fd, fcntl.LOCK_EX, path, timeout)
         yield
     finally:
-        lock.release()
+        os.close(fd)  # which lets go of the lock
 
 
 def _wait_for_migration(path: str, timeout: float) -> None:
     """Until no process holds the migration lock (Busy after ``timeout`` seconds: what
     the caller found is still being written).  Never creates the lock file: where
-    there is none, nobody is migrating.  A shared flock on a file opened to read
-    (a reader may not write beside the database): filelock has neither."""
+    there is none, nobody is migrating."""
     try:
         fd = os.open(path + ".migrate-lock", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -372,16 +367,12 @@ def _flock_within(fd: int, operation: int, path: str, timeout: float) -> None:
             return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                raise _busy(path, timeout) from None
+                raise Busy(
+                    f"{path}: another process kept {path}.migrate-lock (creating or "
+                    f"migrating the database) for longer than busy_timeout ({timeout:g} s)"
+                ) from None
             time.sleep(pause)
             pause = min(pause * 2, LOCK_POLL)
-
-
-def _busy(path: str, timeout: float) -> Busy:
-    return Busy(
-        f"{path}: another process kept {path}.migrate-lock (creating or "
-        f"migrating the database) for longer than busy_timeout ({timeout:g} s)"
-    )
 
 
 def _enable_wal(conn: Any, path: str) -> None:
