@@ -35,7 +35,8 @@ from sqlq.cli import common
 from sqlq.sqlite import driver, migrate
 from sqlq.sqlite.driver import dbapi
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+#: The how-to page of the command line (the reference is generated from the parsers).
+COMMAND_LINE_PAGE = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "command-line.md"
 SUBCOMMANDS = sorted(cli.subcommands())
 STATES = ["WAITING", "AVAILABLE", "RESERVED", "COMPLETED", "DEAD", "CANCELLED"]
 LONG_ERROR = "ValueError: " + "x" * 100 + "\nsecond line of the error"
@@ -229,17 +230,17 @@ def test_a_mistyped_option_prints_the_usage_of_its_subcommand(
     assert hint in err
 
 
-def test_readme_mentions_every_subcommand() -> None:
-    text = README.read_text("utf-8")
+def test_the_command_line_page_mentions_every_subcommand() -> None:
+    text = COMMAND_LINE_PAGE.read_text("utf-8")
     missing = [name for name in SUBCOMMANDS if f"sqlq {name}" not in text]
-    assert not missing, f"README.md does not mention: {', '.join('sqlq ' + m for m in missing)}"
+    assert not missing, f"{COMMAND_LINE_PAGE.name} does not mention: " + ", ".join(
+        "sqlq " + m for m in missing
+    )
 
 
-def test_readme_command_line_section_has_a_row_per_subcommand() -> None:
-    text = README.read_text("utf-8")
-    match = re.search(r"^## Command line\n(.*?)(?=^## )", text, re.S | re.M)
-    assert match, "README.md has no '## Command line' section"
-    rows = re.findall(r"^\| `sqlq (\w+)", match.group(1), re.M)
+def test_the_command_line_page_has_a_row_per_subcommand() -> None:
+    text = COMMAND_LINE_PAGE.read_text("utf-8")
+    rows = re.findall(r"^\| `sqlq (\w+)", text, re.M)
     assert sorted(rows) == SUBCOMMANDS
 
 

@@ -1,10 +1,11 @@
-"""The README is tested: its quick start is what CI runs, and every example in it runs.
+"""The documentation is tested: the README's quick start is what CI runs, and every example of
+the README and of the site's pages (docs/, but for the generated reference) runs.
 
-The python and sh blocks run as a reader runs them: in the README's order, in one
-folder, the scripts as ``__main__`` in processes of their own, the workers left running
-(see test_readme_examples_run_in_order_in_one_folder and the README's Development
-section for the markers); the SQL examples run on a database in every state, through
-sqlq's SQLite and in the sqlite3 shell.
+Each page's python and sh blocks run as a reader runs them: in the page's order, in one folder
+of the page's own that starts empty, the scripts as ``__main__`` in processes of their own, the
+workers left running (see test_page_examples_run_in_order_in_one_folder, and the contributing
+page for the markers); the pages run as tests of their own, side by side.  The SQL examples run
+on a database in every state, through sqlq's SQLite and in the sqlite3 shell.
 """
 
 from __future__ import annotations
@@ -30,7 +31,24 @@ import sqlq
 from sqlq.sqlite.driver import dbapi
 
 ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 README = (ROOT / "README.md").read_text("utf-8")
+#: Folders of docs/ whose pages are not written by hand (the reference, generated from the
+#: code) or are not pages at all (the built site).
+NOT_PAGES = ("reference", "_build")
+
+
+def _pages() -> list[str]:
+    """The README and every page of the site, as paths relative to the repository."""
+    pages = ["README.md"]
+    for path in sorted(DOCS.rglob("*.md")):
+        if path.relative_to(DOCS).parts[0] not in NOT_PAGES:
+            pages.append(path.relative_to(ROOT).as_posix())
+    return pages
+
+
+def _text(page: str) -> str:
+    return (ROOT / page).read_text("utf-8")
 
 
 def _section(title: str) -> str:
@@ -67,6 +85,67 @@ def test_ci_runs_the_quick_start_commands() -> None:
     ]
 
 
+def test_the_readme_is_short() -> None:
+    """Issue 27: the README says what sqlq is and points to the site; the site holds the rest."""
+    assert len(README.splitlines()) <= 260
+
+
+#: Links that leave the repository (the site's own, or the web's).
+_EXTERNAL = re.compile(r"^(?:[a-z]+:|#)")
+
+
+def _links(page: str) -> list[str]:
+    """The targets of the page's Markdown links and images (outside code blocks)."""
+    text = _FENCE.sub("", _text(page))
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+@pytest.mark.parametrize("page", _pages())
+def test_relative_links_work_in_the_repository(page: str) -> None:
+    """A relative link goes to a file that exists, read on GitHub or in a clone as in the site
+    (the site takes ``.md`` links as links between its pages)."""
+    for target in _links(page):
+        if _EXTERNAL.match(target):
+            continue
+        path = (ROOT / page).parent / target.split("#")[0]
+        assert path.exists(), f"{page}: a link to {target}, which does not exist"
+
+
+def _reachable(page: str) -> set[str]:
+    """The pages (repository paths) one click from ``page``: its links and its toctree."""
+    text = _text(page)
+    targets = [t for t in _links(page) if not _EXTERNAL.match(t)]
+    for toctree in re.findall(r"```\{toctree\}\n(.*?)```", text, re.S):
+        targets += [
+            line.strip() + ".md"
+            for line in toctree.splitlines()
+            if line.strip() and not line.lstrip().startswith(":")
+        ]
+    here = (ROOT / page).parent
+    return {
+        os.path.relpath(os.path.normpath(here / t.split("#")[0]), ROOT).replace(os.sep, "/")
+        for t in targets
+    }
+
+
+def test_the_home_page_reaches_what_readers_look_for_within_two_clicks() -> None:
+    """Issue 27's list: the settings a queue needs, workers under systemd, a task whose worker
+    is killed, moving to PostgreSQL, and the API of Queue (the generated reference)."""
+    home = "docs/index.md"
+    one = _reachable(home)
+    two = one | {p for page in one if (ROOT / page).is_file() for p in _reachable(page)}
+    wanted = {
+        "the settings a queue needs": ("docs/how-to/configure.md", "stored with it"),
+        "workers under systemd": ("docs/how-to/production.md", "systemd"),
+        "a killed worker's task": ("docs/explanation/failure-modes.md", "SIGKILL"),
+        "moving to PostgreSQL": ("docs/how-to/postgresql.md", "DATABASE_URL"),
+    }
+    for what, (page, phrase) in wanted.items():
+        assert page in two, f"{what}: {page} is not within two clicks of the home page"
+        assert phrase in _text(page), f"{what}: {page} does not say {phrase!r}"
+    assert "docs/reference/index.md" in one, "the reference (the API of Queue) is not linked"
+
+
 @pytest.fixture
 def example_db(tmp_path: Path) -> Path:
     path = tmp_path / "jobs.db"
@@ -85,19 +164,28 @@ def example_db(tmp_path: Path) -> Path:
 
 
 def _sql_examples() -> list[str]:
-    return _blocks(_section("Looking inside with the `sqlite3` shell"), "sql")
+    """Every sql block of every page: queries of a queue's SQLite file."""
+    return [b.code.strip() for page in _pages() for b in _code_blocks(page) if b.lang == "sql"]
 
 
-def test_readme_sql_examples_run_with_the_driver(example_db: Path) -> None:
+def _sql_example(phrase: str) -> str:
+    found = [sql for sql in _sql_examples() if phrase in sql]
+    assert len(found) == 1, f"{len(found)} sql examples say {phrase!r}"
+    return found[0]
+
+
+def test_sql_examples_run_with_the_driver(example_db: Path) -> None:
     examples = _sql_examples()
     assert len(examples) >= 4
+    stats_query = _sql_example("FROM sqlq_queue_stats")
+    counts_query = _sql_example("GROUP BY queue, state")
     conn = dbapi.connect(str(example_db))
     try:
         for sql in examples:
             for statement in filter(None, (s.strip() for s in sql.split(";"))):
                 conn.execute(statement).fetchall()
-        stats = conn.execute(_sql_examples()[0].rstrip(";")).fetchall()
-        counts = conn.execute(_sql_examples()[3].rstrip(";")).fetchall()
+        stats = conn.execute(stats_query.rstrip(";")).fetchall()
+        counts = conn.execute(counts_query.rstrip(";")).fetchall()
     finally:
         conn.close()
     assert counts == [("default", "AVAILABLE", 4), ("default", "COMPLETED", 1)]
@@ -106,7 +194,7 @@ def test_readme_sql_examples_run_with_the_driver(example_db: Path) -> None:
     assert stats == [("default", 0, 4, 0, 1, 0, 0, 0, None, None)]
 
 
-def test_readme_sql_examples_run_in_the_sqlite3_shell(example_db: Path) -> None:
+def test_sql_examples_run_in_the_sqlite3_shell(example_db: Path) -> None:
     need(shutil.which("sqlite3"), "no sqlite3 shell on this machine")
     for sql in _sql_examples():
         result = subprocess.run(
@@ -117,7 +205,7 @@ def test_readme_sql_examples_run_in_the_sqlite3_shell(example_db: Path) -> None:
         )
         assert result.returncode == 0 and not result.stderr, (sql, result.stderr)
     line = subprocess.run(
-        ["sqlite3", "-readonly", str(example_db), _sql_examples()[3]],
+        ["sqlite3", "-readonly", str(example_db), _sql_example("GROUP BY queue, state")],
         capture_output=True,
         text=True,
         timeout=30,
@@ -125,15 +213,15 @@ def test_readme_sql_examples_run_in_the_sqlite3_shell(example_db: Path) -> None:
     assert line == ["default|AVAILABLE|4", "default|COMPLETED|1"]
 
 
-def test_readme_queue_stats_example_shows_its_times_as_utc(tmp_path: Path) -> None:
+def test_queue_stats_example_shows_its_times_as_utc(tmp_path: Path) -> None:
     """sqlq_queue_stats keeps Unix times (next_deadline, next_run_at), as the tables do;
-    the README's query of it shows them as UTC times, as the other views do theirs."""
+    the docs' query of it shows them as UTC times, as the other views do theirs."""
     path = tmp_path / "jobs.db"
     with sqlq.Queue(path, lease_seconds=30, max_attempts=1, clock=lambda: 1_700_000_000) as q:
         q.add_many(["a", "b"])
         q.add("later", delay=60)
         q.reserve()
-    query = _sql_examples()[0]
+    query = _sql_example("FROM sqlq_queue_stats")
     conn = dbapi.connect(str(path))
     try:
         row = conn.execute(query.rstrip(";")).fetchall()
@@ -150,94 +238,89 @@ def test_readme_queue_stats_example_shows_its_times_as_utc(tmp_path: Path) -> No
 
 # --- every python and sh block runs, twice in a row ---------------------------------------
 
-#: Languages of the README's code blocks.  ``python`` and ``sh`` blocks are run by the
-#: section tests below; ``sql`` blocks by the tests above; the rest never (output, a
-#: systemd unit, a shell session with its output).
+#: Languages of the pages' code blocks.  ``python`` and ``sh`` blocks are run by the page
+#: tests below (but those marked ``<!-- not run: why -->``); ``sql`` blocks by the tests
+#: above; the rest never (output, a systemd unit, a shell session with its output, a
+#: container's files).  A fence whose language is in braces (``{toctree}``) is a directive
+#: of the site, not code.
 RUN_LANGS = ("python", "sh")
-NOT_RUN_LANGS = ("sql", "text", "ini", "console")
-#: Sections whose commands are not run here, and why.
-NOT_RUN_SECTIONS = {
-    "Quick start": "CI runs it (.ci/run; tested above)",
-    "Benchmarks": "minutes of benchmarks (bench/)",
-    "Development": "installs and the whole test suite",
-    "Django": "needs Django 6.1 (Python 3.12); tests/test_django.py runs such a project",
-}
-_FENCE = re.compile(r"((?:^[ ]*<!-- [^\n]*? -->\n)*)^([ ]*)```(\w*)\n(.*?)^\2```[ ]*$", re.S | re.M)
+NOT_RUN_LANGS = ("sql", "text", "ini", "console", "dockerfile", "yaml")
+MARKERS = ("file: ", "not run: ")
+_FENCE = re.compile(
+    r"((?:^[ ]*<!-- [^\n]*? -->\n)*)^([ ]*)```([\w{}-]*)\n(.*?)^\2```[ ]*$", re.S | re.M
+)
 
 
 @dataclass(frozen=True)
 class Block:
+    page: str
     section: str
-    number: int  # 1, 2, ... within the section
+    number: int  # 1, 2, ... within the page
     lang: str
     code: str
-    markers: tuple[str, ...]  # ("file: tasks.py",) or ()
+    markers: tuple[str, ...]  # ("file: tasks.py",), ("not run: why",) or ()
+
+    def _marker(self, kind: str) -> str | None:
+        values = [m.removeprefix(kind) for m in self.markers if m.startswith(kind)]
+        return values[0] if values else None
 
     @property
     def file(self) -> str | None:
-        names = [m.removeprefix("file: ") for m in self.markers if m.startswith("file: ")]
-        return names[0] if names else None
+        return self._marker("file: ")
+
+    @property
+    def not_run(self) -> str | None:
+        """Why the block is not run, if a marker says so."""
+        return self._marker("not run: ")
+
+    @property
+    def runs(self) -> bool:
+        return self.lang in RUN_LANGS and not self.not_run
 
     def __str__(self) -> str:
-        return f"README.md, {self.section!r}, block {self.number} ({self.lang})"
+        return f"{self.page}, {self.section!r}, block {self.number} ({self.lang})"
 
 
-def _sections() -> dict[str, str]:
-    return dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", README, re.S | re.M))
-
-
-def _code_blocks(title: str) -> list[Block]:
+def _code_blocks(page: str) -> list[Block]:
+    text = _text(page)
     blocks = []
-    for number, match in enumerate(_FENCE.finditer(_sections()[title]), 1):
+    for number, match in enumerate(_FENCE.finditer(text), 1):
         markers, indent, lang, code = match.groups()
         code = textwrap.dedent("".join(line.removeprefix(indent) for line in code.splitlines(True)))
+        titles = re.findall(r"^#+ (.+)$", _FENCE.sub("", text[: match.start()]), re.M)
         names = tuple(re.findall(r"<!-- (.*?) -->", markers))
-        blocks.append(Block(title, number, lang, code, names))
+        blocks.append(Block(page, titles[-1] if titles else "", number, lang, code, names))
     return blocks
 
 
-def _sections_to_run() -> list[str]:
-    return [
-        title
-        for title in _sections()
-        if title not in NOT_RUN_SECTIONS and any(b.lang in RUN_LANGS for b in _code_blocks(title))
-    ]
+def _pages_to_run() -> list[str]:
+    return [page for page in _pages() if any(b.runs for b in _code_blocks(page))]
 
 
-def test_every_code_block_says_whether_it_runs() -> None:
-    fences = re.findall(r"^[ ]*```(\w*)$", README, re.M)
-    blocks = [b for title in _sections() for b in _code_blocks(title)]
-    assert len(blocks) * 2 == len(fences), "a fence the tests do not parse"
+@pytest.mark.parametrize("page", _pages())
+def test_every_code_block_says_whether_it_runs(page: str) -> None:
+    fences = re.findall(r"^[ ]*```([\w{}-]*)$", _text(page), re.M)
+    blocks = _code_blocks(page)
+    assert len(blocks) * 2 == len(fences), f"{page}: a fence the tests do not parse"
     for block in blocks:
+        if block.lang.startswith("{"):
+            continue  # a directive of the site (a toctree)
         assert block.lang in RUN_LANGS + NOT_RUN_LANGS, f"{block}: unknown language"
         for marker in block.markers:
-            assert marker.startswith("file: "), f"{block}: unknown marker {marker!r}"
+            assert marker.startswith(MARKERS), f"{block}: unknown marker {marker!r}"
         if block.file:
-            assert block.lang == "python", f"{block}: a file: block must be Python"
+            assert block.lang == "python" and not block.not_run, f"{block}: a file: block is Python"
+        if block.not_run is not None:
+            assert block.lang in RUN_LANGS and block.not_run, f"{block}: not run, and why?"
         if block.lang == "python":
             compile(block.code, str(block), "exec")
 
 
-def test_the_sections_the_issue_asks_for_come_first() -> None:
-    titles = list(_sections())
-    assert titles[:4] == [
-        "Quick start",
-        "Contents",
-        "Your first worker",
-        "Running it in production",
-    ]
-    production = _sections()["Running it in production"]
-    for part in ("systemd", "Processes, threads", "Logging", "Monitoring", "Backups", "Upgrades"):
-        assert re.search(rf"^### .*{part}", production, re.M | re.I), part
-    contents = _sections()["Contents"]
-    for anchor in re.findall(r"\]\(#([\w-]+)\)", contents):
-        assert anchor in _anchors(), anchor
-
-
-def _anchors() -> set[str]:
-    """GitHub's anchors of the README's headings."""
-    headings = re.findall(r"^#+ (.+)$", README, re.M)
-    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+def test_the_quick_start_is_not_run_here_but_by_ci() -> None:
+    """CI runs the quick start's two commands (tested above): the page tests leave them."""
+    quick = [b for b in _code_blocks("README.md") if b.section == "Quick start"]
+    assert [b.lang for b in quick] == ["sh", "sh"]
+    assert all(b.not_run for b in quick)
 
 
 def _missing(block: Block) -> str | None:
@@ -253,9 +336,9 @@ def _is_worker_until_stopped(words: list[str]) -> bool:
 
 
 class Reader:
-    """What a reader of the README has on their machine: one folder, in which they save the
+    """What a reader of a page has on their machine: one folder, in which they save the
     module files, run the scripts (``python example.py``) and the commands in the order the
-    README gives them, and leave each ``sqlq worker`` they start running, as its text says
+    page gives them, and leave each ``sqlq worker`` they start running, as its text says
     ("it runs until SIGTERM or Ctrl-C"), while they read on."""
 
     def __init__(self, folder: Path) -> None:
@@ -324,7 +407,7 @@ class Reader:
         self.check_workers(block)
 
     def check_workers(self, after: object) -> None:
-        """No worker the reader left running has died or sent a task DEAD: a README
+        """No worker the reader left running has died or sent a task DEAD: an
         example whose tasks cannot run (a name the worker does not know, no name) would."""
         for words, (proc, log) in self.workers.items():
             assert proc.poll() is None, f"after {after}: {list(words)} exited:\n{log.read_text()}"
@@ -356,7 +439,7 @@ class Reader:
 def _run_in_process(block: Block) -> None:
     """The block pasted into a module of a program (run under a module's name, not as
     ``__main__``)."""
-    exec(compile(block.code, str(block), "exec"), {"__name__": "readme"})
+    exec(compile(block.code, str(block), "exec"), {"__name__": "docs_example"})
 
 
 def _database_url(request: pytest.FixtureRequest, stack: ExitStack) -> str | None:
@@ -369,16 +452,18 @@ def _database_url(request: pytest.FixtureRequest, stack: ExitStack) -> str | Non
     return stack.enter_context(databases.fresh_schema(server))
 
 
-def test_readme_examples_run_in_order_in_one_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+@pytest.mark.parametrize("page", _pages_to_run())
+def test_page_examples_run_in_order_in_one_folder(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
-    """Every python and sh block of the README, in the README's order, in one folder that
-    starts empty, as a reader who follows it does: the ``file:`` blocks saved as modules,
-    each other python block saved as a script and run as ``__main__`` in a process of its
-    own, and then again pasted into a module (under a module's name, in this process);
-    each sh block run twice in a row; each ``sqlq worker`` that runs until stopped left
-    running to the end, serving whatever the later examples add to its database, and
-    then stopped with SIGTERM.
+    """Every python and sh block of a page, in the page's order, in one folder of its own
+    that starts empty, as a reader who follows the page does: the ``file:`` blocks saved as
+    modules, each other python block saved as a script and run as ``__main__`` in a process
+    of its own, and then again pasted into a module (under a module's name, in this
+    process); each sh block run twice in a row; each ``sqlq worker`` that runs until stopped
+    left running to the end, serving whatever the later examples add to its database, and
+    then stopped with SIGTERM.  A page whose examples read ``DATABASE_URL`` gets a fresh
+    schema of the test PostgreSQL server.
 
     Twice, because that is what a reader does, and what the first version of these
     snippets did not survive (a claim that found nothing, a fixed file asserted on, a
@@ -394,66 +479,75 @@ def test_readme_examples_run_in_order_in_one_folder(
     stack = ExitStack()
     request.addfinalizer(stack.close)
     reader = Reader(tmp_path)
+    blocks = [b for b in _code_blocks(page) if b.runs]
+    url = None
+    if any("DATABASE_URL" in b.code for b in blocks):
+        url = _database_url(request, stack)
+        if url:
+            monkeypatch.setenv("DATABASE_URL", url)
     skipped = []
     try:
-        for title in _sections_to_run():
-            url = None
-            if title == "PostgreSQL":  # its examples take the database from DATABASE_URL
-                url = _database_url(request, stack)
-                if url:
-                    monkeypatch.setenv("DATABASE_URL", url)
-            for block in (b for b in _code_blocks(title) if b.lang in RUN_LANGS):
-                why = _missing(block) or (
-                    "no PostgreSQL server" if title == "PostgreSQL" and not url else None
-                )
-                if why:
-                    skipped.append(f"{block}: {why}")
-                elif block.file:
-                    reader.save(block)
-                elif block.lang == "python":
-                    reader.run_python(block)
-                    _run_in_process(block)
-                else:
-                    for _ in range(2):
-                        reader.run_sh(block)
-                reader.check_workers(block)
+        for block in blocks:
+            why = _missing(block) or (
+                "no PostgreSQL server" if "DATABASE_URL" in block.code and not url else None
+            )
+            if why:
+                skipped.append(f"{block}: {why}")
+            elif block.file:
+                reader.save(block)
+            elif block.lang == "python":
+                reader.run_python(block)
+                _run_in_process(block)
+            else:
+                for _ in range(2):
+                    reader.run_sh(block)
+            reader.check_workers(block)
         reader.stop_workers()
     finally:
         reader.kill_workers()  # (after a failure) before the PostgreSQL schema is dropped
-        for name, module in list(sys.modules.items()):  # the README's modules, e.g. tasks
+        for name, module in list(sys.modules.items()):  # the page's modules, e.g. tasks
             if str(getattr(module, "__file__", "") or "").startswith(str(tmp_path)):
                 del sys.modules[name]
     need(not skipped, "the other blocks ran; skipped: " + "; ".join(skipped))
 
 
-def test_each_module_file_has_one_text() -> None:
-    """A reader saves every ``file:`` block in one folder: two blocks of one name would
-    replace one module with another under the workers that import it."""
+@pytest.mark.parametrize("page", _pages())
+def test_each_module_file_has_one_text(page: str) -> None:
+    """A reader saves every ``file:`` block of a page in one folder: two blocks of one name
+    would replace one module with another under the workers that import it."""
     texts: dict[str, str] = {}
-    for title in _sections():
-        for block in _code_blocks(title):
-            if block.file:
-                assert texts.setdefault(block.file, block.code) == block.code, (
-                    f"{block}: another block of the README is {block.file} too"
-                )
+    for block in _code_blocks(page):
+        if block.file:
+            assert texts.setdefault(block.file, block.code) == block.code, (
+                f"{block}: another block of the page is {block.file} too"
+            )
 
 
-def test_each_database_is_served_by_one_handler() -> None:
-    """Every ``sqlq worker`` command of the README (examples and sessions) on one database
-    runs the same handler: a worker of another registry would take the first one's tasks
-    and send them DEAD, their names unknown to it."""
+def _worker_handlers(page: str) -> dict[str, set[str]]:
     handlers: dict[str, set[str]] = {}
-    for title in _sections():
-        for block in _code_blocks(title):
-            if block.lang not in ("sh", "console"):
+    for block in _code_blocks(page):
+        if block.lang not in ("sh", "console"):
+            continue
+        for line in block.code.splitlines():
+            line = line.removeprefix("$ ")
+            if not line.startswith("sqlq worker "):
                 continue
-            for line in block.code.splitlines():
-                line = line.removeprefix("$ ")
-                if not line.startswith("sqlq worker "):
-                    continue
-                words = shlex.split(line, comments=True)
-                if len(words) >= 4:
-                    handlers.setdefault(words[2], set()).add(words[3])
-    assert handlers
+            words = shlex.split(line, comments=True)
+            if len(words) >= 4 and not words[2].startswith("-"):
+                handlers.setdefault(words[2], set()).add(words[3])
+    return handlers
+
+
+@pytest.mark.parametrize("page", _pages())
+def test_each_database_is_served_by_one_handler(page: str) -> None:
+    """Every ``sqlq worker`` command of a page (examples and sessions) on one database runs
+    the same handler: a worker of another registry would take the first one's tasks and
+    send them DEAD, their names unknown to it."""
+    handlers = _worker_handlers(page)
     shared = {db: sorted(targets) for db, targets in handlers.items() if len(targets) > 1}
-    assert not shared, f"databases served by workers of different handlers: {shared}"
+    assert not shared, f"{page}: databases served by workers of different handlers: {shared}"
+
+
+def test_the_pages_start_workers() -> None:
+    """The test above has something to look at."""
+    assert any(_worker_handlers(page) for page in _pages())

@@ -282,9 +282,10 @@ def test_the_installed_distribution_is_the_one_every_install_line_names(
         text = " ".join(said[what].split())  # --help wraps its lines
         assert [m.group(2) for m in INSTALL.finditer(text)] == [f"sqlq-queue[{extra}]"], text
 
-    # and every install line written in the installed code and in the README
+    # and every install line written in the installed code, the README and the site's pages
     (site_packages,) = venv.parent.parent.glob("lib/python*/site-packages")
-    for path in [*sorted((site_packages / "sqlq").rglob("*.py")), ROOT / "README.md"]:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for path in [*sorted((site_packages / "sqlq").rglob("*.py")), *pages]:
         for match in INSTALL.finditer(path.read_text()):
             target = match.group(2)
             if target.startswith("{"):  # sqlq.install's template: what it gives is above

@@ -282,7 +282,7 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "run a Django project's tasks instead of DB and HANDLER: set Django up with this "
             "settings module (modules in the current folder can be named) and serve "
             "--queue of the TASKS backend --django-backend (a sqlq.django.Backend, whose "
-            "OPTIONS name the database); see the README, section Django"
+            "OPTIONS name the database); see docs/how-to/django.md"
         ),
     )
     worker.add_argument(

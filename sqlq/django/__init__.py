@@ -12,7 +12,7 @@ task's import path (``Task.module_path``), its payload ``{"args": [...], "kwargs
 -100..100 is a part of sqlq's -1000..1000, taken as it is) and ``run_after`` its
 ``run_at``.  A worker (``manage.py sqlq_worker``, or ``sqlq worker
 --django-settings``) imports each task by that path and calls it; what it returns
-is the task's result.  See the README, section "Django".
+is the task's result.  See docs/how-to/django.md.
 """
 
 from __future__ import annotations
@@ -291,8 +291,8 @@ class Backend(BaseTaskBackend):
             raise ImproperlyConfigured(
                 f"sqlq: Django's SQLite connections use {Database.__name__}, sqlq's "
                 f"{dbapi.__name__}: two SQLite libraries in one process do not see each "
-                "other's locks on one file. Make Django use sqlq's (README, section "
-                "Django), or give the queue a file of its own (OPTIONS['URL'])"
+                "other's locks on one file. Make Django use sqlq's (docs/how-to/"
+                "django.md), or give the queue a file of its own (OPTIONS['URL'])"
             )
         return dbapi
 

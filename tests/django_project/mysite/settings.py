@@ -16,7 +16,7 @@ STANDARD_SQLITE = os.environ.get("SQLQ_DJANGO_STANDARD_SQLITE") == "1"  # (a tes
 
 if "://" not in DATABASE and QUEUE == "default" and not STANDARD_SQLITE:
     # The queue shares Django's SQLite file: Django must use sqlq's SQLite library
-    # (README, section Django), before anything imports the standard one.
+    # (docs/how-to/django.md), before anything imports the standard one.
     import pysqlite3.dbapi2
 
     sys.modules["sqlite3"] = pysqlite3
