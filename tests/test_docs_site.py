@@ -255,11 +255,16 @@ def test_the_built_in_search_finds_queue_offline(driver: Any, served: str) -> No
     box = driver.find_element(By.CSS_SELECTOR, "input.sidebar-search")
     box.send_keys("Queue", Keys.ENTER)
     _wait(driver, lambda d: "/search.html?q=Queue" in d.current_url)
-    results = "#search-results ul.search li a"
-    links = _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, results))
-    hrefs = [a.get_attribute("href") for a in links]
-    assert any(h.endswith("/reference/api.html#sqlq.Queue") for h in hrefs), hrefs
-    first = next(a for a in links if a.get_attribute("href").endswith("#sqlq.Queue"))
-    first.click()
+
+    def queue_result(d: Any) -> Any:
+        """The result that leads to sqlq.Queue's entry, once the search has listed it
+        (results are listed a few at a time)."""
+        links = d.find_elements(By.CSS_SELECTOR, "#search-results ul.search li a")
+        wanted = [a for a in links if a.get_attribute("href").endswith("#sqlq.Queue")]
+        return wanted[0] if wanted else None
+
+    result = _wait(driver, queue_result)
+    assert result.get_attribute("href") == served + "/reference/api.html#sqlq.Queue"
+    result.click()
     _wait(driver, lambda d: d.current_url.endswith("/reference/api.html#sqlq.Queue"))
     assert driver.find_element(By.ID, "sqlq.Queue").is_displayed()
