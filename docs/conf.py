@@ -64,10 +64,7 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_typehints_format = "short"
 autodoc_preserve_defaults = True
-autodoc_default_options = {
-    "members": True,
-    "show-inheritance": True,
-}
+autodoc_default_options = {"members": True}
 # Django 6.1 needs Python 3.12: where it is missing (the suite's Python 3.11) the
 # Django backend's reference is built from a stand-in for it.
 try:

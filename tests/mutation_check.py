@@ -1591,6 +1591,13 @@ MUTANTS = [
         (f"{DOCS_SITE}test_the_schema_and_metrics_pages_are_generated_from_the_code",),
     ),
     Mutant(
+        "docs-calls-do-not-say-they-raise-queue-closed",
+        "docs/_ext/sqlq_reference.py",
+        '        found.append(("QueueClosed", "the queue was closed"))',
+        "        pass",
+        (f"{DOCS_SITE}test_each_call_of_a_queue_says_what_it_raises",),
+    ),
+    Mutant(
         "docs-reference-without-testing-helpers",
         "docs/reference/index.md",
         "\ntesting\n",

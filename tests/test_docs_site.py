@@ -145,6 +145,41 @@ def test_the_reference_has_every_error_async_call_and_testing_helper(site: Site)
     assert {"sqlq.django.Backend", "sqlq.django.run_worker"} <= django
 
 
+def _entry(html: str, name: str) -> str:
+    """The text of one entry of a reference page: from its anchor to the next entry."""
+    start = html.index(f'id="{name}"')
+    end = html.find('id="sqlq.', start + 1)  # (an overload's signatures share one entry)
+    return re.sub(r"<[^>]+>", "", html[start : end if end > 0 else None])
+
+
+def test_each_call_of_a_queue_says_what_it_raises(site: Site) -> None:
+    api = built(site).page("reference/api.html")
+    aio = site.page("reference/asyncio.html")
+    missing = {}
+    for page, queue in ((api, sqlq.Queue), (aio, sqlq.AsyncQueue)):
+        calls = [
+            n
+            for n, v in vars(queue).items()
+            if not n.startswith("_") and callable(v) and n not in ("close", "interrupt_waits")
+        ]
+        assert len(calls) > 40
+        for call in calls:
+            text = _entry(page, f"sqlq.{queue.__name__}.{call}")
+            gaps = [e for e in ("Raises", "StorageError", "QueueClosed") if e not in text]
+            if gaps:
+                missing[f"{queue.__name__}.{call}"] = gaps
+    assert missing == {}
+    # what the call takes, and the call's own errors
+    assert "ClockSkew" in _entry(api, "sqlq.Queue.add")
+    assert "InvalidArgument" not in _entry(api, "sqlq.Queue.counts")  # takes nothing
+    result = _entry(api, "sqlq.Queue.result")
+    assert "NoResult" in result and "TaskDead" in result
+    assert "ResultTimeout" in _entry(aio, "sqlq.AsyncQueue.wait_for_result")
+    # in memory: bad arguments, and no database to fail or close
+    memory = _entry(api, "sqlq.WorkQueue.add")
+    assert "InvalidArgument" in memory and "StorageError" not in memory
+
+
 def test_the_cli_reference_has_every_subcommand_and_option(site: Site) -> None:
     html = built(site).page("reference/cli.html")
     commands = subcommands()

@@ -5,11 +5,16 @@
   migration that creates each one defines it;
 * ``sqlq-metrics``: the Prometheus metrics, as the collectors that serve them answer:
   the database's (``sqlq metrics``, the dashboard's /metrics: sqlq.web.metrics) and a
-  worker's own (``Worker(metrics_port=...)``: sqlq.worker_metrics).
+  worker's own (``Worker(metrics_port=...)``: sqlq.worker_metrics);
+* the errors each call of a queue raises, added to its description as ``:raises:``
+  fields (``raises``): those every call of its kind shares, by what the call takes
+  (arguments, ``now``) and where the queue lives (a database, or memory), and the call's
+  own.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import tempfile
 from pathlib import Path
@@ -152,7 +157,65 @@ class Metrics(_Generated):
         return _table(["metric", "type", "labels", "help"], rows)
 
 
+#: The queues whose calls get ``:raises:`` fields, and whether each is durable (a
+#: database behind it: it may fail, and it can be closed).
+QUEUES = {"sqlq.Queue": True, "sqlq.AsyncQueue": True, "sqlq.WorkQueue": False}
+#: Calls that neither touch the database nor refuse a closed queue.
+LOCAL_CALLS = {"close", "interrupt_waits"}
+#: The errors particular to a call, beside those its kind of queue shares.
+OWN_ERRORS = {
+    "result": [
+        ("NoResult", "the id is unknown, or the task is not COMPLETED"),
+        ("TaskDead", "the task is DEAD (a NoResult, with its last error)"),
+    ],
+    "wait_for_result": [
+        ("TaskDead", "the task went DEAD"),
+        ("ResultTimeout", "``timeout`` passed before the task was COMPLETED or DEAD"),
+    ],
+}
+
+
+def raises(queue: str, call: str, function: Any) -> list[tuple[str, str]]:
+    """The errors a call of a queue raises, each with when."""
+    try:
+        parameters = set(inspect.signature(function).parameters) - {"self"}
+    except (TypeError, ValueError):
+        parameters = set()
+    durable = QUEUES[queue] and call not in LOCAL_CALLS
+    found = []
+    if parameters:
+        found.append(
+            ("InvalidArgument", "an argument of the wrong type or outside its limits; "
+             "nothing was read or written")
+        )  # fmt: skip
+    found += OWN_ERRORS.get(call, [])
+    if durable:
+        found.append(
+            ("StorageError", "the database failed (Busy, StorageFull, Unavailable, ...: "
+             "see :doc:`/reference/errors`); the call's transaction was rolled back")
+        )  # fmt: skip
+        if "now" in parameters and queue == "sqlq.Queue":
+            found.append(
+                ("ClockSkew", "``now`` not given, and this process's clock runs ahead of "
+                 "the kernel's")
+            )  # fmt: skip
+        found.append(("QueueClosed", "the queue was closed"))
+    return found
+
+
+def _add_raises(
+    app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
+    queue, _, call = name.rpartition(".")
+    if what != "method" or queue not in QUEUES or call.startswith("_"):
+        return
+    found = raises(queue, call, obj)
+    if found:
+        lines += ["", *(f":raises ~sqlq.errors.{error}: {when}" for error, when in found)]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("sqlq-schema", Schema)
     app.add_directive("sqlq-metrics", Metrics)
+    app.connect("autodoc-process-docstring", _add_raises)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
