@@ -10,6 +10,7 @@ build).  The build runs as CI and a contributor run it: ``sphinx-build -W --keep
 
 from __future__ import annotations
 
+import argparse
 import functools
 import http.server
 import json
@@ -187,7 +188,13 @@ def test_the_cli_reference_has_every_subcommand_and_option(site: Site) -> None:
     assert [c for c in commands if f"sqlq-{c}" not in _ids(html)] == []
     # each option as its own or with its aliases ("-v, --verbose"); --help is on every
     # command, said once at the top
-    options = {s for p in commands.values() for a in p._actions for s in a.option_strings}
+    options = {
+        s
+        for p in commands.values()
+        for a in p._actions
+        if a.help != argparse.SUPPRESS  # hidden from --help, and from the reference
+        for s in a.option_strings
+    }
     options -= {"-h", "--help"}
     shown = set(re.findall(r"<kbd>([^<]+)</kbd>", html))
     shown = {o for text in shown for o in text.split(", ")}
