@@ -35,8 +35,6 @@ extensions = [
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
-# The screenshots, kept where README.md has always linked them.
-html_extra_path: list[str] = []
 
 # --- MyST -----------------------------------------------------------------------
 myst_enable_extensions = [
@@ -75,10 +73,9 @@ except ImportError:
 # --- HTML -------------------------------------------------------------------------
 html_theme = "furo"
 html_title = f"sqlq {release}"
-html_static_path: list[str] = []
 html_theme_options = {
     "navigation_with_keys": True,
 }
-# No "view source" links to the Markdown sources: pages link to the repository instead.
+# No "view source" links, and no copies of the Markdown sources in the built site.
 html_show_sourcelink = False
 html_copy_source = False
