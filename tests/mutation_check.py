@@ -1591,6 +1591,13 @@ MUTANTS = [
         (f"{DOCS_SITE}test_the_schema_and_metrics_pages_are_generated_from_the_code",),
     ),
     Mutant(
+        "docs-schema-shows-a-replaced-view",
+        "docs/_ext/sqlq_reference.py",
+        "            views[match.group(1)] = match.group(0)",
+        "            views.setdefault(match.group(1), match.group(0))",
+        (f"{DOCS_SITE}test_the_schema_page_shows_the_views_a_migrated_database_has",),
+    ),
+    Mutant(
         "docs-calls-do-not-say-they-raise-queue-closed",
         "docs/_ext/sqlq_reference.py",
         '        found.append(("QueueClosed", "the queue was closed"))',

@@ -11,11 +11,13 @@ build).  The build runs as CI and a contributor run it: ``sphinx-build -W --keep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import http.server
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -211,6 +213,23 @@ def test_the_schema_and_metrics_pages_are_generated_from_the_code(site: Site) ->
     for name in ("sqlq_tasks", "sqlq_workers", "sqlq_wal_bytes", "sqlq_worker_tasks_total",
                  "sqlq_worker_handler_seconds_bucket"):  # fmt: skip
         assert f">{name}" in metrics, name
+
+
+def test_the_schema_page_shows_the_views_a_migrated_database_has(tmp_path: Path) -> None:
+    """The views' SQL on the page is what the migrations leave in a database: the last
+    definition of each, not one a later migration replaced."""
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        from sqlq_reference import view_definitions
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    path = tmp_path / "views.db"
+    sqlq.Queue(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        views = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'view'"))
+    shown = view_definitions(ROOT / "sqlq" / "sqlite" / "migrations")
+    assert sorted(views) == sorted(schema.VIEWS)
+    assert {name: shown[name].rstrip(";") for name in views} == views
 
 
 def test_the_pages_load_nothing_from_the_network(site: Site) -> None:
