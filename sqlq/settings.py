@@ -19,8 +19,11 @@ from .retry import Retry, stored_policy
 class QueueSettings(NamedTuple):
     """The settings of a queue (or of a handle on it)."""
 
+    #: Seconds a lease lasts: a task not reported by then goes back in line.
     lease_seconds: Number
+    #: Attempts a task gets before it goes DEAD.
     max_attempts: int
+    #: How long a failed attempt waits before the next (``sqlq.Retry``).
     retry: Retry
 
     def as_json(self) -> dict[str, Any]:

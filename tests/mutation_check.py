@@ -71,6 +71,7 @@ SETTINGS = ("tests/test_settings.py",)
 UPGRADES = ("tests/test_upgrades.py",)
 CLI = ("tests/test_cli.py",)
 WEB = ("tests/test_web_probe.py", "tests/test_web.py")
+DOCS_SITE = "tests/test_docs_site.py::"
 
 
 @dataclass(frozen=True)
@@ -1595,6 +1596,41 @@ MUTANTS = [
             "tests/test_django.py::"
             "test_the_worker_command_takes_a_database_and_handler_or_django_settings",
         ),
+    ),
+    Mutant(
+        "docs-cross-references-unchecked",
+        "docs/conf.py",
+        "nitpicky = True",
+        "nitpicky = False",
+        (f"{DOCS_SITE}test_a_warning_fails_the_build",),
+    ),
+    Mutant(
+        "docs-schema-loses-a-view",
+        "docs/_ext/sqlq_reference.py",
+        "        for name in schema.VIEWS:",
+        "        for name in schema.VIEWS[1:]:",
+        (f"{DOCS_SITE}test_the_schema_and_metrics_pages_are_generated_from_the_code",),
+    ),
+    Mutant(
+        "docs-schema-shows-a-replaced-view",
+        "docs/_ext/sqlq_reference.py",
+        "            views[match.group(1)] = match.group(0)",
+        "            views.setdefault(match.group(1), match.group(0))",
+        (f"{DOCS_SITE}test_the_schema_page_shows_the_views_a_migrated_database_has",),
+    ),
+    Mutant(
+        "docs-calls-do-not-say-they-raise-queue-closed",
+        "docs/_ext/sqlq_reference.py",
+        '        found.append(("QueueClosed", "the queue was closed"))',
+        "        pass",
+        (f"{DOCS_SITE}test_each_call_of_a_queue_says_what_it_raises",),
+    ),
+    Mutant(
+        "docs-reference-without-testing-helpers",
+        "docs/reference/index.md",
+        "\ntesting\n",
+        "\n",
+        (f"{DOCS_SITE}test_the_site_builds_with_warnings_as_errors",),
     ),
 ]
 

@@ -271,6 +271,7 @@ class Backend(BaseTaskBackend):
 
     @property
     def url(self) -> str:
+        """The queue's database: Django's database ``DATABASE`` as a URL, or ``URL``."""
         return (
             database_url(self.database)
             if self.database is not None
@@ -317,6 +318,7 @@ class Backend(BaseTaskBackend):
         return opened
 
     def close(self) -> None:
+        """Close the queues this backend opened in this process."""
         for opened in self._queues.values():
             opened.close()
         self._queues = {}
@@ -336,6 +338,9 @@ class Backend(BaseTaskBackend):
     # --- the framework's calls -------------------------------------------------------
 
     def validate_task(self, task: Task) -> None:
+        """Django's checks, and sqlq's: ``InvalidTask`` (Django's) for a task defined in
+        ``__main__`` (no worker could import it) or a ``queue_name`` that cannot name a
+        sqlq queue."""
         super().validate_task(task)
         if task.func.__module__ == "__main__":
             raise InvalidTask(
@@ -346,6 +351,10 @@ class Backend(BaseTaskBackend):
             raise InvalidTask(f"queue_name {name!r} cannot name a sqlq queue")
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """Add the task to the sqlq queue of its ``queue_name`` (in the caller's
+        transaction while Django holds one on the queue's database); a READY
+        TaskResult.  ``InvalidTask`` as validate_task; ``TypeError`` for arguments that
+        cannot be stored as JSON; sqlq's StorageError if the database fails."""
         self.validate_task(task)
         task_id = uuid.uuid4().hex
         # (normalize_json: a TypeError for arguments that JSON cannot hold)
@@ -371,6 +380,8 @@ class Backend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> TaskResult:
+        """The TaskResult of a task, from whichever of the backend's queues holds it;
+        ``TaskResultDoesNotExist`` if none does."""
         for name in self._queue_names():
             info = self.queue(name).info(result_id)
             if info is not None:
