@@ -227,7 +227,7 @@ def test_the_schema_page_shows_the_views_a_migrated_database_has(tmp_path: Path)
     sqlq.Queue(path).close()
     with contextlib.closing(sqlite3.connect(path)) as db:
         views = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'view'"))
-    shown = view_definitions(ROOT / "sqlq" / "sqlite" / "migrations")
+    shown = view_definitions(ROOT / "migrations" / "sqlite")
     assert sorted(views) == sorted(schema.VIEWS)
     assert {name: shown[name].rstrip(";") for name in views} == views
 

@@ -78,7 +78,9 @@ class Schema(_Generated):
 
         dialect = sqlite.dialect()
         out: list[str] = []
-        migrations = SQLQ / "sqlite" / "migrations"
+        from sqlq import migration_files
+
+        migrations = Path(str(migration_files.folder("sqlite")))
         self.env.note_dependency(str(SQLQ / "schema.py"))
         for table in schema.metadata.sorted_tables:
             out += [table.name, "~" * len(table.name), ""]
