@@ -535,6 +535,13 @@ MUTANTS = [
         WORKER,
     ),
     Mutant(
+        "worker-first-heartbeat-after-the-claim-returned",
+        "sqlq/worker.py",
+        "beat = asked + self.heartbeat",
+        "beat = now + self.heartbeat",
+        ("tests/test_worker.py::test_a_lease_s_first_heartbeat_counts_from_before_its_claim",),
+    ),
+    Mutant(
         "worker-outcome-waits-for-its-whole-batch",
         "sqlq/worker.py",
         "return (self.clock.monotonic() if now is None else now) >= since + REPORT_WAIT",

@@ -194,6 +194,44 @@ def test_heartbeats_keep_a_long_handler_s_lease_one_beat_per_period(
     assert (info.state, info.attempts, info.last_error) == ("COMPLETED", 1, None)
 
 
+def test_a_lease_s_first_heartbeat_counts_from_before_its_claim(
+    open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim whose call returns 2.5 s of the clock after its transaction's time (a slow
+    commit on a loaded machine): the lease (3 s) has only 0.5 s left, so its first
+    heartbeat, due a heartbeat (1 s) after the call began, comes at once, not a
+    heartbeat after the call returned (by then the lease would have run out)."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=3.0, clock=clock.time)
+    queue.add("long")
+    beats = _count_beats(queue, clock)
+    settle_and_claim = queue.settle_and_claim
+
+    def returns_late(*args: Any, **kwargs: Any) -> Any:
+        answer = settle_and_claim(*args, **kwargs)
+        if answer[2]:
+            clock.advance(2.5)
+        return answer
+
+    monkeypatch.setattr(queue, "settle_and_claim", returns_late)
+    started, finish = threading.Event(), threading.Event()
+
+    def handler(payload: None) -> None:
+        started.set()
+        assert finish.wait(30)
+
+    claimed_at = clock.monotonic()
+    thread, out = _in_thread(Worker(queue, handler, clock=clock), stop_when_idle=True)
+    try:
+        assert started.wait(10)
+        _wait_for(lambda: beats, 10, "the first heartbeat")
+        assert beats == [claimed_at + 2.5]
+    finally:
+        finish.set()
+    thread.join(10)
+    assert out == [WorkerStats(claimed=1, completed=1)]
+
+
 def test_a_stale_worker_cannot_complete(
     open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
 ) -> None:
