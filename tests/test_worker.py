@@ -1305,7 +1305,11 @@ def test_a_stopped_worker_leaves_no_lease_behind(
     """`sqlq worker` draining fast tasks is stopped mid-stream, three times over: every
     lease it took is completed or released, none is left RESERVED to run out."""
     queue = open_queue(lease_seconds=600.0)
-    queue.add_many([f"t{i}" for i in range(3000)])
+    # Enough tasks that no run drains them all between the test's look and its signal,
+    # even with the test's process starved of the CPU a while: a worker in batches
+    # drains 3,000 no-op tasks in a tenth of a second or so.
+    for i in range(0, 30_000, 10_000):
+        queue.add_many([f"t{j}" for j in range(i, i + 10_000)])
     grace = "0" if how.startswith("SIGTERM with") else "30"
     for run in range(3):
         before = queue.counts()["COMPLETED"]
