@@ -1392,6 +1392,13 @@ MUTANTS = [
         LEFTOVERS,
     ),
     Mutant(
+        "executors-pid-not-read-again-in-a-forked-worker",
+        "sqlq/executors.py",
+        "os.register_at_fork(after_in_child=_forked)",
+        "None",
+        LEFTOVERS,
+    ),
+    Mutant(
         "forked-child-of-an-async-handler-returns-into-the-loop",
         "sqlq/executors.py",
         "        return exc\n    forked_child_ends(pid, 0)\n",
