@@ -136,6 +136,33 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def _drain_costs(records: list[Record], ks: list[int]) -> list[str]:
+    """The drains of one durability setting again, a row per number of processes: for
+    every system its tasks/s, CPU microseconds per task (getrusage of every worker
+    process) and tasks per commit (medians of the runs; "-" where not counted)."""
+    keys = list(dict.fromkeys(r.system for r in records))
+    found = {(r.system, int(r.case)): r for r in records}
+    header = ["processes"]
+    for key in keys:
+        header += [f"{label(key)} tasks/s", "CPU us/task", "tasks/commit"]
+    rows = []
+    for k in ks:
+        row = [str(k)]
+        for key in keys:
+            rec = found.get((key, k))
+            if rec is None:
+                row += ["-", "-", "-"]
+                continue
+            row += [
+                rate(rec.median),
+                _median_text(rec.extra.get("cpu_per_task"), "{:.1f}"),
+                _per_commit(rec.extra.get("tasks_per_commit")),
+            ]
+        rows.append(row)
+    lines = ["The same drains, a row per number of processes:", ""]
+    return [*lines, *_table(header, rows), ""]
+
+
 def _n_text(records: list[Record | None]) -> str:
     ns = sorted({n for r in records if r is not None for n in r.extra.get("n", [])})
     if not ns:
@@ -322,6 +349,7 @@ def write(results: Results, out: Path) -> Path:
                 rows.append(row)
             lines += _table(header, rows)
             lines.append("")
+            lines += _drain_costs(sub, ks)
         if "throughput_vs_workers.png" in png:
             lines += ["![throughput against worker processes](throughput_vs_workers.png)", ""]
         lines += [

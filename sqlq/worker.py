@@ -870,7 +870,7 @@ class Worker:
         failed = [
             (e.lease.task_id, e.lease.token, *failure(x)) for e, x, _ in batch if x is not None
         ]
-        began = self.clock.monotonic() if self.metrics is not None else 0.0
+        began = self.clock.monotonic()  # (before the leases' time began: see _take)
         try:
             done, states, leases = self.queue.settle_and_claim(
                 wanted, completed=completed, failed=failed
@@ -901,15 +901,18 @@ class Worker:
                 if not late:  # (a late one was counted when the time limit failed its task)
                     self._done_with(entry.lease, _final(answer), error)
         if leases:
-            self._take(leases)
+            self._take(leases, began)
         return len(leases) < wanted
 
-    def _take(self, leases: list[Lease]) -> None:
+    def _take(self, leases: list[Lease], asked: float) -> None:
         """Leases just obtained, for room reserved for them: into the backlog, where the
         runners take them, heartbeated until they run; or, if the worker is stopping,
-        released at once."""
+        released at once.  Their first heartbeat is due a heartbeat after ``asked``, when
+        the call that claimed them began (the worker's clock), not after it returned: a
+        lease runs from its transaction's time, and a call that returns late (a slow
+        commit, a loaded machine) must not eat into the lease's margin."""
         now = self.clock.monotonic()
-        beat = now + self.heartbeat
+        beat = asked + self.heartbeat
         with self._cond:
             self._stats.claimed += len(leases)
             stopping = self._stopping

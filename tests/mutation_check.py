@@ -536,6 +536,13 @@ MUTANTS = [
         WORKER,
     ),
     Mutant(
+        "worker-first-heartbeat-after-the-claim-returned",
+        "sqlq/worker.py",
+        "beat = asked + self.heartbeat",
+        "beat = now + self.heartbeat",
+        ("tests/test_worker.py::test_a_lease_s_first_heartbeat_counts_from_before_its_claim",),
+    ),
+    Mutant(
         "worker-outcome-waits-for-its-whole-batch",
         "sqlq/worker.py",
         "return (self.clock.monotonic() if now is None else now) >= since + REPORT_WAIT",
@@ -1397,6 +1404,13 @@ MUTANTS = [
         "sqlq/executors.py",
         "    if os.getpid() != pid:\n",
         "    if False:\n",
+        LEFTOVERS,
+    ),
+    Mutant(
+        "executors-pid-not-read-again-in-a-forked-worker",
+        "sqlq/executors.py",
+        "os.register_at_fork(after_in_child=_forked)",
+        "None",
         LEFTOVERS,
     ),
     Mutant(

@@ -61,6 +61,9 @@ def test_bench_smoke_run_writes_every_section(tmp_path: Path) -> None:
     assert "raw SQLite (reference)" in text
     assert "raw PostgreSQL SKIP LOCKED (reference)" in text
     assert "| fsync | `on` |" in text  # the bench's server flushes, unlike the tests'
+    # The drains again, a row per number of processes, with every system's CPU per
+    # task and tasks per commit beside its tasks/s.
+    assert "| processes | sqlq tasks/s | CPU us/task | tasks/commit |" in text
 
     data = json.loads((out / "results.json").read_text())
     workloads = {r["workload"] for r in data["records"]}

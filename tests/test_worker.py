@@ -194,6 +194,44 @@ def test_heartbeats_keep_a_long_handler_s_lease_one_beat_per_period(
     assert (info.state, info.attempts, info.last_error) == ("COMPLETED", 1, None)
 
 
+def test_a_lease_s_first_heartbeat_counts_from_before_its_claim(
+    open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim whose call returns 2.5 s of the clock after its transaction's time (a slow
+    commit on a loaded machine): the lease (3 s) has only 0.5 s left, so its first
+    heartbeat, due a heartbeat (1 s) after the call began, comes at once, not a
+    heartbeat after the call returned (by then the lease would have run out)."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=3.0, clock=clock.time)
+    queue.add("long")
+    beats = _count_beats(queue, clock)
+    settle_and_claim = queue.settle_and_claim
+
+    def returns_late(*args: Any, **kwargs: Any) -> Any:
+        answer = settle_and_claim(*args, **kwargs)
+        if answer[2]:
+            clock.advance(2.5)
+        return answer
+
+    monkeypatch.setattr(queue, "settle_and_claim", returns_late)
+    started, finish = threading.Event(), threading.Event()
+
+    def handler(payload: None) -> None:
+        started.set()
+        assert finish.wait(30)
+
+    claimed_at = clock.monotonic()
+    thread, out = _in_thread(Worker(queue, handler, clock=clock), stop_when_idle=True)
+    try:
+        assert started.wait(10)
+        _wait_for(lambda: beats, 10, "the first heartbeat")
+        assert beats == [claimed_at + 2.5]
+    finally:
+        finish.set()
+    thread.join(10)
+    assert out == [WorkerStats(claimed=1, completed=1)]
+
+
 def test_a_stale_worker_cannot_complete(
     open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1267,7 +1305,11 @@ def test_a_stopped_worker_leaves_no_lease_behind(
     """`sqlq worker` draining fast tasks is stopped mid-stream, three times over: every
     lease it took is completed or released, none is left RESERVED to run out."""
     queue = open_queue(lease_seconds=600.0)
-    queue.add_many([f"t{i}" for i in range(3000)])
+    # Enough tasks that no run drains them all between the test's look and its signal,
+    # even with the test's process starved of the CPU a while: a worker in batches
+    # drains 3,000 no-op tasks in a tenth of a second or so.
+    for i in range(0, 30_000, 10_000):
+        queue.add_many([f"t{j}" for j in range(i, i + 10_000)])
     grace = "0" if how.startswith("SIGTERM with") else "30"
     for run in range(3):
         before = queue.counts()["COMPLETED"]

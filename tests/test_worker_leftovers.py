@@ -61,3 +61,29 @@ def test_a_leaked_non_daemon_thread_does_not_keep_the_worker_alive(tmp_path: Pat
     assert "leaked-by-handler" in proc.stderr  # named in a warning
     with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as queue:
         assert queue.status("leaks") == "COMPLETED"
+
+
+def test_a_worker_in_a_process_forked_after_import_runs_its_tasks(tmp_path: Path) -> None:
+    """sqlq.executors reads the process's id once, and again in a child of os.fork:
+    a Worker run in a process forked after the import (a pre-forking server's child)
+    runs every task, and is not taken for a child its handler forked (which would end
+    at its first task's return, the task never reported)."""
+    db = str(tmp_path / "q.db")
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as queue:
+        queue.add_many(["a", "b", "c"])
+    worker = sqlq.Worker  # (imported before the fork, with sqlq.executors: what is tested)
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as queue:
+                stats = worker(queue, lambda payload: None).run(
+                    stop_when_idle=True, install_signal_handlers=False
+                )
+            code = 0 if stats.completed == 3 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as queue:
+        assert queue.counts()["COMPLETED"] == 3
