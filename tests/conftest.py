@@ -8,7 +8,6 @@ database from them and uses only public API, so that it runs on every backend.
 
 from __future__ import annotations
 
-import fcntl
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import postgres
 import pytest
 from databases import DURABLE_KINDS, fresh_databases, queue_options
-from heavy import HEAVY, heavy_first, spawns
+from heavy import HEAVY, heavy_first, spawns, turn
 
 import sqlq
 
@@ -101,20 +100,16 @@ def _fault_tests_alone(
 ) -> Iterator[None]:
     """A ``faults`` test runs while no other worker runs a heavy test: it bounds what
     processes under stress do (a -wal file's size, a frozen writer's wait), which
-    another worker's processes on the same two cores would starve.  An exclusive flock
-    for it, a shared one for the other heavy tests, on a file of the run's temporary
-    folder, which its xdist workers share (without workers: no lock)."""
+    another worker's processes on the same two cores would starve.  heavy.turn: alone
+    for it, shared for the other heavy tests, on files of the run's temporary folder,
+    which its xdist workers share (without workers: no lock).  A waiting fault test
+    holds back the heavy tests that would start after it."""
     marks = {m for m in HEAVY if request.node.get_closest_marker(m)}
     if not marks or not hasattr(request.config, "workerinput"):
         yield
         return
-    shared = tmp_path_factory.getbasetemp().parent / "sqlq-heavy-tests.lock"
-    with shared.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if "faults" in marks else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with turn(tmp_path_factory.getbasetemp().parent, alone="faults" in marks):
+        yield
 
 
 def server(request: pytest.FixtureRequest) -> Callable[[], str]:

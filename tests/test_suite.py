@@ -6,11 +6,15 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import heavy
+import pytest
 from databases import migrated_sqlite_file, queue_options
 
 import sqlq
@@ -91,3 +95,53 @@ def test_heavy_tests_go_first_and_fault_tests_spread_among_the_light_ones() -> N
     ]  # fmt: skip
     ordered = [i.name for i in heavy.heavy_first(items)]
     assert ordered == ["p1", "s1", "f1", "l1", "l2", "f2", "l3", "l4"]
+
+
+def _waiters(path: Path) -> int:
+    """How many flock requests wait for ``path`` (the kernel's list: /proc/locks)."""
+    inode = f":{path.stat().st_ino} "
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if " -> FLOCK " in line and inode in line)
+
+
+def _until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs /proc/locks")
+def test_a_waiting_fault_test_holds_back_the_heavy_tests_after_it(tmp_path: Path) -> None:
+    """heavy.turn: a fault test (alone) that waits for a running heavy test runs next,
+    before a heavy test that asks after it, which a shared lock alone would let in."""
+    events: list[str] = []
+    leave = {name: threading.Event() for name in ("heavy", "fault", "next")}
+
+    def test(name: str, alone: bool) -> threading.Thread:
+        def run() -> None:
+            with heavy.turn(tmp_path, alone=alone):
+                events.append(f"{name} in")
+                leave[name].wait(10)
+                events.append(f"{name} out")
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    threads = [test("heavy", alone=False)]
+    _until(lambda: events == ["heavy in"], "the heavy test to start")
+    threads.append(test("fault", alone=True))
+    _until(lambda: _waiters(tmp_path / heavy.LOCK_NAME) == 1, "the fault test to wait")
+    threads.append(test("next", alone=False))
+    _until(
+        lambda: _waiters(tmp_path / heavy.TURNSTILE_NAME) == 1 or "next in" in events,
+        "the next one to wait or start",
+    )
+    assert events == ["heavy in"]  # the next one waits
+    for name in leave:
+        leave[name].set()
+        _until(lambda name=name: f"{name} out" in events, f"the {name} test to end")  # type: ignore[misc]
+    for thread in threads:
+        thread.join(10)
+    assert events == ["heavy in", "heavy out", "fault in", "fault out", "next in", "next out"]
