@@ -36,8 +36,10 @@ def new_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable
 def migrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], str]]:
     """migrated_url() -> the URL of a new database that holds sqlq's current schema and
     no task, each call another one, of each durable kind in turn: new_url's, for tests
-    that only use queues on it (a SQLite file is copied, not migrated anew: see
-    tests/databases.py).  A test of creating or migrating a database takes new_url."""
+    that only use queues on it (a SQLite file is copied, a PostgreSQL schema comes from
+    a pool and is emptied back afterwards: see tests/databases.py).  A test of creating,
+    migrating or altering a database takes new_url.  ``with migrated_url.one() as url:``
+    gives one back at the end of the block (one per hypothesis example)."""
     with fresh_databases(request.param, tmp_path, server(request), migrated=True) as new:
         yield new
 

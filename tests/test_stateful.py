@@ -24,12 +24,13 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 import hypothesis.strategies as st
 import pytest
 import sqlalchemy as sa
-from databases import queue_options
+from databases import Databases, queue_options
 from hypothesis import HealthCheck, seed, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -298,10 +299,13 @@ class OnDurable(TwoQueues):
     """A machine whose left face is a sqlq.Queue on a new database of each example."""
 
     #: The databases of the test that runs the machine (see run_on).
-    new_url: Callable[[], str]
+    new_url: Databases
 
     def open_durable(self, lease_seconds: int, max_attempts: int, **options: Any) -> sqlq.Queue:
-        url = self.new_url()
+        # One database per example, given back at its end (teardown): the next example
+        # may get the same PostgreSQL schema, emptied (tests/databases.py).
+        databases = self.__dict__.setdefault("databases", ExitStack())
+        url = databases.enter_context(self.new_url.one())
         return sqlq.Queue(
             url,
             lease_seconds=lease_seconds,
@@ -313,11 +317,13 @@ class OnDurable(TwoQueues):
     def teardown(self) -> None:
         if getattr(self, "left", None) is not None:
             self.left.close()
+        if "databases" in self.__dict__:
+            self.databases.close()
 
 
 def run_on(
     machine: type[OnDurable],
-    new_url: Callable[[], str],
+    new_url: Databases,
     monkeypatch: pytest.MonkeyPatch,
     machine_settings: settings,
 ) -> None:

@@ -13,8 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import databases
 import heavy
 import pytest
+import sqlalchemy as sa
 from databases import migrated_sqlite_file, queue_options
 
 import sqlq
@@ -145,3 +147,61 @@ def test_a_waiting_fault_test_holds_back_the_heavy_tests_after_it(tmp_path: Path
     for thread in threads:
         thread.join(10)
     assert events == ["heavy in", "heavy out", "fault in", "fault out", "next in", "next out"]
+
+
+def _contents(url: str) -> dict[str, Any]:
+    """Every row of every table of the schema ``url`` uses, and its sequences' states."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            run = connection.exec_driver_sql
+            tables = run(
+                "SELECT relname FROM pg_class WHERE relkind = 'r' "
+                "AND relnamespace = current_schema()::regnamespace ORDER BY relname"
+            ).scalars()
+            found: dict[str, Any] = {
+                t: sorted(map(repr, run(f"SELECT * FROM {t}"))) for t in tables
+            }
+            # when each migration ran differs between schemas; what ran does not
+            found["sqlq_migrations"] = list(
+                run("SELECT version, name, checksum FROM sqlq_migrations ORDER BY version")
+            )
+            found["sequences"] = list(
+                run(
+                    "SELECT sequencename, last_value FROM pg_sequences "
+                    "WHERE schemaname = current_schema() ORDER BY 1"
+                )
+            )
+            found["columns"] = run(
+                "SELECT count(*) FROM information_schema.columns "
+                "WHERE table_schema = current_schema()"
+            ).scalar()
+            return found
+    finally:
+        engine.dispose()
+
+
+def test_a_pooled_schema_comes_back_as_the_migrations_left_it(postgres_url: str) -> None:
+    """databases.migrated_schema: the schema a test wrote into is the next test's, holding
+    what a new migrated schema holds (no task, the same seeded rows and sequences); one
+    whose definition a test changed is dropped, and the next test gets another."""
+    with databases.fresh_schema(postgres_url) as url:
+        sqlq.Queue(url, lease_seconds=1, max_attempts=1).close()
+        new = _contents(url)
+    with databases.migrated_schema(postgres_url) as first:
+        assert _contents(first) == new
+        with sqlq.Queue(first, lease_seconds=1, max_attempts=1) as queue:
+            queue.add_many([f"t{i}" for i in range(5)])
+            assert queue.reserve() is not None
+            queue.configure(lease_seconds=7)
+        assert _contents(first) != new
+    with databases.migrated_schema(postgres_url) as again:
+        assert again == first
+        assert _contents(again) == new
+        engine = sa.create_engine(again, poolclass=sa.pool.NullPool)
+        with engine.begin() as connection:
+            connection.exec_driver_sql("ALTER TABLE sqlq_tasks ADD COLUMN extra INTEGER")
+        engine.dispose()
+    with databases.migrated_schema(postgres_url) as other:
+        assert other != first
+        assert _contents(other) == new
