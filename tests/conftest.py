@@ -16,7 +16,7 @@ from typing import Any
 import postgres
 import pytest
 from databases import DURABLE_KINDS, fresh_databases, queue_options
-from heavy import HEAVY, heavy_first, spawns, turn
+from heavy import LOCKED, heavy_first, spawns, turn
 
 import sqlq
 
@@ -100,13 +100,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _fault_tests_alone(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
-    """A ``faults`` test runs while no other worker runs a heavy test: it bounds what
-    processes under stress do (a -wal file's size, a frozen writer's wait), which
+    """A ``faults`` test runs while no other worker runs a ``processes`` test: it bounds
+    what processes under stress do (a -wal file's size, a frozen writer's wait), which
     another worker's processes on the same two cores would starve.  heavy.turn: alone
-    for it, shared for the other heavy tests, on files of the run's temporary folder,
-    which its xdist workers share (without workers: no lock).  A waiting fault test
-    holds back the heavy tests that would start after it."""
-    marks = {m for m in HEAVY if request.node.get_closest_marker(m)}
+    for it, shared for the ``processes`` tests (heavy.LOCKED), on files of the run's
+    temporary folder, which its xdist workers share (without workers: no lock).  A
+    waiting fault test holds back the processes tests that would start after it."""
+    marks = {m for m in LOCKED if request.node.get_closest_marker(m)}
     if not marks or not hasattr(request.config, "workerinput"):
         yield
         return

@@ -25,6 +25,12 @@ import pytest
 #: both cores stay busy until the end of the run.
 HEAVY = ("processes", "faults", "slow")
 
+#: The heavy tests that take ``turn``'s lock: those whose processes load the machine
+#: (a fault test runs while none of them does).  Not ``slow``: a long history runs in
+#: its test's process, one core, as a light test does; a fault test that waited for one
+#: (up to 290 s at load 15) idled its worker's core all that time.
+LOCKED = ("processes", "faults")
+
 
 #: Names whose use in a test (or in a function or fixture of its module that it calls)
 #: starts another process: ``subprocess.run``, ``Popen``, ``sys.executable``, ...
@@ -65,13 +71,16 @@ def spawns(item: pytest.Item) -> bool:
 
 
 def heavy_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The ``processes`` and ``slow`` tests, then the others with the ``faults`` tests
-    spread evenly among them (each waits for the other worker's heavy test to end:
-    _fault_tests_alone), each part in collection order."""
-    heavy, faults, light = [], [], []
+    """The ``slow`` tests (the longest, minutes under load: first, so that none starts
+    near the end of the run), then the ``processes`` tests, then the others with the
+    ``faults`` tests spread evenly among them (each waits for the other worker's
+    processes test to end: _fault_tests_alone), each part in collection order."""
+    slow, heavy, faults, light = [], [], [], []
     for item in items:
         if item.get_closest_marker("faults"):
             faults.append(item)
+        elif item.get_closest_marker("slow"):
+            slow.append(item)
         elif any(item.get_closest_marker(m) for m in HEAVY):
             heavy.append(item)
         else:
@@ -80,7 +89,7 @@ def heavy_first(items: list[pytest.Item]) -> list[pytest.Item]:
     places = [(i, 1) for i in range(len(light))] + [(j * step, 0) for j in range(len(faults))]
     parts = [*light, *faults]
     order = sorted(range(len(parts)), key=lambda k: places[k])
-    return heavy + [parts[k] for k in order]
+    return slow + heavy + [parts[k] for k in order]
 
 
 #: The files of ``turn``'s two locks, in the folder the run's xdist workers share.

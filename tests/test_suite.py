@@ -87,7 +87,7 @@ def test_a_test_of_the_command_line_is_marked_by_conftest() -> None:
     assert f"test_limits.py::{name}[sqlite]" in found.stdout, found.stdout[-2000:]
 
 
-def test_heavy_tests_go_first_and_fault_tests_spread_among_the_light_ones() -> None:
+def test_slow_then_heavy_tests_go_first_and_fault_tests_spread_among_the_light_ones() -> None:
     def item(name: str, *marks: str) -> Any:
         return types.SimpleNamespace(name=name, get_closest_marker=lambda m: m in marks or None)
 
@@ -96,7 +96,7 @@ def test_heavy_tests_go_first_and_fault_tests_spread_among_the_light_ones() -> N
         item("s1", "slow"), item("l3"), item("f2", "faults", "processes"), item("l4"),
     ]  # fmt: skip
     ordered = [i.name for i in heavy.heavy_first(items)]
-    assert ordered == ["p1", "s1", "f1", "l1", "l2", "f2", "l3", "l4"]
+    assert ordered == ["s1", "p1", "f1", "l1", "l2", "f2", "l3", "l4"]
 
 
 def _waiters(path: Path) -> int:
