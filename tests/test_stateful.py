@@ -1099,18 +1099,19 @@ class _History:
         return answer
 
 
-def test_long_histories_agree_and_reach_mixed_due_events(migrated_url: Callable[[], str]) -> None:
+def test_long_histories_agree_and_reach_mixed_due_events(migrated_url: Databases) -> None:
     """Hundreds of calls per seed on both faces; between them, many calls that find
     lease expiries and wake-ups due together, also at equal times."""
     mixed = ties = 0
     for number in HISTORY_SEEDS:
-        history = _History(number, migrated_url())
-        try:
-            for _ in range(HISTORY_CALLS):
-                history.step()
-            history._same("tasks", history.now + 100, limit=len(HISTORY_IDS))
-        finally:
-            history.close()
+        with migrated_url.one() as url:  # one database per seed, given back after it
+            history = _History(number, url)
+            try:
+                for _ in range(HISTORY_CALLS):
+                    history.step()
+                history._same("tasks", history.now + 100, limit=len(HISTORY_IDS))
+            finally:
+                history.close()
         mixed, ties = mixed + history.mixed, ties + history.ties
     if SEED is None:  # the histories still reach what they are here for
         assert mixed >= 400 and ties >= 200, (mixed, ties)
