@@ -8,7 +8,6 @@ database from them and uses only public API, so that it runs on every backend.
 
 from __future__ import annotations
 
-import fcntl
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import postgres
 import pytest
 from databases import DURABLE_KINDS, fresh_databases, queue_options
-from heavy import HEAVY, heavy_first, spawns
+from heavy import LOCKED, heavy_first, spawns, turn
 
 import sqlq
 
@@ -37,8 +36,10 @@ def new_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable
 def migrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], str]]:
     """migrated_url() -> the URL of a new database that holds sqlq's current schema and
     no task, each call another one, of each durable kind in turn: new_url's, for tests
-    that only use queues on it (a SQLite file is copied, not migrated anew: see
-    tests/databases.py).  A test of creating or migrating a database takes new_url."""
+    that only use queues on it (a SQLite file is copied, a PostgreSQL schema comes from
+    a pool and is emptied back afterwards: see tests/databases.py).  A test of creating,
+    migrating or altering a database takes new_url.  ``with migrated_url.one() as url:``
+    gives one back at the end of the block (one per hypothesis example)."""
     with fresh_databases(request.param, tmp_path, server(request), migrated=True) as new:
         yield new
 
@@ -99,22 +100,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _fault_tests_alone(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
-    """A ``faults`` test runs while no other worker runs a heavy test: it bounds what
-    processes under stress do (a -wal file's size, a frozen writer's wait), which
-    another worker's processes on the same two cores would starve.  An exclusive flock
-    for it, a shared one for the other heavy tests, on a file of the run's temporary
-    folder, which its xdist workers share (without workers: no lock)."""
-    marks = {m for m in HEAVY if request.node.get_closest_marker(m)}
+    """A ``faults`` test runs while no other worker runs a ``processes`` test: it bounds
+    what processes under stress do (a -wal file's size, a frozen writer's wait), which
+    another worker's processes on the same two cores would starve.  heavy.turn: alone
+    for it, shared for the ``processes`` tests (heavy.LOCKED), on files of the run's
+    temporary folder, which its xdist workers share (without workers: no lock).  A
+    waiting fault test holds back the processes tests that would start after it."""
+    marks = {m for m in LOCKED if request.node.get_closest_marker(m)}
     if not marks or not hasattr(request.config, "workerinput"):
         yield
         return
-    shared = tmp_path_factory.getbasetemp().parent / "sqlq-heavy-tests.lock"
-    with shared.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if "faults" in marks else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with turn(tmp_path_factory.getbasetemp().parent, alone="faults" in marks):
+        yield
 
 
 def server(request: pytest.FixtureRequest) -> Callable[[], str]:

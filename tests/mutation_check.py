@@ -1272,6 +1272,13 @@ MUTANTS = [
         ("tests/test_cli.py::test_progress_is_shown_to_three_significant_digits",),
     ),
     Mutant(
+        "stats-next-run-at-shows-the-deadline",
+        "sqlq/cli/reading.py",
+        'relative(d["next_run_at"], now),',
+        'relative(d["next_deadline"], now),',
+        ("tests/test_cli.py::test_stats_prints_counts_per_queue_and_state",),
+    ),
+    Mutant(
         "leases-page-progress-unformatted",
         "sqlq/web/templates/tasks.html",
         "{{ t.progress | figure }}",

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from needs import need
 
 import sqlq
 from sqlq import backends, cli, demo
-from sqlq.cli import common
+from sqlq.cli import common, reading
 from sqlq.sqlite import driver, migrate
 from sqlq.sqlite.driver import dbapi
 
@@ -68,15 +69,16 @@ def _json(capsys: pytest.CaptureFixture[str], *args: object) -> Any:
     return json.loads(out)
 
 
-def _fill(path: Path) -> None:
-    """Two queues with tasks in every state (leases long enough not to run out).
+def _fill(path: Path, clock: Callable[[], float] = time.time) -> None:
+    """Two queues with tasks in every state (leases long enough not to run out), at
+    the times ``clock`` gives.
 
     default: d0 d1 COMPLETED, d2 DEAD (with a long error), d3 RESERVED, d4 d5 d6
     AVAILABLE (d4 has a JSON payload and the name "resize", d5 a bytes payload).
     emails: e0 RESERVED, e1 e2 AVAILABLE (e1 and e2 named "mail"), e3 WAITING for
     an hour.
     """
-    with sqlq.Queue(path, lease_seconds=3600, max_attempts=1) as q:
+    with sqlq.Queue(path, lease_seconds=3600, max_attempts=1, clock=clock) as q:
         for i in range(7):
             payload: Any = {"n": i, "tags": ["a", "b"]} if i == 4 else None
             name = "resize" if i == 4 else None
@@ -85,7 +87,7 @@ def _fill(path: Path) -> None:
             q.reserve()
         assert q.complete("d0") and q.complete("d1")
         assert q.fail("d2", error=LONG_ERROR) == "DEAD"
-    with sqlq.Queue(path, lease_seconds=3600, max_attempts=2, queue="emails") as q:
+    with sqlq.Queue(path, lease_seconds=3600, max_attempts=2, queue="emails", clock=clock) as q:
         for i in range(3):
             q.add(f"e{i}", name=None if i == 0 else "mail")
         q.reserve()
@@ -382,9 +384,22 @@ def _stats_tables(out: str) -> tuple[list[str], dict[str, list[str]], dict[str, 
     return header, rows, {re.split(r"\s{2,}", ln)[0]: re.split(r"\s{2,}", ln) for ln in details}
 
 
+#: The Unix time _fill's tasks are made at where a test shows times relative to now.
+FILLED_AT = 1_700_000_000.0
+
+
 def test_stats_prints_counts_per_queue_and_state(
-    db: Path, capsys: pytest.CaptureFixture[str], migration_files: list[Path]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    migration_files: list[Path],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Filled at FILLED_AT, shown one second later: exact ages and deadlines, whatever
+    # the real clock does between the two (it once printed "in 1h" for "in 59m59s").
+    db = tmp_path / "q.db"
+    _fill(db, clock=lambda: FILLED_AT)
+    shown_at = types.SimpleNamespace(time=lambda: FILLED_AT + 1)
+    monkeypatch.setattr(reading, "time", shown_at)
     code, out, _ = _cli(capsys, "stats", db)
     assert code == 0
     lines = out.splitlines()
@@ -405,10 +420,8 @@ def test_stats_prints_counts_per_queue_and_state(
         "next run_at",
         "claims",
     ]
-    assert details["default"][2:] == ["1", "in 59m59s", "-", "-"]
-    assert details["emails"][2] == "1"
-    assert details["emails"][4] == "in 59m59s"
-    assert re.fullmatch(r"\d+\.\ds", details["default"][1])
+    assert details["default"] == ["default", "1.0s", "1", "in 59m59s", "-", "-"]
+    assert details["emails"] == ["emails", "1.0s", "1", "in 59m59s", "in 59m59s", "-"]
     named = out.split("\n\n")[3].splitlines()  # the named tasks per queue and name
     assert [line.split() for line in named] == [
         ["queue", "name", *STATES, "total"],

@@ -24,12 +24,13 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 import hypothesis.strategies as st
 import pytest
 import sqlalchemy as sa
-from databases import queue_options
+from databases import Databases, queue_options
 from hypothesis import HealthCheck, seed, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -298,10 +299,13 @@ class OnDurable(TwoQueues):
     """A machine whose left face is a sqlq.Queue on a new database of each example."""
 
     #: The databases of the test that runs the machine (see run_on).
-    new_url: Callable[[], str]
+    new_url: Databases
 
     def open_durable(self, lease_seconds: int, max_attempts: int, **options: Any) -> sqlq.Queue:
-        url = self.new_url()
+        # One database per example, given back at its end (teardown): the next example
+        # may get the same PostgreSQL schema, emptied (tests/databases.py).
+        databases = self.__dict__.setdefault("databases", ExitStack())
+        url = databases.enter_context(self.new_url.one())
         return sqlq.Queue(
             url,
             lease_seconds=lease_seconds,
@@ -313,11 +317,13 @@ class OnDurable(TwoQueues):
     def teardown(self) -> None:
         if getattr(self, "left", None) is not None:
             self.left.close()
+        if "databases" in self.__dict__:
+            self.databases.close()
 
 
 def run_on(
     machine: type[OnDurable],
-    new_url: Callable[[], str],
+    new_url: Databases,
     monkeypatch: pytest.MonkeyPatch,
     machine_settings: settings,
 ) -> None:
@@ -1093,18 +1099,19 @@ class _History:
         return answer
 
 
-def test_long_histories_agree_and_reach_mixed_due_events(migrated_url: Callable[[], str]) -> None:
+def test_long_histories_agree_and_reach_mixed_due_events(migrated_url: Databases) -> None:
     """Hundreds of calls per seed on both faces; between them, many calls that find
     lease expiries and wake-ups due together, also at equal times."""
     mixed = ties = 0
     for number in HISTORY_SEEDS:
-        history = _History(number, migrated_url())
-        try:
-            for _ in range(HISTORY_CALLS):
-                history.step()
-            history._same("tasks", history.now + 100, limit=len(HISTORY_IDS))
-        finally:
-            history.close()
+        with migrated_url.one() as url:  # one database per seed, given back after it
+            history = _History(number, url)
+            try:
+                for _ in range(HISTORY_CALLS):
+                    history.step()
+                history._same("tasks", history.now + 100, limit=len(HISTORY_IDS))
+            finally:
+                history.close()
         mixed, ties = mixed + history.mixed, ties + history.ties
     if SEED is None:  # the histories still reach what they are here for
         assert mixed >= 400 and ties >= 200, (mixed, ties)

@@ -6,11 +6,17 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import databases
 import heavy
+import pytest
+import sqlalchemy as sa
 from databases import migrated_sqlite_file, queue_options
 
 import sqlq
@@ -81,7 +87,7 @@ def test_a_test_of_the_command_line_is_marked_by_conftest() -> None:
     assert f"test_limits.py::{name}[sqlite]" in found.stdout, found.stdout[-2000:]
 
 
-def test_heavy_tests_go_first_and_fault_tests_spread_among_the_light_ones() -> None:
+def test_slow_then_heavy_tests_go_first_and_fault_tests_spread_among_the_light_ones() -> None:
     def item(name: str, *marks: str) -> Any:
         return types.SimpleNamespace(name=name, get_closest_marker=lambda m: m in marks or None)
 
@@ -90,4 +96,112 @@ def test_heavy_tests_go_first_and_fault_tests_spread_among_the_light_ones() -> N
         item("s1", "slow"), item("l3"), item("f2", "faults", "processes"), item("l4"),
     ]  # fmt: skip
     ordered = [i.name for i in heavy.heavy_first(items)]
-    assert ordered == ["p1", "s1", "f1", "l1", "l2", "f2", "l3", "l4"]
+    assert ordered == ["s1", "p1", "f1", "l1", "l2", "f2", "l3", "l4"]
+
+
+def _waiters(path: Path) -> int:
+    """How many flock requests wait for ``path`` (the kernel's list: /proc/locks)."""
+    inode = f":{path.stat().st_ino} "
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if " -> FLOCK " in line and inode in line)
+
+
+def _until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs /proc/locks")
+def test_a_waiting_fault_test_holds_back_the_heavy_tests_after_it(tmp_path: Path) -> None:
+    """heavy.turn: a fault test (alone) that waits for a running heavy test runs next,
+    before a heavy test that asks after it, which a shared lock alone would let in."""
+    events: list[str] = []
+    leave = {name: threading.Event() for name in ("heavy", "fault", "next")}
+
+    def test(name: str, alone: bool) -> threading.Thread:
+        def run() -> None:
+            with heavy.turn(tmp_path, alone=alone):
+                events.append(f"{name} in")
+                leave[name].wait(10)
+                events.append(f"{name} out")
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    threads = [test("heavy", alone=False)]
+    _until(lambda: events == ["heavy in"], "the heavy test to start")
+    threads.append(test("fault", alone=True))
+    _until(lambda: _waiters(tmp_path / heavy.LOCK_NAME) == 1, "the fault test to wait")
+    threads.append(test("next", alone=False))
+    _until(
+        lambda: _waiters(tmp_path / heavy.TURNSTILE_NAME) == 1 or "next in" in events,
+        "the next one to wait or start",
+    )
+    assert events == ["heavy in"]  # the next one waits
+    for name in leave:
+        leave[name].set()
+        _until(lambda name=name: f"{name} out" in events, f"the {name} test to end")  # type: ignore[misc]
+    for thread in threads:
+        thread.join(10)
+    assert events == ["heavy in", "heavy out", "fault in", "fault out", "next in", "next out"]
+
+
+def _contents(url: str) -> dict[str, Any]:
+    """Every row of every table of the schema ``url`` uses, and its sequences' states."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            run = connection.exec_driver_sql
+            tables = run(
+                "SELECT relname FROM pg_class WHERE relkind = 'r' "
+                "AND relnamespace = current_schema()::regnamespace ORDER BY relname"
+            ).scalars()
+            found: dict[str, Any] = {
+                t: sorted(map(repr, run(f"SELECT * FROM {t}"))) for t in tables
+            }
+            # when each migration ran differs between schemas; what ran does not
+            found["sqlq_migrations"] = list(
+                run("SELECT version, name, checksum FROM sqlq_migrations ORDER BY version")
+            )
+            found["sequences"] = list(
+                run(
+                    "SELECT sequencename, last_value FROM pg_sequences "
+                    "WHERE schemaname = current_schema() ORDER BY 1"
+                )
+            )
+            found["columns"] = run(
+                "SELECT count(*) FROM information_schema.columns "
+                "WHERE table_schema = current_schema()"
+            ).scalar()
+            return found
+    finally:
+        engine.dispose()
+
+
+def test_a_pooled_schema_comes_back_as_the_migrations_left_it(postgres_url: str) -> None:
+    """databases.migrated_schema: the schema a test wrote into is the next test's, holding
+    what a new migrated schema holds (no task, the same seeded rows and sequences); one
+    whose definition a test changed is dropped, and the next test gets another."""
+    with databases.fresh_schema(postgres_url) as url:
+        sqlq.Queue(url, lease_seconds=1, max_attempts=1).close()
+        new = _contents(url)
+    with databases.migrated_schema(postgres_url) as first:
+        assert _contents(first) == new
+        with sqlq.Queue(first, lease_seconds=1, max_attempts=1) as queue:
+            queue.add_many([f"t{i}" for i in range(5)])
+            assert queue.reserve() is not None
+            queue.configure(lease_seconds=7)
+        assert _contents(first) != new
+    with databases.migrated_schema(postgres_url) as again:
+        assert again == first
+        assert _contents(again) == new
+        engine = sa.create_engine(again, poolclass=sa.pool.NullPool)
+        with engine.begin() as connection:
+            connection.exec_driver_sql("ALTER TABLE sqlq_tasks ADD COLUMN extra INTEGER")
+        engine.dispose()
+    with databases.migrated_schema(postgres_url) as other:
+        assert other != first
+        assert _contents(other) == new
