@@ -1,7 +1,10 @@
-"""The queue's rules, each stated once for Python: every face (``WorkQueue`` in
-memory, ``Queue`` on a database) asks these functions, and each rule's SQL is one
-named fragment per backend (sqlq/sqlite/queries.sql, sqlq/postgresql/queries.sql),
-named in each docstring below.
+"""The queue's rules, each stated once for Python: ``Queue`` (sqlq/durable.py) asks
+these functions, and each rule's SQL is one named fragment per backend
+(sqlq/sqlite/queries.sql, sqlq/postgresql/queries.sql), named in each docstring
+below.  ``WorkQueue`` (sqlq/memory.py), the oracle the property tests hold
+``Queue`` to, calls ``line_key`` and writes the others out where it runs them on
+every call or expiry, each marked with the rule's name: a call of ``lease_end``
+from its ``_end_lease`` cost 7% of its mixed calls (callgrind).
 
 * ``lease_end``: how an attempt ends that failed or whose lease ran out: CANCELLED
   if the task was asked to stop, else retried now, retried later (and when), or
@@ -10,9 +13,6 @@ named in each docstring below.
 * ``holds_key`` and ``key_cutoff``: which task holds a dedupe key.
 * ``admits``: may a group start one more task (its concurrency limit).
 * ``runs_before``: the order in which due events (lease expiries, wake-ups) run.
-
-The functions are small on purpose: WorkQueue's calls cost a few thousand
-instructions, and each rule here is one call on its path.
 """
 
 from __future__ import annotations

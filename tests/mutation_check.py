@@ -144,8 +144,8 @@ MUTANTS = [
     Mutant(
         "memory-max-attempts-of-the-queue-object",
         "sqlq/memory.py",
-        "attempts, record[_MAX_ATTEMPTS],",
-        "attempts, self.max_attempts,",
+        "if attempts >= record[_MAX_ATTEMPTS]:",
+        "if attempts >= self.max_attempts:",
     ),
     Mutant(
         "durable-fail-without-retry-retries",
@@ -817,9 +817,9 @@ MUTANTS = [
     Mutant(
         "memory-key-holder-ignores-reserved-tasks",
         "sqlq/memory.py",
-        "if holds_key(record[_FINISHED], key_cutoff(now, rule.window)):",
-        "if holds_key(record[_FINISHED], key_cutoff(now, rule.window)) and (\n"
-        "                record[_STATE] is not _RESERVED\n"
+        "if finished is None or (rule.window is not None and finished > now - rule.window):",
+        "if (finished is None and record[_STATE] is not _RESERVED) or (\n"
+        "                rule.window is not None and finished > now - rule.window\n"
         "            ):",
         KEYS,
     ),
