@@ -1040,10 +1040,9 @@ class WorkQueue:
     def _end_lease(self, task_id: str, record: Record, when: Number, error: str | None) -> str:
         """A failed or expired attempt at time ``when``: retry now, retry later, or DEAD
         (rules.lease_end's rule and _make_available, written out: this runs for
-        every expiry, and a call of lease_end here costs 7% of a mixed call,
-        measured: 6,229 -> 6,668 instructions with callgrind, bench/instructions.py
-        --memory's mix.  WorkQueue is the oracle the property tests hold Queue, which
-        calls rules.lease_end, to, call by call)."""
+        every expiry, and calling lease_end here cost about 6.5% of a mixed call,
+        callgrind; see sqlq/rules.py.  WorkQueue is the oracle the property tests hold Queue,
+        which calls rules.lease_end, to, call by call)."""
         if not self._plain:
             self._free_slot(record)
             if record[_STOP] is not None:  # asked to stop: it runs no more
