@@ -27,7 +27,7 @@ PostgreSQL later) implements them with its own SQL and promises:
   database that only grows; every move to AVAILABLE or WAITING, and every
   lease, takes the next value.
 * The line is ordered by (line key, seq): every move to AVAILABLE sets the
-  task's line key to ``contract.line_key(now, priority, aging)``, at the call's
+  task's line key to ``rules.line_key(now, priority, aging)``, at the call's
   ``now`` (whatever time the event had), with the priority and aging the task
   was added with.
 """

@@ -25,7 +25,7 @@ from .retry import stored_policy
 
 #: How a page is ordered: the newest task first (the order they were added, read
 #: backwards), or by position in the line, the front first: the order claims take,
-#: (line_key, seq), which priorities set (see sqlq.contract.line_key).
+#: (line_key, seq), which priorities set (see sqlq.rules.line_key).
 Order = Literal["newest", "line"]
 ORDERS: tuple[Order, ...] = ("newest", "line")
 

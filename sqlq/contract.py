@@ -32,7 +32,7 @@ Cancel and pause (see ``Queue.cancel``, ``Queue.pause``):
   expiries, wake-ups).
 
 Priorities (``add(..., priority=p)``, an int from MIN_PRIORITY to MAX_PRIORITY,
-0 by default; see ``line_key``): a claim takes the AVAILABLE task with the
+0 by default; see ``sqlq.rules.line_key``): a claim takes the AVAILABLE task with the
 lowest *line key*, then the one that joined the line first.  A task's line key
 is the time it joined the line (the time of the call that made it AVAILABLE:
 its add, release, fail or redrive, or the first call after its wake-up or its
@@ -125,16 +125,6 @@ class Cancel(StrEnum):
     CANCELLED = "CANCELLED"
     #: The task runs (RESERVED): its worker is asked to stop (see the module docstring).
     STOPPING = "STOPPING"
-
-
-def after_failure(attempts: int, max_attempts: int, delay: Number = 0) -> State:
-    """The state a RESERVED task moves to when it fails or its lease runs out.
-
-    ``delay`` is what its retry policy asks for before the next attempt.
-    """
-    if attempts >= max_attempts:
-        return State.DEAD
-    return State.WAITING if delay > 0 else State.AVAILABLE
 
 
 # --- documented limits -----------------------------------------------------------
@@ -310,15 +300,6 @@ def check_aging(aging: object) -> float:
             f"or None for strict priorities; got {aging!r}"
         )
     return float(aging)
-
-
-def line_key(joined: Number, priority: int, aging: float) -> float:
-    """The order of a task in the line (lowest first, then the order it joined):
-    the time it joined moved ``priority * aging`` seconds earlier.  The SQL of both
-    backends computes the same doubles (``now - priority * aging``), and so does a
-    float ``aging`` here.  For priority 0 it is the time: times and line positions
-    grow together, so one priority is the FIFO line."""
-    return joined - priority * aging
 
 
 def check_max_attempts(max_attempts: object) -> int:

@@ -37,7 +37,6 @@ from .contract import (
     Number,
     Outcome,
     State,
-    after_failure,
     check_aging,
     check_batch,
     check_count,
@@ -86,6 +85,7 @@ from .records import (
 from .registry import KEEP_STALE, STALE_BEATS, held_json, listed
 from .results import DEFAULT_POLL, ResultWait, wait
 from .retry import Retry
+from .rules import key_cutoff, lease_end, released, runs_before
 from .schedule import Schedule, Ticked, check_schedule, encoded_tasks, plan
 from .settings import DEFAULTS, QueueSettings, merged
 
@@ -413,7 +413,7 @@ class Queue:
         this call's statements: the insert or the debounce then changes nothing, and
         the holder is looked up again (it is the other call's now)."""
         task_id, limit, policy, encoded, waiting, name = task
-        cutoff = None if rule.window is None else tx.now - rule.window
+        cutoff = key_cutoff(tx.now, rule.window)
         while True:
             holder = tx.key_holder(self.queue, rule.key, cutoff)
             if holder is not None:
@@ -575,10 +575,9 @@ class Queue:
             task = tx.lease(self.queue, task_id, token)
             if task is None:
                 return False
-            if task.stop_requested_at is not None:  # asked to stop: it runs no more
-                tx.end_lease(task, State.CANCELLED, tx.now, task.last_error)
-            else:
-                tx.end_lease(task, State.AVAILABLE, tx.now, task.last_error, attempts_delta=-1)
+            state = released(task.stop_requested_at is not None)
+            delta = -1 if state is State.AVAILABLE else 0  # an attempt given back is not counted
+            tx.end_lease(task, state, tx.now, task.last_error, attempts_delta=delta)
             return True
 
     # --- cancel and pause (see sqlq.contract) ---------------------------------------
@@ -1172,7 +1171,7 @@ class Queue:
         later: list[Event] = []
         i = 0
         while i < len(events) or later:
-            if later and (i == len(events) or later[0][:2] < events[i][:2]):
+            if later and (i == len(events) or runs_before(later[0][:2], events[i][:2])):
                 at, order, task = heapq.heappop(later)
             else:
                 at, order, task = events[i]
@@ -1192,11 +1191,8 @@ class Queue:
 
         Returns the new state, the task's new seq, and when it wakes if WAITING.
         """
-        if task.stop_requested_at is not None:  # asked to stop: it runs no more
-            return State.CANCELLED, tx.end_lease(task, State.CANCELLED, at, error), None
-        delay = task.retry.delay(task.attempts, self._rng)
-        state = after_failure(task.attempts, task.max_attempts, delay)
-        run_at = time_after(at, delay) if state is State.WAITING else None
+        state, run_at = lease_end(task.stop_requested_at is not None, task.attempts,
+                                  task.max_attempts, task.retry, self._rng, at)  # fmt: skip
         return state, tx.end_lease(task, state, at, error, run_at), run_at
 
     def _policy(self, max_attempts: object, retry: object) -> tuple[int, Retry]:

@@ -60,6 +60,8 @@ RESULTS = ("tests/test_results.py", "tests/test_stateful.py")
 LIMITS = ("tests/test_limits.py", "tests/test_stateful.py")
 KEYS = ("tests/test_keys.py", "tests/test_stateful.py")
 PRIORITIES = ("tests/test_priorities.py", "tests/test_stateful.py")
+#: Every face on one history of combined features (the rules' drift between backends).
+COMBINED = ("tests/test_combined_features.py",)
 REGISTRY = ("tests/test_registry.py",)
 PACKAGING = ("tests/test_packaging.py",)
 IMPORTS = ("tests/test_imports.py",)
@@ -131,14 +133,14 @@ MUTANTS = [
     Mutant(
         "durable-retry-of-the-queue-object",
         "sqlq/durable.py",
-        "delay = task.retry.delay(task.attempts, self._rng)",
-        "delay = self.retry.delay(task.attempts, self._rng)",
+        "task.max_attempts, task.retry, self._rng, at)",
+        "task.max_attempts, self.retry, self._rng, at)",
     ),
     Mutant(
         "durable-max-attempts-of-the-queue-object",
         "sqlq/durable.py",
-        "state = after_failure(task.attempts, task.max_attempts, delay)",
-        "state = after_failure(task.attempts, self.max_attempts, delay)",
+        "task.max_attempts, task.retry, self._rng, at)",
+        "self.max_attempts, task.retry, self._rng, at)",
     ),
     Mutant(
         "memory-max-attempts-of-the-queue-object",
@@ -162,9 +164,9 @@ MUTANTS = [
     ),
     Mutant(
         "max-attempts-off-by-one",
-        "sqlq/contract.py",
-        "    if attempts >= max_attempts:\n        return State.DEAD",
-        "    if attempts > max_attempts:\n        return State.DEAD",
+        "sqlq/rules.py",
+        "    if attempts >= max_attempts:\n        return _DEAD",
+        "    if attempts > max_attempts:\n        return _DEAD",
     ),
     Mutant(
         "retry-exponent-off-by-one",
@@ -181,8 +183,8 @@ MUTANTS = [
     Mutant(
         "durable-release-counts-the-attempt",
         "sqlq/durable.py",
-        "attempts_delta=-1",
-        "attempts_delta=0",
+        "delta = -1 if state is State.AVAILABLE else 0",
+        "delta = 0",
     ),
     Mutant(
         "durable-finished-backoff-not-woken",
@@ -320,14 +322,14 @@ MUTANTS = [
     Mutant(
         "sql-wake-ups-before-expiries",
         "sqlq/sqlite/queries.sql",
-        "ORDER BY 1, 2",
-        "ORDER BY 5 DESC, 1, 2",  # WAITING sorts after RESERVED
+        "the first two columns of due_events.\n1, 2\n",
+        "the first two columns of due_events.\n5 DESC, 1, 2\n",  # WAITING after RESERVED
     ),
     Mutant(
         "sql-wake-ups-before-expiries-at-equal-times",
         "sqlq/sqlite/queries.sql",
-        "ORDER BY 1, 2",
-        "ORDER BY 1, 5 DESC, 2",
+        "the first two columns of due_events.\n1, 2\n",
+        "the first two columns of due_events.\n1, 5 DESC, 2\n",
     ),
     Mutant(
         "memory-wake-ups-before-expiries-at-equal-times",
@@ -775,15 +777,16 @@ MUTANTS = [
     Mutant(
         "sql-group-cap-off-by-one",
         "sqlq/sqlite/queries.sql",
-        "running < cap\n                                AND tat <= ?2 AND NOT ?3",
-        "running <= cap\n                                AND tat <= ?2 AND NOT ?3",
+        "{{_group_admits}}\n                                AND tat <= ?2 AND NOT ?3",
+        "head IS NOT NULL AND running <= cap\n"
+        "                                AND tat <= ?2 AND NOT ?3",
         LIMITS,
     ),
     Mutant(
         "pg-group-cap-off-by-one",
         "sqlq/postgresql/queries.sql",
-        "running < cap AND tat <= call.now\n      AND NOT %(fair)s",
-        "running <= cap AND tat <= call.now\n      AND NOT %(fair)s",
+        "{{_group_admits}} AND tat <= call.now\n      AND NOT %(fair)s",
+        "head IS NOT NULL AND running <= cap AND tat <= call.now\n      AND NOT %(fair)s",
         LIMITS,
     ),
     Mutant(
@@ -959,14 +962,14 @@ MUTANTS = [
     Mutant(
         "sqlite-key-window-finds-the-oldest-holder",
         "sqlq/sqlite/queries.sql",
-        "     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3\n"
-        "     ORDER BY finished_at DESC, seq DESC LIMIT 1))",
-        "     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3\n"
-        "     ORDER BY finished_at, seq LIMIT 1))",
+        "WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3\n"
+        "ORDER BY finished_at DESC, seq DESC LIMIT 1",
+        "WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3\n"
+        "ORDER BY finished_at, seq LIMIT 1",
         KEYS,
     ),
     # --- priorities
-    Mutant(  # a plain add's line key: the time it joins, as contract.line_key's at priority 0
+    Mutant(  # a plain add's line key: the time it joins, as rules.line_key's at priority 0
         "sql-plain-add-joins-the-line-at-zero",
         "sqlq/sqlite/queries.sql",
         "        ?11, ?9)\nON CONFLICT",
@@ -1006,7 +1009,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory-aging-sign-flipped",
-        "sqlq/contract.py",
+        "sqlq/rules.py",
         "    return joined - priority * aging",
         "    return joined + priority * aging",
         PRIORITIES,
@@ -1014,23 +1017,39 @@ MUTANTS = [
     Mutant(
         "sql-retry-forgets-the-priority",
         "sqlq/sqlite/queries.sql",
-        "    line_key = :now - priority * aging,",
+        "    line_key = {{_line_key}},",
         "    line_key = :now,",
         PRIORITIES,
     ),
     Mutant(
         "sql-debounce-forgets-the-priority",
         "sqlq/sqlite/queries.sql",
-        "    line_key = iif(:seq = :seen, line_key, :now - priority * aging),",
+        "    line_key = iif(:seq = :seen, line_key, {{_line_key}}),",
         "    line_key = iif(:seq = :seen, line_key, :now),",
         PRIORITIES,
     ),
     Mutant(
         "pg-debounce-forgets-the-priority",
         "sqlq/postgresql/queries.sql",
-        "ELSE %(now)s::float8 - priority * aging END,",
+        "ELSE {{_line_key}} END,",
         "ELSE %(now)s::float8 END,",
         PRIORITIES,
+    ),
+    # A statement that states the line key its own way: the property test over
+    # combined features alone must notice (sqlq/rules.py; issue 26).
+    Mutant(
+        "sql-debounce-forgets-the-priority-combined",
+        "sqlq/sqlite/queries.sql",
+        "    line_key = iif(:seq = :seen, line_key, {{_line_key}}),",
+        "    line_key = iif(:seq = :seen, line_key, :now),",
+        COMBINED,
+    ),
+    Mutant(
+        "pg-debounce-forgets-the-priority-combined",
+        "sqlq/postgresql/queries.sql",
+        "ELSE {{_line_key}} END,",
+        "ELSE %(now)s::float8 END,",
+        COMBINED,
     ),
     # --- dedupe keys (sqlq/keys.py: the rules both faces share)
     Mutant(
@@ -1154,7 +1173,7 @@ MUTANTS = [
     Mutant(
         "sql-retry-with-a-fixed-aging",
         "sqlq/sqlite/queries.sql",
-        "    line_key = :now - priority * aging,",
+        "    line_key = {{_line_key}},",
         "    line_key = :now - priority * 60,",
         PRIORITIES,
     ),

@@ -29,9 +29,9 @@ from sqlq.contract import (
     MAX_TIME,
     MIN_PRIORITY,
     STRICT_AGING,
-    line_key,
 )
 from sqlq.errors import InvalidArgument, InvalidConfig
+from sqlq.rules import line_key
 
 Factory = Callable[..., Any]  # the make_queue fixture of conftest.py
 TESTS = Path(__file__).resolve().parent  # runner_handlers, for the worker processes

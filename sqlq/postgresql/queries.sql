@@ -144,7 +144,7 @@ FROM sqlq_tasks
 WHERE queue = %(queue)s
   AND ((deadline IS NOT NULL AND deadline <= %(now)s::float8)
        OR (run_at IS NOT NULL AND run_at <= %(now)s::float8))
-ORDER BY 1, 2
+ORDER BY {{_due_order}}
 FOR UPDATE SKIP LOCKED
 
 -- name: raise_mark
@@ -170,7 +170,7 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
    AND (EXISTS (SELECT 1 FROM sqlq_tasks
                 WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL)
     OR EXISTS (SELECT 1 FROM sqlq_groups, t
-               WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap
+               WHERE queue = %(queue)s AND {{_group_admits}}
                  AND tat <= t.now)
     OR EXISTS (SELECT 1 FROM sqlq_tasks, t
                WHERE queue = %(queue)s AND deadline IS NOT NULL AND deadline <= t.now)
@@ -187,7 +187,7 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)
 SELECT greatest(c.now, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)),
        EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s),
        (SELECT min(tat) FROM sqlq_groups
-        WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap),
+        WHERE queue = %(queue)s AND {{_group_admits}}),
        (SELECT min(deadline) FROM sqlq_tasks WHERE queue = %(queue)s AND deadline IS NOT NULL),
        (SELECT min(run_at) FROM sqlq_tasks WHERE queue = %(queue)s AND run_at IS NOT NULL)
 FROM sqlq_clock AS c WHERE c.id = 1
@@ -195,7 +195,7 @@ FROM sqlq_clock AS c WHERE c.id = 1
 -- name: insert_task
 -- Add a task (see _call: the call's time, and (mark, now, due, go) first in the
 -- answer), AVAILABLE at the back of the line or WAITING until run_at, taking
--- the next counter value as its seq and contract.line_key's line key; nothing (and no counter value) if the id exists in
+-- the next counter value as its seq and rules.line_key's line key; nothing (and no counter value) if the id exists in
 -- any state.  Announces an AVAILABLE task on :channel (see
 -- listen.py) in the same statement.  Then (added, announced): 1 or 0 each.
 WITH {{_call}}, added AS (
@@ -388,7 +388,7 @@ SET state = %(state)s,
     seq = CASE WHEN %(state)s IN ('AVAILABLE', 'WAITING') THEN nextval('sqlq_counter')
                ELSE seq END,
     run_at = %(run_at)s::float8, deadline = NULL,
-    line_key = %(now)s::float8 - priority * aging,
+    line_key = {{_line_key}},
     attempts = attempts + %(attempts_delta)s, last_error = %(error)s,
     finished_at = %(finished_at)s::float8, updated_at = %(at)s::float8
 WHERE id = %(id)s AND state = 'RESERVED' AND lease_id = %(token)s
@@ -417,7 +417,7 @@ SELECT call.mark, call.now, call.due, call.go, (SELECT stop FROM moved) FROM cal
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', seq = nextval('sqlq_counter'), run_at = NULL,
     updated_at = %(at)s::float8,
-    line_key = %(now)s::float8 - priority * aging
+    line_key = {{_line_key}}
 WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 
 -- name: redrive_task
@@ -429,13 +429,13 @@ WHERE id = %(id)s AND state = 'WAITING' AND seq = %(order)s
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = nextval('sqlq_counter'), finished_at = NULL,
     updated_at = %(now)s::float8,
-    line_key = %(now)s::float8 - priority * aging
+    line_key = {{_line_key}}
 WHERE id = %(id)s AND state = 'DEAD'
   AND (dedupe_key IS NULL
        OR %(keyed)s AND NOT EXISTS (SELECT 1 FROM sqlq_tasks AS holder
                                     WHERE holder.queue = sqlq_tasks.queue
                                       AND holder.dedupe_key = sqlq_tasks.dedupe_key
-                                      AND holder.finished_at IS NULL))
+                                      AND holder.{{_key_unfinished}}))
 
 -- name: savepoint_redrive
 -- Before redrive_task: an update that sqlq_tasks_key_holder refuses (another
@@ -877,10 +877,8 @@ ORDER BY at
 SELECT id, task_id, state, seq FROM sqlq_tasks
 WHERE id = coalesce(
     (SELECT id FROM sqlq_tasks
-     WHERE queue = %(queue)s AND dedupe_key = %(key)s AND finished_at IS NULL),
-    (SELECT id FROM sqlq_tasks
-     WHERE queue = %(queue)s AND dedupe_key = %(key)s AND finished_at > %(cutoff)s::float8
-     ORDER BY finished_at DESC, seq DESC LIMIT 1))
+     WHERE queue = %(queue)s AND dedupe_key = %(key)s AND {{_key_unfinished}}),
+    ({{_key_finished}}))
 
 -- name: insert_keyed_task
 -- Add a task holding the dedupe key :key at :now (a call opened already), as
@@ -907,17 +905,51 @@ RETURNING 1
 -- on_key="debounce": the holder of a key, not started, takes the new payload
 -- and :run_at (WAITING until then, or AVAILABLE if NULL), keeping its seq (its
 -- place in the line) if :stays, else taking the next counter value and the
--- line key of contract.line_key at :now.
+-- line key of rules.line_key at :now.
 -- Compare-and-set on the state and seq the add found (a claim may have taken
 -- the task meanwhile).  Returns a row if changed.
 UPDATE sqlq_tasks
 SET state = CASE WHEN %(run_at)s::float8 IS NULL THEN 'AVAILABLE' ELSE 'WAITING' END,
     run_at = %(run_at)s::float8,
     seq = CASE WHEN %(stays)s THEN seq ELSE nextval('sqlq_counter') END,
-    line_key = CASE WHEN %(stays)s THEN line_key ELSE %(now)s::float8 - priority * aging END,
+    line_key = CASE WHEN %(stays)s THEN line_key ELSE {{_line_key}} END,
     payload = %(payload)s, payload_bytes = %(payload_bytes)s, updated_at = %(now)s::float8
 WHERE id = %(id)s AND state = %(state)s AND seq = %(seen)s
 RETURNING 1
+
+-- name: _line_key
+-- Fragment: the line key of a task that joins the line (again) at the call's
+-- time :now, by its priority and the aging stored with it (sqlq.rules.line_key;
+-- see sqlq/contract.py, Priorities): written once for the statements that put
+-- a task back in line (end_lease, wake_task, redrive_task, debounce_task).  An
+-- add computes the same from its parameters (insert_task and its kin).
+%(now)s::float8 - priority * aging
+
+-- name: _group_admits
+-- Fragment: a group that may start a task (sqlq.rules.admits): one in line
+-- (head) and fewer leases out than its concurrency limit.  The partial indexes
+-- sqlq_groups_by_head and sqlq_groups_by_turn have this predicate (migration
+-- 0008): a statement that says it this way may use them.
+head IS NOT NULL AND running < cap
+
+-- name: _key_unfinished
+-- Fragment: a task that holds its dedupe key whatever the window: one not
+-- finished (sqlq.rules.holds_key; a probe of sqlq_tasks_key_holder).
+finished_at IS NULL
+
+-- name: _key_finished
+-- Fragment: the latest of the queue's tasks that finished with the dedupe key
+-- :key after :cutoff: it holds the key if none holds it unfinished
+-- (sqlq.rules.holds_key; a probe of sqlq_tasks_key_finished).
+SELECT id FROM sqlq_tasks
+WHERE queue = %(queue)s AND dedupe_key = %(key)s AND finished_at > %(cutoff)s::float8
+ORDER BY finished_at DESC, seq DESC LIMIT 1
+
+-- name: _due_order
+-- Fragment: the order in which due events run (sqlq.rules.runs_before): the
+-- time each fell due, then its counter (a lease's token, a wake-up's order),
+-- the first two columns of due_events.
+1, 2
 
 -- name: _line_order
 -- Fragment: the order of a line (the ungrouped one, a group's, and between the
@@ -945,13 +977,13 @@ WITH {{_call}}, ungrouped AS (
     FOR UPDATE SKIP LOCKED
 ), first_in_line AS (
     SELECT group_key FROM sqlq_groups, call
-    WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap AND tat <= call.now
+    WHERE queue = %(queue)s AND {{_group_admits}} AND tat <= call.now
       AND NOT %(fair)s
     ORDER BY head_key, head LIMIT 1
     FOR UPDATE OF sqlq_groups SKIP LOCKED
 ), served_longest_ago AS (
     SELECT group_key FROM sqlq_groups, call
-    WHERE queue = %(queue)s AND head IS NOT NULL AND running < cap AND tat <= call.now
+    WHERE queue = %(queue)s AND {{_group_admits}} AND tat <= call.now
       AND %(fair)s
     ORDER BY turn, head_key, head LIMIT 1
     FOR UPDATE OF sqlq_groups SKIP LOCKED

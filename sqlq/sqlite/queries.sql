@@ -129,7 +129,7 @@ SELECT run_at, seq, id, task_id, state, attempts, max_attempts, lease_id, seq,
        retry_kind, retry_base, retry_cap, stop_requested_at
 FROM sqlq_tasks
 WHERE queue = ?1 AND run_at <= ?2
-ORDER BY 1, 2
+ORDER BY {{_due_order}}
 
 -- name: write_clock
 -- Store the new high-water mark ?1 and counter ?2 at the end of a call that
@@ -147,7 +147,7 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
    AND (EXISTS (SELECT 1 FROM sqlq_tasks
                 WHERE queue = :queue AND state = 'AVAILABLE' AND group_key IS NULL)
     OR EXISTS (SELECT 1 FROM sqlq_groups INDEXED BY sqlq_groups_by_head
-               WHERE queue = :queue AND head IS NOT NULL AND running < cap
+               WHERE queue = :queue AND {{_group_admits}}
                  AND tat <= max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)))
     OR EXISTS (SELECT 1 FROM sqlq_tasks
                WHERE queue = :queue
@@ -165,7 +165,7 @@ SELECT NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue)
 SELECT max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)),
        EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = :queue),
        (SELECT min(tat) FROM sqlq_groups INDEXED BY sqlq_groups_by_head
-        WHERE queue = :queue AND head IS NOT NULL AND running < cap),
+        WHERE queue = :queue AND {{_group_admits}}),
        (SELECT min(deadline) FROM sqlq_tasks WHERE queue = :queue AND deadline IS NOT NULL),
        (SELECT min(run_at) FROM sqlq_tasks WHERE queue = :queue AND run_at IS NOT NULL)
 
@@ -175,7 +175,7 @@ SELECT max(:now, (SELECT now FROM sqlq_clock WHERE id = 1)),
 -- runs it with executemany for the ids it found new).  Positional:
 -- (queue, task_id, state, seq, max_attempts, run_at, payload, retry_kind,
 --  retry_base, retry_cap, now, name, priority, aging, group_key); the line key
--- is contract.line_key's.  No parameter is None (see "None is not bound" at the
+-- is rules.line_key's.  No parameter is None (see "None is not bound" at the
 -- top): run_at is read only for a WAITING task, and an empty payload, name or
 -- group stands for NULL (none of them can be empty: a payload is JSON text or
 -- a blob, names and groups are checked non-empty).
@@ -189,7 +189,7 @@ ON CONFLICT (queue, task_id) DO NOTHING
 
 -- name: insert_plain_task
 -- insert_task for the usual add: AVAILABLE now, of no group and priority 0.
--- Its line key is the time it joins the line (contract.line_key with priority
+-- Its line key is the time it joins the line (rules.line_key with priority
 -- 0); the state, run_at (NULL), priority and group are written here or are the
 -- columns' defaults: four parameters, a NULLIF, an IIF and the line key's
 -- arithmetic fewer than insert_task.  Positional: (queue, task_id, seq,
@@ -313,7 +313,7 @@ WHERE queue = ?1 AND task_id = ?2 AND state = 'RESERVED' AND (?3 = 0 OR lease_id
 -- lease the caller saw; zero rows means the task moved.
 UPDATE sqlq_tasks
 SET state = :state, seq = coalesce(:seq, seq), run_at = :run_at, deadline = NULL,
-    line_key = :now - priority * aging,
+    line_key = {{_line_key}},
     attempts = attempts + :attempts_delta, last_error = :error,
     finished_at = :finished_at, updated_at = :at
 WHERE id = :id AND state = 'RESERVED' AND lease_id = :token
@@ -337,7 +337,7 @@ SELECT stop_requested_at IS NOT NULL FROM sqlq_tasks WHERE queue = ?1 AND task_i
 -- wake-up the caller saw.
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', seq = :seq, run_at = NULL, updated_at = :at,
-    line_key = :now - priority * aging
+    line_key = {{_line_key}}
 WHERE id = :id AND state = 'WAITING' AND seq = :order
 
 -- name: redrive_task
@@ -345,13 +345,13 @@ WHERE id = :id AND state = 'WAITING' AND seq = :order
 -- Not if another task holds its dedupe key (a probe of sqlq_tasks_key_holder).
 UPDATE sqlq_tasks
 SET state = 'AVAILABLE', attempts = 0, seq = :seq, finished_at = NULL, updated_at = :now,
-    line_key = :now - priority * aging
+    line_key = {{_line_key}}
 WHERE id = :id AND state = 'DEAD'
   AND (dedupe_key IS NULL
        OR NOT EXISTS (SELECT 1 FROM sqlq_tasks AS holder
                       WHERE holder.queue = sqlq_tasks.queue
                         AND holder.dedupe_key = sqlq_tasks.dedupe_key
-                        AND holder.finished_at IS NULL))
+                        AND holder.{{_key_unfinished}}))
 
 -- name: dead_ids
 -- DEAD tasks of a queue, the longest dead first (then in the order added).
@@ -775,10 +775,8 @@ SELECT count(*) FROM sqlq_tasks
 SELECT id, task_id, state, seq FROM sqlq_tasks
 WHERE id = coalesce(
     (SELECT id FROM sqlq_tasks
-     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at IS NULL),
-    (SELECT id FROM sqlq_tasks
-     WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3
-     ORDER BY finished_at DESC, seq DESC LIMIT 1))
+     WHERE queue = ?1 AND dedupe_key = ?2 AND {{_key_unfinished}}),
+    ({{_key_finished}}))
 
 -- name: insert_keyed_task
 -- insert_task for a task holding the dedupe key ?16; does nothing if the id
@@ -796,13 +794,47 @@ ON CONFLICT DO NOTHING
 -- on_key="debounce": the holder of a key, not started, takes the new :payload
 -- and :run_at (WAITING until then, or AVAILABLE if NULL) with the seq :seq (the
 -- one it had, to keep its place in the line, or a new one, and then the line
--- key of contract.line_key at :now).  Compare-and-set on the state and seq the
+-- key of rules.line_key at :now).  Compare-and-set on the state and seq the
 -- add found.
 UPDATE sqlq_tasks
 SET state = iif(:run_at IS NULL, 'AVAILABLE', 'WAITING'), run_at = :run_at, seq = :seq,
-    line_key = iif(:seq = :seen, line_key, :now - priority * aging),
+    line_key = iif(:seq = :seen, line_key, {{_line_key}}),
     payload = :payload, updated_at = :now
 WHERE id = :id AND state = :state AND seq = :seen
+
+-- name: _line_key
+-- Fragment: the line key of a task that joins the line (again) at the call's
+-- time :now, by its priority and the aging stored with it (sqlq.rules.line_key;
+-- see sqlq/contract.py, Priorities): written once for the statements that put
+-- a task back in line (end_lease, wake_task, redrive_task, debounce_task).  An
+-- add computes the same from its parameters (insert_task and its kin).
+:now - priority * aging
+
+-- name: _group_admits
+-- Fragment: a group that may start a task (sqlq.rules.admits): one in line
+-- (head) and fewer leases out than its concurrency limit.  The partial indexes
+-- sqlq_groups_by_head and sqlq_groups_by_turn have this predicate (migration
+-- 0011): a statement that says it this way may use them.
+head IS NOT NULL AND running < cap
+
+-- name: _key_unfinished
+-- Fragment: a task that holds its dedupe key whatever the window: one not
+-- finished (sqlq.rules.holds_key; a probe of sqlq_tasks_key_holder).
+finished_at IS NULL
+
+-- name: _key_finished
+-- Fragment: the latest of the tasks of queue ?1 that finished with the dedupe
+-- key ?2 after the cutoff ?3: it holds the key if none holds it unfinished
+-- (sqlq.rules.holds_key; a probe of sqlq_tasks_key_finished).
+SELECT id FROM sqlq_tasks
+WHERE queue = ?1 AND dedupe_key = ?2 AND finished_at > ?3
+ORDER BY finished_at DESC, seq DESC LIMIT 1
+
+-- name: _due_order
+-- Fragment: the order in which due events run (sqlq.rules.runs_before): the
+-- time each fell due, then its counter (a lease's token, a wake-up's order),
+-- the first two columns of due_events.
+1, 2
 
 -- name: _line_order
 -- Fragment: the order of a line (the ungrouped one, a group's, and between the
@@ -832,13 +864,13 @@ WHERE id = (SELECT id
                   SELECT t.id, t.line_key, t.seq
                   FROM (SELECT group_key, head_key, head
                         FROM (SELECT group_key, head_key, head FROM sqlq_groups
-                              WHERE queue = ?1 AND head IS NOT NULL AND running < cap
+                              WHERE queue = ?1 AND {{_group_admits}}
                                 AND tat <= ?2 AND NOT ?3
                               ORDER BY head_key, head LIMIT 1)
                         UNION ALL
                         SELECT group_key, head_key, head
                         FROM (SELECT group_key, head_key, head FROM sqlq_groups
-                              WHERE queue = ?1 AND head IS NOT NULL AND running < cap
+                              WHERE queue = ?1 AND {{_group_admits}}
                                 AND tat <= ?2 AND ?3
                               ORDER BY turn, head_key, head LIMIT 1)) AS g
                   JOIN sqlq_tasks AS t
