@@ -1,9 +1,11 @@
 """The SQLite backend: one file, many processes, one write transaction per call.
 
-SQLAlchemy's pysqlite dialect makes the connections (URL handling, the DB-API
-module choice, connect-time settings); the calls then run the named statements
-of queries.sql on the driver connection, with no ORM or expression compilation
-on the hot path.
+The backend opens its own connections with the DB-API module (driver.py) and
+runs the named statements of queries.sql on them, with no ORM or expression
+compilation on the hot path.  SQLAlchemy is imported only for what needs it: a
+``sqlite:///`` URL, ``queue.engine`` (made on first use, with the same
+connect-time settings) and the caller's connections given as ``conn=``; reading
+stats or running a worker on a file path never imports it.
 
 Concurrency model:
 
@@ -37,10 +39,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import TracebackType
-from typing import Any, Literal, NoReturn, TypeVar
-
-import sqlalchemy as sa
-from sqlalchemy.pool import NullPool
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from ..backend import (
     Claimed,
@@ -100,6 +99,9 @@ from .migrate import (
 )
 from .queries import Q
 
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
 Synchronous = Literal["full", "normal"]
 T = TypeVar("T")
 
@@ -120,6 +122,7 @@ log = logging.getLogger("sqlq")
 # if the child held the parent's locks.
 _inherited: list[Any] = []
 _live_backends: weakref.WeakSet[SqliteBackend] = weakref.WeakSet()
+_engine_lock = threading.Lock()  # makes each backend's queue.engine once
 
 
 def _before_fork() -> None:
@@ -162,6 +165,8 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
     if not isinstance(path_or_url, str):
         raise InvalidConfig(f"expected a path or sqlite:/// URL, not {type(path_or_url).__name__}")
     if "://" in path_or_url:
+        import sqlalchemy as sa  # a URL: SQLAlchemy reads it
+
         try:
             url = sa.engine.make_url(path_or_url)
         except sa.exc.ArgumentError as exc:
@@ -242,28 +247,10 @@ class SqliteBackend:
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
         driver.warn_if_affected()
-        self._engine = sa.create_engine(
-            sa.engine.URL.create("sqlite", database=self.path),
-            module=driver.dbapi,
-            poolclass=NullPool,
-            connect_args={
-                "isolation_level": None,  # sqlq issues BEGIN IMMEDIATE / COMMIT itself
-                "check_same_thread": False,  # calls are serialised by self._lock
-                "timeout": self.busy_timeout,
-                # The DB-API module keeps this many prepared statements per connection;
-                # once full, each new one evicts the last one added, so two statements
-                # that take turns would be parsed and planned again at every execution
-                # (a worker that once ran migrations, listings and purges would).  More
-                # than every statement sqlq can run: queries.sql, the migrations.
-                "cached_statements": STATEMENT_CACHE,
-            },
-        )
-        sa.event.listen(self._engine, "connect", self._on_connect)
-        sa.event.listen(self._engine, "begin", self._on_begin)
+        self._engine: sa.Engine | None = None  # queue.engine, made when first asked for
         self._lock = threading.Lock()
         self._cutoff = math.inf  # waits end by this time.monotonic() (interrupt_waits)
-        self._fairy: Any = None  # SQLAlchemy's wrapper, owning the DB-API connection
-        self._conn: Any = None
+        self._conn: Any = None  # the DB-API connection of the queue's own calls
         # The cursor that calls' transactions run on (one per connection: a cursor
         # made per statement costs more than most statements).  Each transaction
         # ends with COMMIT or ROLLBACK on it, which resets whatever it ran before.
@@ -306,7 +293,21 @@ class SqliteBackend:
 
     # --- connections --------------------------------------------------------------
 
-    def _on_connect(self, dbapi_conn: Any, _record: Any) -> None:
+    def _connect_args(self) -> dict[str, Any]:
+        """How every connection to the file is opened (the queue's and queue.engine's)."""
+        return {
+            "isolation_level": None,  # sqlq issues BEGIN IMMEDIATE / COMMIT itself
+            "check_same_thread": False,  # calls are serialised by self._lock
+            "timeout": self.busy_timeout,
+            # The DB-API module keeps this many prepared statements per connection;
+            # once full, each new one evicts the last one added, so two statements
+            # that take turns would be parsed and planned again at every execution
+            # (a worker that once ran migrations, listings and purges would).  More
+            # than every statement sqlq can run: queries.sql, the migrations.
+            "cached_statements": STATEMENT_CACHE,
+        }
+
+    def _on_connect(self, dbapi_conn: Any, _record: Any = None) -> None:
         dbapi_conn.execute(
             Q.set_synchronous_full if self.synchronous == "full" else Q.set_synchronous_normal
         )
@@ -317,11 +318,15 @@ class SqliteBackend:
             if self._closed:
                 raise QueueClosed(f"{self.path}: the queue is closed")
             try:
-                self._fairy = self._engine.raw_connection()
-            except sa.exc.DBAPIError as exc:
-                cause = exc.orig if exc.orig is not None else exc
-                raise driver.translate(cause, self.path) from cause
-            self._conn = self._fairy.driver_connection
+                conn = driver.dbapi.connect(self.path, **self._connect_args())
+                try:
+                    self._on_connect(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+            except driver.dbapi.Error as exc:
+                raise driver.translate(exc, self.path) from exc
+            self._conn = conn
             self._conn.text_factory = driver.stored_text
             self._cursor = self._conn.cursor()
             # The queue's own connection checkpoints itself (_after_commit); those
@@ -338,9 +343,9 @@ class SqliteBackend:
 
     def _disconnect(self) -> None:
         self._cursor = None
-        if self._fairy is not None:
-            self._fairy.close()
-        self._fairy = self._conn = None
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
 
     def _close_before_fork(self) -> None:
         """Before fork(): close the connection, so that none of sqlq's is open in this
@@ -368,9 +373,9 @@ class SqliteBackend:
     def _start_in_child(self) -> None:
         """After fork(), in the child: a new lock (a call of the parent's other threads
         may have held the old one), a new connection and gate files on first use."""
-        if self._fairy is not None:  # left open by _close_before_fork: keep it, unused
-            _inherited.append((self._fairy, self._conn, self._cursor))
-            self._fairy = self._conn = self._cursor = None
+        if self._conn is not None:  # left open by _close_before_fork: keep it, unused
+            _inherited.append((self._conn, self._cursor))
+            self._conn = self._cursor = None
         if self._gate is not None:
             self._gate.close_copy()
             self._gate = None
@@ -387,7 +392,8 @@ class SqliteBackend:
             if self._gate is not None:
                 self._gate.close()
                 self._gate = None
-            self._engine.dispose()
+            if self._engine is not None:
+                self._engine.dispose()
             _live_backends.discard(self)
 
     def schema_changed(self, found: int) -> SchemaChanged:
@@ -407,21 +413,18 @@ class SqliteBackend:
             yield
         except driver.dbapi.Error as exc:
             raise self._translated(exc) from exc
-        except sa.exc.DBAPIError as exc:  # raised by SQLAlchemy when it connects
-            cause = exc.orig if exc.orig is not None else exc
-            raise self._translated(cause) from cause
 
     def _translated(self, exc: BaseException) -> Exception:
         """The sqlq error for a DB-API error (called holding the lock).  After Corrupt the
         connection is dropped (never the file): its page cache may hold what was read
         wrong, and the next call reads afresh through a new connection."""
         error = driver.translate(exc, self.path)
-        if isinstance(error, Corrupt) and self._fairy is not None and not self._closed:
+        if isinstance(error, Corrupt) and self._conn is not None and not self._closed:
             with suppress(Exception):
-                if self._conn is not None and self._conn.in_transaction:
+                if self._conn.in_transaction:
                     self._conn.execute(Q.rollback)
-                self._fairy.close()
-            self._fairy = self._conn = self._cursor = None
+                self._conn.close()
+            self._conn = self._cursor = None
         return error
 
     # --- calls ----------------------------------------------------------------------
@@ -433,8 +436,23 @@ class SqliteBackend:
     @property
     def engine(self) -> sa.Engine:
         """Its transactions start with ``BEGIN IMMEDIATE`` and it uses the same SQLite
-        library as the queue."""
-        return self._engine
+        library and connect-time settings as the queue.  Made (and SQLAlchemy
+        imported) when first asked for."""
+        with _engine_lock:
+            if self._engine is None:
+                import sqlalchemy as sa
+                from sqlalchemy.pool import NullPool
+
+                engine = sa.create_engine(
+                    sa.engine.URL.create("sqlite", database=self.path),
+                    module=driver.dbapi,
+                    poolclass=NullPool,
+                    connect_args=self._connect_args(),
+                )
+                sa.event.listen(engine, "connect", self._on_connect)
+                sa.event.listen(engine, "begin", self._on_begin)
+                self._engine = engine
+            return self._engine
 
     def transaction(
         self,
@@ -453,6 +471,8 @@ class SqliteBackend:
     def _external_connection(self, external: Any) -> Any:
         if self._closed:
             raise QueueClosed(f"{self.path}: the queue is closed")
+        import sqlalchemy as sa  # (the caller's connection is SQLAlchemy's: imported)
+
         if not isinstance(external, sa.Connection):
             raise InvalidArgument(
                 f"conn must be a SQLAlchemy Connection, not {type(external).__name__}"
