@@ -404,12 +404,17 @@ class Transaction(Protocol):
 
     # --- a queue's settings (see sqlq.settings) --------------------------------------------
 
-    def settings(self, queue: str) -> QueueSettings | None:
-        """The queue's stored settings, or None."""
-        ...
-
-    def save_settings(self, queue: str, settings: QueueSettings) -> None:
-        """Store the queue's settings, replacing any (at the call's time)."""
+    def configure(
+        self,
+        queue: str,
+        lease_seconds: Number | None,
+        max_attempts: int | None,
+        retry: Retry | None,
+    ) -> QueueSettings:
+        """Store the settings given (checked; None: not given) for the queue, at the call's
+        time, keeping the stored ones not given (or the defaults, if none are stored), in
+        one statement: two configures at once of different settings both stay.  Returns
+        the settings now stored."""
         ...
 
 

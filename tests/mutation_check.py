@@ -1470,16 +1470,16 @@ MUTANTS = [
     ),
     Mutant(  # configure stores the defaults for the settings not given
         "settings-configure-forgets-the-others",
-        "sqlq/durable.py",
-        "stored = tx.settings(self.queue) or DEFAULTS",
-        "stored = DEFAULTS",
+        "sqlq/settings.py",
+        '"keep_attempts": max_attempts is None,',
+        '"keep_attempts": False,',
         SETTINGS,
     ),
     Mutant(  # a second configure keeps the first one's attempts
         "sql-save-settings-keeps-the-old-attempts",
         "sqlq/sqlite/queries.sql",
-        "max_attempts = excluded.max_attempts,\n    retry_kind = excluded.retry_kind",
-        "max_attempts = sqlq_settings.max_attempts,\n    retry_kind = excluded.retry_kind",
+        "THEN sqlq_settings.max_attempts ELSE excluded.max_attempts END",
+        "THEN sqlq_settings.max_attempts ELSE sqlq_settings.max_attempts END",
         SETTINGS,
     ),
     Mutant(  # `sqlq worker` without --lease takes 30 s whatever the queue stored

@@ -78,7 +78,7 @@ from ..records import (
 )
 from ..registry import versioned
 from ..retry import Retry, stored_policy
-from ..settings import QueueSettings, settings_params, stored_settings
+from ..settings import QueueSettings, configure_params, stored_settings
 from . import driver
 from .driver import psycopg
 from .listen import Listener, channel
@@ -1139,13 +1139,16 @@ class PostgresTransaction:
         params = {"worker_id": worker_id}
         return bool(self._opened_cursor.execute(Q.forget_worker, params).rowcount == 1)
 
-    def settings(self, queue: str) -> QueueSettings | None:
-        row = self._opened_cursor.execute(Q.queue_settings, {"queue": queue}).fetchone()
-        return None if row is None else stored_settings([(queue, *row)])[queue]
-
-    def save_settings(self, queue: str, settings: QueueSettings) -> None:
-        params = settings_params(queue, settings, self.now)
-        self._opened_cursor.execute(Q.save_settings, params)
+    def configure(
+        self,
+        queue: str,
+        lease_seconds: Number | None,
+        max_attempts: int | None,
+        retry: Retry | None,
+    ) -> QueueSettings:
+        params = configure_params(queue, lease_seconds, max_attempts, retry, self.now)
+        row = self._opened_cursor.execute(Q.configure_settings, params).fetchone()
+        return stored_settings([row])[queue]
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         params = {"queue": queue, "key": key, "cutoff": cutoff}

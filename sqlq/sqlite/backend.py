@@ -86,7 +86,7 @@ from ..records import (
 )
 from ..registry import versioned
 from ..retry import Retry, stored_policy
-from ..settings import QueueSettings, settings_params, stored_settings
+from ..settings import QueueSettings, configure_params, stored_settings
 from . import driver, files
 from .gate import Gate
 from .migrate import (
@@ -1328,12 +1328,16 @@ class SqliteTransaction:
         params = {"worker_id": worker_id}
         return bool(self._cur.execute(Q.forget_worker, params).rowcount == 1)
 
-    def settings(self, queue: str) -> QueueSettings | None:
-        row = self._cur.execute(Q.queue_settings, {"queue": queue}).fetchone()
-        return None if row is None else stored_settings([(queue, *row)])[queue]
-
-    def save_settings(self, queue: str, settings: QueueSettings) -> None:
-        self._cur.execute(Q.save_settings, settings_params(queue, settings, self.now))
+    def configure(
+        self,
+        queue: str,
+        lease_seconds: Number | None,
+        max_attempts: int | None,
+        retry: Retry | None,
+    ) -> QueueSettings:
+        params = configure_params(queue, lease_seconds, max_attempts, retry, self.now)
+        row = self._cur.execute(Q.configure_settings, params).fetchone()
+        return stored_settings([row])[queue]
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         self._keying()
