@@ -49,7 +49,7 @@ from .records import (
     StorageFacts,
 )
 from .retry import Retry
-from .settings import QueueSettings
+from .settings import Given, QueueSettings
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -404,14 +404,8 @@ class Transaction(Protocol):
 
     # --- a queue's settings (see sqlq.settings) --------------------------------------------
 
-    def configure(
-        self,
-        queue: str,
-        lease_seconds: Number | None,
-        max_attempts: int | None,
-        retry: Retry | None,
-    ) -> QueueSettings:
-        """Store the settings given (checked; None: not given) for the queue, at the call's
+    def configure(self, queue: str, given: Given) -> QueueSettings:
+        """Store the settings ``given`` (checked; None: not given) for the queue, at the call's
         time, keeping the stored ones not given (or the defaults, if none are stored), in
         one statement: two configures at once of different settings both stay.  Returns
         the settings now stored."""

@@ -227,7 +227,7 @@ class Queue:
         theirs until they open it again.  Tasks already added keep their attempts and
         retry policy."""
         with self._call(now) as tx:
-            new = tx.configure(self.queue, lease_seconds, max_attempts, retry)
+            new = tx.configure(self.queue, (lease_seconds, max_attempts, retry))
         self._use(new)
         return new
 

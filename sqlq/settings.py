@@ -60,16 +60,16 @@ def stored_settings(rows: list[tuple[Any, ...]]) -> dict[str, QueueSettings]:
     }
 
 
-def configure_params(
-    queue: str,
-    lease_seconds: Number | None,
-    max_attempts: int | None,
-    retry: Retry | None,
-    now: Number,
-) -> dict[str, Any]:
+#: The settings a configure call gives, None for one not given: (lease_seconds,
+#: max_attempts, retry).
+Given = tuple[Number | None, int | None, Retry | None]
+
+
+def configure_params(queue: str, given: Given, now: Number) -> dict[str, Any]:
     """The parameters of configure_settings (both backends' queries.sql), the settings
     given checked: those of a queue without stored settings (DEFAULTS' for those not
     given), and which of a stored row's the statement keeps (those not given)."""
+    lease_seconds, max_attempts, retry = given
     lease, attempts, policy = merged(DEFAULTS, lease_seconds, max_attempts, retry)
     return {
         "queue": queue,

@@ -1482,6 +1482,20 @@ MUTANTS = [
         "THEN sqlq_settings.max_attempts ELSE sqlq_settings.max_attempts END",
         SETTINGS,
     ),
+    Mutant(  # PostgreSQL's configure writes back the attempts it found (a lost update)
+        "sql-pg-configure-keeps-the-old-attempts",
+        "sqlq/postgresql/queries.sql",
+        "ELSE excluded.max_attempts END",
+        "ELSE sqlq_settings.max_attempts END",
+        SETTINGS,
+    ),
+    Mutant(  # every queue on a SQLite file imports SQLAlchemy again (issue 23 item 11)
+        "sqlite-imports-sqlalchemy",
+        "sqlq/sqlite/backend.py",
+        "from .queries import Q\n",
+        "from .queries import Q\nimport sqlalchemy  # noqa: F401, I001\n",
+        IMPORTS,
+    ),
     Mutant(  # `sqlq worker` without --lease takes 30 s whatever the queue stored
         "settings-worker-default-lease",
         "sqlq/worker.py",

@@ -47,9 +47,7 @@ from ..backend import (
     Holder,
     Opened,
     TaskRow,
-    WorkerRow,
     claim_each,
-    due_of,
 )
 from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
@@ -57,9 +55,7 @@ from ..contract import (
     DEFAULT_AGING,
     FINISHED,
     Completion,
-    Limit,
     Number,
-    Outcome,
     State,
     time_after,
 )
@@ -79,14 +75,12 @@ from ..records import (
     Checkpoint,
     Compaction,
     QueueOverview,
-    ScheduleState,
     SchemaVersions,
     StorageFacts,
     overviews,
 )
-from ..registry import versioned
 from ..retry import Retry, stored_policy
-from ..settings import QueueSettings, configure_params, stored_settings
+from ..sqlstore import SqlCalls, SqlReads, event_row, in_snapshot
 from . import driver, files
 from .gate import Gate
 from .migrate import (
@@ -205,8 +199,23 @@ STATEMENT_CACHE = 1024
 SETTINGS_SINCE = 15
 
 
-class SqliteBackend:
+def _task_row(row: tuple[Any, ...]) -> TaskRow:
+    (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
+     deadline, run_at, payload, error, created, updated, finished, name, stop,
+     result, progress, message, key, priority, group) = row  # fmt: skip
+    return TaskRow(
+        row_id, task_id, State(state), attempts, max_attempts, token, seq,
+        stored_policy(kind, base, cap), deadline, run_at, payload, error,
+        created, updated, finished, name, stop, result, progress, message, group,
+        key, priority,
+    )  # fmt: skip
+
+
+class SqliteBackend(SqlReads):
     keeps_time = False  # every call is given its time
+    q = Q
+    task_row = staticmethod(_task_row)
+    settings_since = SETTINGS_SINCE
 
     def __init__(
         self,
@@ -499,55 +508,18 @@ class SqliteBackend:
         """Transactions on queue.engine take the write lock at once, as the queue's do."""
         connection.exec_driver_sql(Q.begin_write)
 
-    def ready(self, queue: str, now: Number | None) -> bool:
-        now = time.time() if now is None else now  # SQLite's clock is this process's
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            row = self._waiting(
-                lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone(), deadline
-            )
-        return bool(row[0])
-
-    def next_due(self, queue: str, now: Number | None) -> tuple[Number, Number | None]:
-        now = time.time() if now is None else now  # SQLite's clock is this process's
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            row = self._waiting(
-                lambda: conn.execute(Q.next_due, {"queue": queue, "now": now}).fetchone(),
-                deadline,
-            )
-        return due_of(row)
-
-    def paused(self, queue: str) -> bool:
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            row = self._waiting(
-                lambda: conn.execute(Q.queue_paused, {"queue": queue}).fetchone(), deadline
-            )
-        return bool(row[0])
-
-    def settings(self, queue: str | None) -> dict[str, QueueSettings]:
-        if self.schema_version < SETTINGS_SINCE:  # none stored before that migration
-            return {}
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            rows = self._waiting(lambda: _settings_rows(conn, queue), deadline)
-        return stored_settings(rows)
-
-    def counts(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            for queue, state, count in self._waiting(
-                lambda: conn.execute(Q.count_states).fetchall(), deadline
-            ):
-                out.setdefault(queue, {})[state] = count
-        return out
-
     def snapshot(self, queue: str) -> Figures:
+        return self._read(lambda conn: in_snapshot(conn, Q, "begin_read", _figures, queue))
+
+    def _read(self, attempt: Callable[[Any], T]) -> T:
+        """``attempt(conn)``, a read outside any transaction, holding the thread lock and
+        retried while SQLite says busy, within one busy_timeout (see sqlstore)."""
         with self._holding_lock() as deadline, self._guard():
             conn = self._connection()
-            return self._waiting(lambda: _in_snapshot(conn, _figures, queue), deadline)
+            return self._waiting(lambda: attempt(conn), deadline)
+
+    def _read_time(self, now: Number | None) -> Number:
+        return time.time() if now is None else now  # SQLite's clock is this process's
 
     # --- waiting, within one budget ---------------------------------------------------
 
@@ -705,9 +677,7 @@ class SqliteBackend:
         return SchemaVersions(self.schema_found, self.schema_version, latest_version())
 
     def overview(self, with_names: bool) -> dict[str, QueueOverview]:
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            return self._waiting(lambda: _in_snapshot(conn, _overview, with_names), deadline)
+        return self._read(lambda conn: in_snapshot(conn, Q, "begin_read", _overview, with_names))
 
     def compact(self) -> Compaction:
         """VACUUM (it rewrites the whole file, holding the write lock), then a checkpoint
@@ -733,9 +703,7 @@ class SqliteBackend:
         partial = f"{dest}.sqlq-backup-{os.getpid()}"
         files.create_database_file(partial, self.file_mode)  # VACUUM INTO fills an empty file
         try:
-            with self._holding_lock() as deadline, self._guard():
-                conn = self._connection()
-                self._waiting(lambda: conn.execute(Q.vacuum_into, {"dest": partial}), deadline)
+            self._read(lambda conn: conn.execute(Q.vacuum_into, {"dest": partial}))
             _fsync(partial)
             os.replace(partial, dest)
         finally:
@@ -760,50 +728,14 @@ class SqliteBackend:
         if os.path.getsize(dest) > 0:  # refuses anything but a sqlq database, unchanged
             SqliteBackend(dest, migrate=False, busy_timeout=self.busy_timeout).close()
 
-    def schedules(self) -> list[ScheduleState]:
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            rows = self._waiting(lambda: conn.execute(Q.list_schedules).fetchall(), deadline)
-        return [ScheduleState(*row) for row in rows]
-
     # --- the dashboard: reads only ------------------------------------------------------
 
     def browse(self, where: Browse) -> list[Found]:
         statement = Q.browse_newest if where.order == "newest" else Q.browse_line
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            return self._waiting(lambda: _browsed(conn, statement, where.params()), deadline)
-
-    def find(self, queue: str, task_id: str) -> TaskRow | None:
-        params = {"queue": queue, "task_id": task_id}
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            row = self._waiting(lambda: conn.execute(Q.get_task, params).fetchone(), deadline)
-        return None if row is None else _task_row(row)
-
-    def finished_per_bucket(
-        self, queue: str, since: Number, bucket: int
-    ) -> list[tuple[Number, str, int]]:
-        params = {"queue": queue, "since": since, "bucket": bucket}
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            rows = self._waiting(
-                lambda: conn.execute(Q.finished_per_bucket, params).fetchall(), deadline
-            )
-        return [(at, state, count) for at, state, count in rows]
-
-    def workers(self) -> tuple[Number, list[WorkerRow]]:
-        def read() -> tuple[Number, list[Any]]:
-            ((at,),) = conn.execute(Q.registry_time).fetchall()
-            return at, conn.execute(Q.list_workers).fetchall()
-
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            at, rows = self._waiting(read, deadline)
-        return at, [WorkerRow(*row) for row in rows]
+        return self._read(lambda conn: _browsed(conn, statement, where.params()))
 
 
-class SqliteTransaction:
+class SqliteTransaction(SqlCalls):
     """One call's transaction and statements; see sqlq.backend.Transaction.
 
     A class-based context manager (not a generator) because it is on the hot
@@ -833,6 +765,9 @@ class SqliteTransaction:
         "paused",
         "queue",
     )
+
+    q = Q
+    task_row = staticmethod(_task_row)
 
     def __init__(
         self,
@@ -896,7 +831,7 @@ class SqliteTransaction:
                     self.now = mark
                 if due:
                     rows = cur.execute(Q.due_events, (self.queue, self.now)).fetchall()
-                    self.events = [(row[0], row[1], _event_row(row)) for row in rows]
+                    self.events = [(row[0], row[1], event_row(row)) for row in rows]
                 self._opened(self, asked)
         except BaseException as exc:
             self._fail(exc)
@@ -967,6 +902,13 @@ class SqliteTransaction:
                     backend.end_write()
                 finally:
                     backend._lock.release()
+
+    @property
+    def _cursor(self) -> Any:
+        return self._cur
+
+    def _figures(self, cur: Any, queue: str) -> Figures:
+        return _figures(cur, queue)
 
     def _next_id(self) -> int:
         self._counter += 1
@@ -1155,10 +1097,6 @@ class SqliteTransaction:
         self._counter = token
         return task_id, token, attempts, payload, name
 
-    def get(self, queue: str, task_id: str) -> TaskRow | None:
-        row = self._cur.execute(Q.get_task, {"queue": queue, "task_id": task_id}).fetchone()
-        return None if row is None else _task_row(row)
-
     def lease(self, queue: str, task_id: str, token: int | None) -> TaskRow | None:
         """get, checked: the write lock holds the row for the rest of the call."""
         task = self.get(queue, task_id)
@@ -1234,18 +1172,6 @@ class SqliteTransaction:
         rows = self._cur.execute(Q.dead_ids, {"queue": queue, "limit": limit}).fetchall()
         return [(row_id, task_id) for row_id, task_id in rows]
 
-    def tasks(self, queue: str, state: State | None, limit: int) -> list[TaskRow]:
-        if state is None:
-            cur = self._cur.execute(Q.list_tasks, {"queue": queue, "limit": limit})
-        else:
-            params = {"queue": queue, "state": state.value, "limit": limit}
-            cur = self._cur.execute(Q.list_tasks_in_state, params)
-        return [_task_row(row) for row in cur.fetchall()]
-
-    def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
-        params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
-        return int(self._cur.execute(Q.purge_batch, params).rowcount)
-
     def forget_groups(self, queue: str, after: str, batch: int) -> tuple[int, str | None]:
         params = {"queue": queue, "after": after, "batch": batch, "now": self.now}
         last, seen = self._cur.execute(Q.group_span, params).fetchone()
@@ -1253,39 +1179,6 @@ class SqliteTransaction:
             return 0, None
         forgotten = int(self._cur.execute(Q.forget_groups, {**params, "last": last}).rowcount)
         return forgotten, last if seen == batch else None
-
-    def stats(self, queue: str) -> Figures:
-        return _figures(self._cur, queue)
-
-    def schedule(self, queue: str, name: str) -> ScheduleState | None:
-        row = self._cur.execute(Q.get_schedule, {"queue": queue, "name": name}).fetchone()
-        return None if row is None else ScheduleState(*row)
-
-    def save_schedule(self, state: ScheduleState, seen: Number | None) -> bool:
-        params = {**state._asdict(), "seen": seen}
-        sql = Q.insert_schedule if seen is None else Q.update_schedule
-        return bool(self._cur.execute(sql, params).rowcount == 1)
-
-    def forget_schedule(self, queue: str, name: str) -> bool:
-        params = {"queue": queue, "name": name}
-        return bool(self._cur.execute(Q.delete_schedule, params).rowcount == 1)
-
-    def cancel_unstarted(self, queue: str, task_id: str) -> bool:
-        params = {"queue": queue, "task_id": task_id, "now": self.now}
-        return bool(self._cur.execute(Q.cancel_unstarted, params).rowcount == 1)
-
-    def request_stop(self, queue: str, task_id: str) -> bool:
-        params = {"queue": queue, "task_id": task_id, "now": self.now}
-        return bool(self._cur.execute(Q.request_stop, params).rowcount == 1)
-
-    def set_paused(self, queue: str, paused: bool) -> bool:
-        statement = Q.pause_queue if paused else Q.resume_queue
-        return bool(self._cur.execute(statement, {"queue": queue, "now": self.now}).rowcount)
-
-    def outcome(self, queue: str, task_id: str) -> Outcome | None:
-        params = {"queue": queue, "task_id": task_id}
-        row = self._cur.execute(Q.task_outcome, params).fetchone()
-        return None if row is None else (row[0], row[1], row[2])
 
     def progress(
         self, queue: str, task_id: str, token: int, value: float | None, message: str | None
@@ -1299,45 +1192,6 @@ class SqliteTransaction:
             "now": self.now,
         }
         return bool(self._cur.execute(Q.report_progress, params).rowcount == 1)
-
-    def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
-        params = {"queue": queue, "group_key": group}
-        if limit is None:
-            changed = bool(self._cur.execute(Q.remove_limit, params).rowcount)
-        else:
-            self._cur.execute(Q.set_limit, {**params, **limit._asdict()})
-            changed = True
-        self._cur.execute(Q.apply_limits, params)
-        return changed
-
-    def limits(self, queue: str) -> dict[str, Limit]:
-        rows = self._cur.execute(Q.list_limits, {"queue": queue}).fetchall()
-        return {group: Limit(*rest) for group, *rest in rows}
-
-    def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
-        rows = self._cur.execute(Q.list_groups, {"queue": queue}).fetchall()
-        return {group: (running, live) for group, running, live in rows}
-
-    def beat_worker(self, row: WorkerRow) -> None:
-        self._cur.execute(Q.beat_worker, versioned(row, self._backend.schema_version))
-
-    def prune_workers(self, before: Number) -> int:
-        return int(self._cur.execute(Q.prune_workers, {"before": before}).rowcount)
-
-    def forget_worker(self, worker_id: str) -> bool:
-        params = {"worker_id": worker_id}
-        return bool(self._cur.execute(Q.forget_worker, params).rowcount == 1)
-
-    def configure(
-        self,
-        queue: str,
-        lease_seconds: Number | None,
-        max_attempts: int | None,
-        retry: Retry | None,
-    ) -> QueueSettings:
-        params = configure_params(queue, lease_seconds, max_attempts, retry, self.now)
-        row = self._cur.execute(Q.configure_settings, params).fetchone()
-        return stored_settings([row])[queue]
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         self._keying()
@@ -1393,13 +1247,6 @@ class SqliteTransaction:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
 
 
-def _settings_rows(conn: Any, queue: str | None) -> list[tuple[Any, ...]]:
-    if queue is None:
-        return list(conn.execute(Q.list_settings).fetchall())
-    row = conn.execute(Q.queue_settings, {"queue": queue}).fetchone()
-    return [] if row is None else [(queue, *row)]
-
-
 def _figures(cur: Any, queue: str) -> Figures:
     """The figures of Queue.stats, read with ``cur`` (in a transaction: one snapshot)."""
     counts = dict.fromkeys((s.value for s in State), 0)
@@ -1416,15 +1263,6 @@ def _fronts(cur: Any, queue: str) -> tuple[Number | None, Number | None, Number 
     (deadline,) = cur.execute(Q.next_deadline, params).fetchone()
     (run_at,) = cur.execute(Q.next_run_at, params).fetchone()
     return None if front is None else front[0], deadline, run_at
-
-
-def _in_snapshot(conn: Any, read: Callable[..., T], *args: Any) -> T:
-    """``read(conn, *args)`` in a read transaction of its own: one snapshot, no write lock."""
-    conn.execute(Q.begin_read)
-    try:
-        return read(conn, *args)
-    finally:
-        conn.execute(Q.rollback)
 
 
 def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
@@ -1458,24 +1296,3 @@ def _fsync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _task_row(row: tuple[Any, ...]) -> TaskRow:
-    (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
-     deadline, run_at, payload, error, created, updated, finished, name, stop,
-     result, progress, message, key, priority, group) = row  # fmt: skip
-    return TaskRow(
-        row_id, task_id, State(state), attempts, max_attempts, token, seq,
-        stored_policy(kind, base, cap), deadline, run_at, payload, error,
-        created, updated, finished, name, stop, result, progress, message, group,
-        key, priority,
-    )  # fmt: skip
-
-
-def _event_row(row: tuple[Any, ...]) -> TaskRow:
-    (_at, _order, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
-     stop) = row  # fmt: skip
-    return TaskRow(
-        row_id, task_id, State(state), attempts, max_attempts, token, seq,
-        stored_policy(kind, base, cap), stop_requested_at=stop,
-    )  # fmt: skip
