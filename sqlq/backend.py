@@ -49,7 +49,7 @@ from .records import (
     StorageFacts,
 )
 from .retry import Retry
-from .settings import QueueSettings
+from .settings import Given, QueueSettings
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -404,12 +404,11 @@ class Transaction(Protocol):
 
     # --- a queue's settings (see sqlq.settings) --------------------------------------------
 
-    def settings(self, queue: str) -> QueueSettings | None:
-        """The queue's stored settings, or None."""
-        ...
-
-    def save_settings(self, queue: str, settings: QueueSettings) -> None:
-        """Store the queue's settings, replacing any (at the call's time)."""
+    def configure(self, queue: str, given: Given) -> QueueSettings:
+        """Store the settings ``given`` (checked; None: not given) for the queue, at the call's
+        time, keeping the stored ones not given (or the defaults, if none are stored), in
+        one statement: two configures at once of different settings both stay.  Returns
+        the settings now stored."""
         ...
 
 

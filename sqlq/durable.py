@@ -227,9 +227,7 @@ class Queue:
         theirs until they open it again.  Tasks already added keep their attempts and
         retry policy."""
         with self._call(now) as tx:
-            stored = tx.settings(self.queue) or DEFAULTS
-            new = merged(stored, lease_seconds, max_attempts, retry)
-            tx.save_settings(self.queue, new)
+            new = tx.configure(self.queue, (lease_seconds, max_attempts, retry))
         self._use(new)
         return new
 

@@ -63,15 +63,26 @@ def stored_settings(rows: list[tuple[Any, ...]]) -> dict[str, QueueSettings]:
     }
 
 
-def settings_params(queue: str, settings: QueueSettings, now: Number) -> dict[str, Any]:
-    """The parameters of save_settings (both backends' queries.sql)."""
-    lease, attempts, retry = settings
+#: The settings a configure call gives, None for one not given: (lease_seconds,
+#: max_attempts, retry).
+Given = tuple[Number | None, int | None, Retry | None]
+
+
+def configure_params(queue: str, given: Given, now: Number) -> dict[str, Any]:
+    """The parameters of configure_settings (both backends' queries.sql), the settings
+    given checked: those of a queue without stored settings (DEFAULTS' for those not
+    given), and which of a stored row's the statement keeps (those not given)."""
+    lease_seconds, max_attempts, retry = given
+    lease, attempts, policy = merged(DEFAULTS, lease_seconds, max_attempts, retry)
     return {
         "queue": queue,
         "lease_seconds": float(lease),
         "max_attempts": attempts,
-        "retry_kind": retry.kind,
-        "retry_base": retry.base,
-        "retry_cap": retry.cap,
+        "retry_kind": policy.kind,
+        "retry_base": policy.base,
+        "retry_cap": policy.cap,
         "now": now,
+        "keep_lease": lease_seconds is None,
+        "keep_attempts": max_attempts is None,
+        "keep_retry": retry is None,
     }

@@ -104,6 +104,8 @@ def _tuples(value: Any) -> Any:
 def _lease(value: Any) -> Any:
     if isinstance(value, sqlq.Lease):
         return [value.task_id, value.token]
+    if isinstance(value, sqlq.Retry):  # (in the QueueSettings configure answers)
+        return [value.kind, value.base, value.cap]
     raise TypeError(f"cannot answer {value!r}")
 
 

@@ -420,6 +420,35 @@ def test_a_lock_held_too_long_is_busy(postgres_url: str, queue_name: str, timeou
         assert queue.fail("a", token=lease.token, error="boom") == "AVAILABLE"
 
 
+def test_two_configures_at_once_keep_both_settings(
+    postgres_url: str, queue_name: str, calls: Callable[..., Calls]
+) -> None:
+    """Two processes change two different settings of one queue at once: both stay. The
+    settings row is locked by another session meanwhile, so that both calls are under
+    way together (each seen waiting for the lock) before either writes. A configure
+    that read the stored settings and then wrote them back whole lost one of the two."""
+    first, second = calls(postgres_url, queue_name), calls(postgres_url, queue_name)
+    with (
+        sqlq.Queue(postgres_url, lease_seconds=30, max_attempts=3, queue=queue_name) as queue,
+        connect(postgres_url) as admin,
+        connect(postgres_url) as holder,
+    ):
+        queue.configure(lease_seconds=10, max_attempts=2)
+        holder.execute("BEGIN")
+        holder.execute("SELECT 1 FROM sqlq_settings WHERE queue = %s FOR UPDATE", (queue_name,))
+        first.send("configure", lease_seconds=77)
+        second.send("configure", max_attempts=9)
+        first.blocked(admin)
+        second.blocked(admin)
+        holder.execute("COMMIT")
+        answers = [first.answer(), second.answer()]
+        assert all("value" in answer for answer in answers), answers
+        stored = queue.settings()
+        assert stored is not None
+        assert (stored.lease_seconds, stored.max_attempts) == (77, 9)
+        assert stored.retry == sqlq.Retry.immediate()
+
+
 def test_a_deadlock_is_busy(
     postgres_url: str, queue_name: str, calls: Callable[..., Calls]
 ) -> None:

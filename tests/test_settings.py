@@ -94,6 +94,19 @@ def test_an_explicit_setting_applies_to_its_handle_alone(queue_url: str) -> None
     assert _opened_elsewhere(queue_url)["max_attempts"] == 2
 
 
+def test_configure_keeps_each_stored_setting_it_is_not_given(queue_url: str) -> None:
+    """configure is one statement that takes the settings given and keeps each stored one
+    not given (lease, attempts and retry alike), or the default where none is stored."""
+    fixed, immediate = sqlq.Retry.fixed(2), sqlq.Retry.immediate()
+    with sqlq.Queue(queue_url) as q:
+        assert q.configure(max_attempts=4) == QueueSettings(DEFAULTS.lease_seconds, 4, immediate)
+        assert q.configure(lease_seconds=45, retry=fixed) == QueueSettings(45, 4, fixed)
+        assert q.configure(lease_seconds=60) == QueueSettings(60, 4, fixed)
+        assert q.configure(max_attempts=7) == QueueSettings(60, 7, fixed)
+        assert q.configure(retry=immediate) == QueueSettings(60, 7, immediate)
+        assert q.settings() == QueueSettings(60, 7, immediate)
+
+
 def test_bad_settings_are_refused_and_nothing_is_stored(queue_url: str) -> None:
     with sqlq.Queue(queue_url) as q:
         with pytest.raises(InvalidConfig):

@@ -363,7 +363,7 @@ def test_errors_inside_a_call_release_the_lock_and_roll_back(
     def broken(row: object) -> object:
         raise RuntimeError("a bug while reading what fell due")
 
-    monkeypatch.setattr(backend, "_event_row", broken)
+    monkeypatch.setattr(backend, "event_row", broken)
     with pytest.raises(RuntimeError):
         q.status("t", 5)  # the lease is due: reading the event fails
     monkeypatch.undo()

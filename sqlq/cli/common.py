@@ -247,14 +247,14 @@ def _usage_error_if_refused() -> Iterator[None]:
 def database(arg: str) -> Database:
     """The database a DB argument names: a path or a URL, whatever sqlq.Queue takes
     (the registry, sqlq.backends, tells which name a file)."""
-    import sqlalchemy as sa
-
     from ..backends import database_file
 
     with _usage_error_if_refused():
         file = database_file(arg)
     if file is not None:
         return Database(file, file, file)
+    import sqlalchemy as sa  # a URL (a file path needs no SQLAlchemy)
+
     url = sa.engine.make_url(arg)
     if "password" in url.query:  # libpq takes the password as a query parameter too
         url = url.update_query_dict({"password": "***"})

@@ -46,16 +46,14 @@ from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 
-from ..backend import Claimed, Figures, Holder, Opened, TaskRow, WorkerRow, claim_each, due_of
+from ..backend import Claimed, Figures, Holder, Opened, TaskRow, claim_each
 from ..browse import Browse, Found, task_row
 from ..contract import (
     DEFAULT_AGING,
     FINISHED,
     MAX_TIME,
     Completion,
-    Limit,
     Number,
-    Outcome,
     State,
 )
 from ..errors import (
@@ -71,14 +69,12 @@ from ..records import (
     Checkpoint,
     Compaction,
     QueueOverview,
-    ScheduleState,
     SchemaVersions,
     StorageFacts,
     overviews,
 )
-from ..registry import versioned
 from ..retry import Retry, stored_policy
-from ..settings import QueueSettings, settings_params, stored_settings
+from ..sqlstore import SqlCalls, SqlReads, event_row, in_snapshot
 from . import driver
 from .driver import psycopg
 from .listen import Listener, channel
@@ -148,10 +144,27 @@ def shown(url: sa.engine.URL) -> str:
 SETTINGS_SINCE = 11
 
 
-class PostgresBackend:
+def _task_row(row: tuple[Any, ...]) -> TaskRow:
+    (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
+     run_at, payload, payload_bytes, error, created, updated, finished, name,
+     stop, result, progress, message, key, priority, group) = row  # fmt: skip
+    return TaskRow(
+        row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
+        stored_policy(kind, base, cap), deadline, run_at,
+        payload if payload_bytes is None else payload_bytes, read_or_none(error),
+        created, updated, finished, name, stop, result, progress, message, group,
+        key, priority,
+    )  # fmt: skip
+
+
+class PostgresBackend(SqlReads):
     """A PostgreSQL database (the first schema of its search_path) holding queues."""
 
     keeps_time = True
+    q = Q
+    stored = staticmethod(stored)
+    task_row = staticmethod(_task_row)
+    settings_since = SETTINGS_SINCE
 
     def __init__(
         self,
@@ -418,36 +431,6 @@ class PostgresBackend:
         finally:
             self.end_call()
 
-    def ready(self, queue: str, now: Number | None) -> bool:
-        params = {"queue": queue, "now": now}
-        return bool(self._read(lambda cur: cur.execute(Q.ready, params).fetchone()[0]))
-
-    def next_due(self, queue: str, now: Number | None) -> tuple[Number, Number | None]:
-        params = {"queue": queue, "now": now}
-        return due_of(self._read(lambda cur: cur.execute(Q.next_due, params).fetchone()))
-
-    def paused(self, queue: str) -> bool:
-        params = {"queue": queue}
-        return bool(self._read(lambda cur: cur.execute(Q.queue_paused, params).fetchone()[0]))
-
-    def settings(self, queue: str | None) -> dict[str, QueueSettings]:
-        if self.schema_version < SETTINGS_SINCE:  # none stored before that migration
-            return {}
-
-        def read(cur: Any) -> list[tuple[Any, ...]]:
-            if queue is None:
-                return list(cur.execute(Q.list_settings).fetchall())
-            row = cur.execute(Q.queue_settings, {"queue": queue}).fetchone()
-            return [] if row is None else [(queue, *row)]
-
-        return stored_settings(self._read(read))
-
-    def counts(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        for queue, state, count in self._read(lambda cur: cur.execute(Q.count_states).fetchall()):
-            out.setdefault(queue, {})[state] = count
-        return out
-
     def snapshot(self, queue: str) -> Figures:
         return self._read(lambda cur: _figures(cur, queue))
 
@@ -525,7 +508,7 @@ class PostgresBackend:
         return SchemaVersions(self.schema_found, self.schema_version, latest_version())
 
     def overview(self, with_names: bool) -> dict[str, QueueOverview]:
-        return self._read(lambda cur: _in_snapshot(cur, _overview, with_names))
+        return self._read(lambda cur: in_snapshot(cur, Q, "begin_snapshot", _overview, with_names))
 
     def compact(self) -> Compaction:
         """VACUUM FULL of sqlq_tasks; the sizes are the table's with its indexes."""
@@ -545,10 +528,6 @@ class PostgresBackend:
             "whole database)"
         )
 
-    def schedules(self) -> list[ScheduleState]:
-        rows = self._read(lambda cur: cur.execute(Q.list_schedules).fetchall())
-        return [ScheduleState(*row) for row in rows]
-
     # --- the dashboard: reads only ------------------------------------------------------
 
     def browse(self, where: Browse) -> list[Found]:
@@ -563,28 +542,8 @@ class PostgresBackend:
 
         return self._read(page)
 
-    def find(self, queue: str, task_id: str) -> TaskRow | None:
-        params = {"queue": queue, "task_id": stored(task_id)}
-        row = self._read(lambda cur: cur.execute(Q.get_task, params).fetchone())
-        return None if row is None else _task_row(row)
 
-    def finished_per_bucket(
-        self, queue: str, since: Number, bucket: int
-    ) -> list[tuple[Number, str, int]]:
-        params = {"queue": queue, "since": since, "bucket": bucket}
-        rows = self._read(lambda cur: cur.execute(Q.finished_per_bucket, params).fetchall())
-        return [(at, state, count) for at, state, count in rows]
-
-    def workers(self) -> tuple[Number, list[WorkerRow]]:
-        def read(cur: Any) -> tuple[Number, list[Any]]:
-            ((at,),) = cur.execute(Q.registry_time).fetchall()
-            return at, cur.execute(Q.list_workers).fetchall()
-
-        at, rows = self._read(read)
-        return at, [WorkerRow(*row) for row in rows]
-
-
-class PostgresTransaction:
+class PostgresTransaction(SqlCalls):
     """One call's transaction and statements; see sqlq.backend.Transaction.
 
     A call at the server's time in the default mode opens lazily: nothing is sent
@@ -613,6 +572,11 @@ class PostgresTransaction:
         "_pending",
         "queue",
     )
+
+    q = Q
+    stored = staticmethod(stored)
+    read_or_none = staticmethod(read_or_none)
+    task_row = staticmethod(_task_row)
 
     def __init__(
         self,
@@ -719,7 +683,7 @@ class PostgresTransaction:
             due = cur.execute(Q.try_lock_queue, {"queue": queue}).fetchone()[0]
         if due:
             rows = cur.execute(Q.due_events, {"queue": queue, "now": now}).fetchall()
-            self._events = [(row[0], row[1], _event_row(row)) for row in rows]
+            self._events = [(row[0], row[1], event_row(row, read)) for row in rows]
         if due or (asked is not None and asked < mark):
             self._opened(self, now if asked is None else asked)
 
@@ -826,11 +790,17 @@ class PostgresTransaction:
                 cur.execute(Q.release_savepoint)
 
     @property
-    def _opened_cursor(self) -> Any:
+    def _cursor(self) -> Any:
         """The call's cursor, once the call has opened (for statements without _call)."""
         if self._pending:
             self._open()
         return self._cur
+
+    def _announce_if(self, available: bool) -> None:
+        self._announce |= available
+
+    def _figures(self, cur: Any, queue: str) -> Figures:
+        return _figures(cur, queue)
 
     def _unlock(self) -> None:
         if self._locked:
@@ -874,7 +844,7 @@ class PostgresTransaction:
         False."""
         ids = [stored(task_id) for task_id, _, _ in batch]
         params: dict[str, Any] = {"queue": queue, "ids": ids}
-        seen = {row[0] for row in self._opened_cursor.execute(Q.existing_ids, params)}
+        seen = {row[0] for row in self._cursor.execute(Q.existing_ids, params)}
         fresh: dict[str, tuple[Encoded, str | None]] = {}
         for key, (_, payload, name) in zip(ids, batch, strict=True):
             if key not in seen and key not in fresh:
@@ -899,7 +869,7 @@ class PostgresTransaction:
                 "priority": priority,
                 "aging": aging,
             }
-            added = {row[0] for row in self._opened_cursor.execute(Q.insert_many, params)}
+            added = {row[0] for row in self._cursor.execute(Q.insert_many, params)}
         else:
             added = set()
         answers = []
@@ -939,13 +909,8 @@ class PostgresTransaction:
         (row,) = self._write(Q.claim_grouped, params, serial=False)
         return _claimed(row) if row[0] else None
 
-    def get(self, queue: str, task_id: str) -> TaskRow | None:
-        params = {"queue": queue, "task_id": stored(task_id)}
-        row = self._opened_cursor.execute(Q.get_task, params).fetchone()
-        return None if row is None else _task_row(row)
-
     def lease(self, queue: str, task_id: str, token: int | None) -> TaskRow | None:
-        cur = self._opened_cursor  # (first: the call's time is known once it opened)
+        cur = self._cursor  # (first: the call's time is known once it opened)
         params = {"queue": queue, "task_id": stored(task_id), "token": token, "now": self._now}
         row = cur.execute(Q.get_current_lease, params).fetchone()
         return None if row is None else _task_row(row)
@@ -977,7 +942,7 @@ class PostgresTransaction:
             "at": at,
             "now": self._now,
         }
-        row = self._opened_cursor.execute(Q.end_lease, params).fetchone()
+        row = self._cursor.execute(Q.end_lease, params).fetchone()
         self._announce |= state is State.AVAILABLE
         if row is None:
             raise InvariantViolation(
@@ -997,7 +962,7 @@ class PostgresTransaction:
         return None if stop is None else bool(stop)
 
     def wake(self, task: TaskRow, order: int, at: Number) -> None:
-        cur = self._opened_cursor  # (first: the call's time is known once it opened)
+        cur = self._cursor  # (first: the call's time is known once it opened)
         params = {"id": task.row_id, "order": order, "at": at, "now": self._now}
         if cur.execute(Q.wake_task, params).rowcount != 1:
             raise InvariantViolation(f"task {task.task_id!r} was no longer WAITING")
@@ -1014,7 +979,7 @@ class PostgresTransaction:
         a concurrent add committed after this call's probe makes the unique index
         refuse the update, and the task stays DEAD (as when the probe sees the holder)
         without undoing the call.  A task without a key needs none."""
-        cur = self._opened_cursor
+        cur = self._cursor
         cur.execute(Q.remake_groups, {"ids": row_ids})
         moved = 0
         for row_id in row_ids:
@@ -1040,34 +1005,14 @@ class PostgresTransaction:
 
     def dead_ids(self, queue: str, limit: int) -> list[tuple[int, str]]:
         params = {"queue": queue, "limit": None if limit < 0 else limit}
-        rows = self._opened_cursor.execute(Q.dead_ids, params)
+        rows = self._cursor.execute(Q.dead_ids, params)
         return [(row_id, read(task_id)) for row_id, task_id in rows]
 
-    def tasks(self, queue: str, state: State | None, limit: int) -> list[TaskRow]:
-        if state is None:
-            cur = self._opened_cursor.execute(Q.list_tasks, {"queue": queue, "limit": limit})
-        else:
-            params = {"queue": queue, "state": state.value, "limit": limit}
-            cur = self._opened_cursor.execute(Q.list_tasks_in_state, params)
-        return [_task_row(row) for row in cur.fetchall()]
-
-    def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
-        params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
-        return int(self._opened_cursor.execute(Q.purge_batch, params).rowcount)
-
     def forget_groups(self, queue: str, after: str, batch: int) -> tuple[int, str | None]:
-        cur = self._opened_cursor
+        cur = self._cursor
         params = {"queue": queue, "after": after, "batch": batch, "now": self._now}
         forgotten, last, seen = cur.execute(Q.forget_groups, params).fetchone()
         return int(forgotten), last if seen == batch else None
-
-    def stats(self, queue: str) -> Figures:
-        return _figures(self._opened_cursor, queue)
-
-    def outcome(self, queue: str, task_id: str) -> Outcome | None:
-        params = {"queue": queue, "task_id": stored(task_id)}
-        row = self._opened_cursor.execute(Q.task_outcome, params).fetchone()
-        return None if row is None else (row[0], row[1], read_or_none(row[2]))
 
     def progress(
         self, queue: str, task_id: str, token: int, value: float | None, message: str | None
@@ -1082,74 +1027,9 @@ class PostgresTransaction:
         ((reported,),) = self._write(Q.report_progress, params)
         return bool(reported)
 
-    def schedule(self, queue: str, name: str) -> ScheduleState | None:
-        row = self._opened_cursor.execute(Q.get_schedule, {"queue": queue, "name": name}).fetchone()
-        return None if row is None else ScheduleState(*row)
-
-    def save_schedule(self, state: ScheduleState, seen: Number | None) -> bool:
-        params = {**state._asdict(), "seen": seen}
-        sql = Q.insert_schedule if seen is None else Q.update_schedule
-        return bool(self._opened_cursor.execute(sql, params).rowcount == 1)
-
-    def forget_schedule(self, queue: str, name: str) -> bool:
-        params = {"queue": queue, "name": name}
-        return bool(self._opened_cursor.execute(Q.delete_schedule, params).rowcount == 1)
-
-    def cancel_unstarted(self, queue: str, task_id: str) -> bool:
-        params = {"queue": queue, "task_id": stored(task_id), "now": self.now}
-        return bool(self._cur.execute(Q.cancel_unstarted, params).rowcount == 1)
-
-    def request_stop(self, queue: str, task_id: str) -> bool:
-        params = {"queue": queue, "task_id": stored(task_id), "now": self.now}
-        return bool(self._cur.execute(Q.request_stop, params).rowcount == 1)
-
-    def set_paused(self, queue: str, paused: bool) -> bool:
-        statement = Q.pause_queue if paused else Q.resume_queue
-        changed = bool(self._cur.execute(statement, {"queue": queue, "now": self.now}).rowcount)
-        self._announce |= changed and not paused  # idle listeners claim at once
-        return changed
-
-    def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
-        cur, params = self._opened_cursor, {"queue": queue, "group_key": group}
-        if limit is None:
-            changed = bool(cur.execute(Q.remove_limit, params).rowcount)
-        else:
-            cur.execute(Q.set_limit, {**params, **limit._asdict()})
-            changed = True
-        cur.execute(Q.apply_limits, params)
-        self._announce = True  # groups may start tasks they could not before
-        return changed
-
-    def limits(self, queue: str) -> dict[str, Limit]:
-        rows = self._opened_cursor.execute(Q.list_limits, {"queue": queue}).fetchall()
-        return {group: Limit(*rest) for group, *rest in rows}
-
-    def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
-        rows = self._opened_cursor.execute(Q.list_groups, {"queue": queue}).fetchall()
-        return {group: (running, live) for group, running, live in rows}
-
-    def beat_worker(self, row: WorkerRow) -> None:
-        params = versioned(row, self._backend.schema_version)
-        self._opened_cursor.execute(Q.beat_worker, params)
-
-    def prune_workers(self, before: Number) -> int:
-        return int(self._opened_cursor.execute(Q.prune_workers, {"before": before}).rowcount)
-
-    def forget_worker(self, worker_id: str) -> bool:
-        params = {"worker_id": worker_id}
-        return bool(self._opened_cursor.execute(Q.forget_worker, params).rowcount == 1)
-
-    def settings(self, queue: str) -> QueueSettings | None:
-        row = self._opened_cursor.execute(Q.queue_settings, {"queue": queue}).fetchone()
-        return None if row is None else stored_settings([(queue, *row)])[queue]
-
-    def save_settings(self, queue: str, settings: QueueSettings) -> None:
-        params = settings_params(queue, settings, self.now)
-        self._opened_cursor.execute(Q.save_settings, params)
-
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         params = {"queue": queue, "key": key, "cutoff": cutoff}
-        row = self._opened_cursor.execute(Q.key_holder, params).fetchone()
+        row = self._cursor.execute(Q.key_holder, params).fetchone()
         return None if row is None else Holder(row[0], read(row[1]), State(row[2]), row[3])
 
     def insert_keyed(
@@ -1167,7 +1047,7 @@ class PostgresTransaction:
         aging: float = DEFAULT_AGING,
         group: str | None = None,
     ) -> bool:
-        cur = self._opened_cursor  # (first: the call's time is known once it opened)
+        cur = self._cursor  # (first: the call's time is known once it opened)
         params = _new_task(queue, task_id, max_attempts, retry, payload, run_at, name)
         params.update(key=key, group_key=group, priority=priority, aging=aging, now=self._now)
         added = cur.execute(Q.insert_keyed_task, params).fetchone() is not None
@@ -1175,7 +1055,7 @@ class PostgresTransaction:
         return added
 
     def debounce(self, holder: Holder, payload: Encoded, run_at: Number | None) -> bool:
-        cur = self._opened_cursor
+        cur = self._cursor
         params = {
             "id": holder.row_id,
             "state": holder.state.value,
@@ -1201,15 +1081,6 @@ def _figures(cur: Any, queue: str) -> Figures:
     return counts, front, deadline, run_at, paused
 
 
-def _in_snapshot(cur: Any, read: Callable[..., T], *args: Any) -> T:
-    """``read(cur, *args)`` in a read-only transaction: one snapshot, no lock."""
-    cur.execute(Q.begin_snapshot)
-    try:
-        return read(cur, *args)
-    finally:
-        cur.execute(Q.rollback)
-
-
 def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
     states = cur.execute(Q.count_states).fetchall()
     names = cur.execute(Q.count_names).fetchall() if with_names else []
@@ -1224,28 +1095,6 @@ def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
 def _claimed(row: tuple[Any, ...]) -> Claimed:
     task_id, token, attempts, payload, payload_bytes, name = row
     return read(task_id), token, attempts, payload if payload_bytes is None else payload_bytes, name
-
-
-def _task_row(row: tuple[Any, ...]) -> TaskRow:
-    (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap, deadline,
-     run_at, payload, payload_bytes, error, created, updated, finished, name,
-     stop, result, progress, message, key, priority, group) = row  # fmt: skip
-    return TaskRow(
-        row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
-        stored_policy(kind, base, cap), deadline, run_at,
-        payload if payload_bytes is None else payload_bytes, read_or_none(error),
-        created, updated, finished, name, stop, result, progress, message, group,
-        key, priority,
-    )  # fmt: skip
-
-
-def _event_row(row: tuple[Any, ...]) -> TaskRow:
-    (_at, _order, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
-     stop) = row  # fmt: skip
-    return TaskRow(
-        row_id, read(task_id), State(state), attempts, max_attempts, token, seq,
-        stored_policy(kind, base, cap), stop_requested_at=stop,
-    )  # fmt: skip
 
 
 def _new_task(

@@ -1062,13 +1062,26 @@ FROM sqlq_settings WHERE queue = %(queue)s
 SELECT queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap
 FROM sqlq_settings ORDER BY queue
 
--- name: save_settings
--- Store a queue's settings (Queue.configure, sqlq configure), replacing any.
+-- name: configure_settings
+-- Change a queue's settings (Queue.configure, sqlq configure) in one statement: those
+-- given replace the stored ones (a queue without any takes the defaults for the
+-- others), those not given (keep_*) stay; returns the settings now stored.  One
+-- upsert: a read and then a write of the whole row lost one of two configures at
+-- once (the second wrote back what it had read before the first committed).
 INSERT INTO sqlq_settings
     (queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap, updated_at)
 VALUES (%(queue)s, %(lease_seconds)s, %(max_attempts)s, %(retry_kind)s, %(retry_base)s,
         %(retry_cap)s, %(now)s)
 ON CONFLICT (queue) DO UPDATE
-SET lease_seconds = excluded.lease_seconds, max_attempts = excluded.max_attempts,
-    retry_kind = excluded.retry_kind, retry_base = excluded.retry_base,
-    retry_cap = excluded.retry_cap, updated_at = excluded.updated_at
+SET lease_seconds = CASE WHEN %(keep_lease)s THEN sqlq_settings.lease_seconds
+                         ELSE excluded.lease_seconds END,
+    max_attempts = CASE WHEN %(keep_attempts)s THEN sqlq_settings.max_attempts
+                        ELSE excluded.max_attempts END,
+    retry_kind = CASE WHEN %(keep_retry)s THEN sqlq_settings.retry_kind
+                      ELSE excluded.retry_kind END,
+    retry_base = CASE WHEN %(keep_retry)s THEN sqlq_settings.retry_base
+                      ELSE excluded.retry_base END,
+    retry_cap = CASE WHEN %(keep_retry)s THEN sqlq_settings.retry_cap
+                     ELSE excluded.retry_cap END,
+    updated_at = excluded.updated_at
+RETURNING queue, lease_seconds, max_attempts, retry_kind, retry_base, retry_cap

@@ -1,9 +1,11 @@
 """The SQLite backend: one file, many processes, one write transaction per call.
 
-SQLAlchemy's pysqlite dialect makes the connections (URL handling, the DB-API
-module choice, connect-time settings); the calls then run the named statements
-of queries.sql on the driver connection, with no ORM or expression compilation
-on the hot path.
+The backend opens its own connections with the DB-API module (driver.py) and
+runs the named statements of queries.sql on them, with no ORM or expression
+compilation on the hot path.  SQLAlchemy is imported only for what needs it: a
+``sqlite:///`` URL, ``queue.engine`` (made on first use, with the same
+connect-time settings) and the caller's connections given as ``conn=``; reading
+stats or running a worker on a file path never imports it.
 
 Concurrency model:
 
@@ -37,10 +39,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import TracebackType
-from typing import Any, Literal, NoReturn, TypeVar
-
-import sqlalchemy as sa
-from sqlalchemy.pool import NullPool
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from ..backend import (
     Claimed,
@@ -48,9 +47,7 @@ from ..backend import (
     Holder,
     Opened,
     TaskRow,
-    WorkerRow,
     claim_each,
-    due_of,
 )
 from ..browse import Browse, Found, task_row
 from ..clock import kernel_time
@@ -58,9 +55,7 @@ from ..contract import (
     DEFAULT_AGING,
     FINISHED,
     Completion,
-    Limit,
     Number,
-    Outcome,
     State,
     time_after,
 )
@@ -80,14 +75,12 @@ from ..records import (
     Checkpoint,
     Compaction,
     QueueOverview,
-    ScheduleState,
     SchemaVersions,
     StorageFacts,
     overviews,
 )
-from ..registry import versioned
 from ..retry import Retry, stored_policy
-from ..settings import QueueSettings, settings_params, stored_settings
+from ..sqlstore import SqlCalls, SqlReads, event_row, in_snapshot
 from . import driver, files
 from .gate import Gate
 from .migrate import (
@@ -99,6 +92,9 @@ from .migrate import (
     latest_version,
 )
 from .queries import Q
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 Synchronous = Literal["full", "normal"]
 T = TypeVar("T")
@@ -120,6 +116,7 @@ log = logging.getLogger("sqlq")
 # if the child held the parent's locks.
 _inherited: list[Any] = []
 _live_backends: weakref.WeakSet[SqliteBackend] = weakref.WeakSet()
+_engine_lock = threading.Lock()  # makes each backend's queue.engine once
 
 
 def _before_fork() -> None:
@@ -162,6 +159,8 @@ def database_path(path_or_url: str | os.PathLike[str]) -> str:
     if not isinstance(path_or_url, str):
         raise InvalidConfig(f"expected a path or sqlite:/// URL, not {type(path_or_url).__name__}")
     if "://" in path_or_url:
+        import sqlalchemy as sa  # a URL: SQLAlchemy reads it
+
         try:
             url = sa.engine.make_url(path_or_url)
         except sa.exc.ArgumentError as exc:
@@ -200,8 +199,23 @@ STATEMENT_CACHE = 1024
 SETTINGS_SINCE = 15
 
 
-class SqliteBackend:
+def _task_row(row: tuple[Any, ...]) -> TaskRow:
+    (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
+     deadline, run_at, payload, error, created, updated, finished, name, stop,
+     result, progress, message, key, priority, group) = row  # fmt: skip
+    return TaskRow(
+        row_id, task_id, State(state), attempts, max_attempts, token, seq,
+        stored_policy(kind, base, cap), deadline, run_at, payload, error,
+        created, updated, finished, name, stop, result, progress, message, group,
+        key, priority,
+    )  # fmt: skip
+
+
+class SqliteBackend(SqlReads):
     keeps_time = False  # every call is given its time
+    q = Q
+    task_row = staticmethod(_task_row)
+    settings_since = SETTINGS_SINCE
 
     def __init__(
         self,
@@ -242,28 +256,10 @@ class SqliteBackend:
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = float(busy_timeout)
         driver.warn_if_affected()
-        self._engine = sa.create_engine(
-            sa.engine.URL.create("sqlite", database=self.path),
-            module=driver.dbapi,
-            poolclass=NullPool,
-            connect_args={
-                "isolation_level": None,  # sqlq issues BEGIN IMMEDIATE / COMMIT itself
-                "check_same_thread": False,  # calls are serialised by self._lock
-                "timeout": self.busy_timeout,
-                # The DB-API module keeps this many prepared statements per connection;
-                # once full, each new one evicts the last one added, so two statements
-                # that take turns would be parsed and planned again at every execution
-                # (a worker that once ran migrations, listings and purges would).  More
-                # than every statement sqlq can run: queries.sql, the migrations.
-                "cached_statements": STATEMENT_CACHE,
-            },
-        )
-        sa.event.listen(self._engine, "connect", self._on_connect)
-        sa.event.listen(self._engine, "begin", self._on_begin)
+        self._engine: sa.Engine | None = None  # queue.engine, made when first asked for
         self._lock = threading.Lock()
         self._cutoff = math.inf  # waits end by this time.monotonic() (interrupt_waits)
-        self._fairy: Any = None  # SQLAlchemy's wrapper, owning the DB-API connection
-        self._conn: Any = None
+        self._conn: Any = None  # the DB-API connection of the queue's own calls
         # The cursor that calls' transactions run on (one per connection: a cursor
         # made per statement costs more than most statements).  Each transaction
         # ends with COMMIT or ROLLBACK on it, which resets whatever it ran before.
@@ -306,7 +302,21 @@ class SqliteBackend:
 
     # --- connections --------------------------------------------------------------
 
-    def _on_connect(self, dbapi_conn: Any, _record: Any) -> None:
+    def _connect_args(self) -> dict[str, Any]:
+        """How every connection to the file is opened (the queue's and queue.engine's)."""
+        return {
+            "isolation_level": None,  # sqlq issues BEGIN IMMEDIATE / COMMIT itself
+            "check_same_thread": False,  # calls are serialised by self._lock
+            "timeout": self.busy_timeout,
+            # The DB-API module keeps this many prepared statements per connection;
+            # once full, each new one evicts the last one added, so two statements
+            # that take turns would be parsed and planned again at every execution
+            # (a worker that once ran migrations, listings and purges would).  More
+            # than every statement sqlq can run: queries.sql, the migrations.
+            "cached_statements": STATEMENT_CACHE,
+        }
+
+    def _on_connect(self, dbapi_conn: Any, _record: Any = None) -> None:
         dbapi_conn.execute(
             Q.set_synchronous_full if self.synchronous == "full" else Q.set_synchronous_normal
         )
@@ -317,11 +327,15 @@ class SqliteBackend:
             if self._closed:
                 raise QueueClosed(f"{self.path}: the queue is closed")
             try:
-                self._fairy = self._engine.raw_connection()
-            except sa.exc.DBAPIError as exc:
-                cause = exc.orig if exc.orig is not None else exc
-                raise driver.translate(cause, self.path) from cause
-            self._conn = self._fairy.driver_connection
+                conn = driver.dbapi.connect(self.path, **self._connect_args())
+                try:
+                    self._on_connect(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+            except driver.dbapi.Error as exc:
+                raise driver.translate(exc, self.path) from exc
+            self._conn = conn
             self._conn.text_factory = driver.stored_text
             self._cursor = self._conn.cursor()
             # The queue's own connection checkpoints itself (_after_commit); those
@@ -338,9 +352,9 @@ class SqliteBackend:
 
     def _disconnect(self) -> None:
         self._cursor = None
-        if self._fairy is not None:
-            self._fairy.close()
-        self._fairy = self._conn = None
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
 
     def _close_before_fork(self) -> None:
         """Before fork(): close the connection, so that none of sqlq's is open in this
@@ -368,9 +382,9 @@ class SqliteBackend:
     def _start_in_child(self) -> None:
         """After fork(), in the child: a new lock (a call of the parent's other threads
         may have held the old one), a new connection and gate files on first use."""
-        if self._fairy is not None:  # left open by _close_before_fork: keep it, unused
-            _inherited.append((self._fairy, self._conn, self._cursor))
-            self._fairy = self._conn = self._cursor = None
+        if self._conn is not None:  # left open by _close_before_fork: keep it, unused
+            _inherited.append((self._conn, self._cursor))
+            self._conn = self._cursor = None
         if self._gate is not None:
             self._gate.close_copy()
             self._gate = None
@@ -387,7 +401,8 @@ class SqliteBackend:
             if self._gate is not None:
                 self._gate.close()
                 self._gate = None
-            self._engine.dispose()
+            if self._engine is not None:
+                self._engine.dispose()
             _live_backends.discard(self)
 
     def schema_changed(self, found: int) -> SchemaChanged:
@@ -407,21 +422,18 @@ class SqliteBackend:
             yield
         except driver.dbapi.Error as exc:
             raise self._translated(exc) from exc
-        except sa.exc.DBAPIError as exc:  # raised by SQLAlchemy when it connects
-            cause = exc.orig if exc.orig is not None else exc
-            raise self._translated(cause) from cause
 
     def _translated(self, exc: BaseException) -> Exception:
         """The sqlq error for a DB-API error (called holding the lock).  After Corrupt the
         connection is dropped (never the file): its page cache may hold what was read
         wrong, and the next call reads afresh through a new connection."""
         error = driver.translate(exc, self.path)
-        if isinstance(error, Corrupt) and self._fairy is not None and not self._closed:
+        if isinstance(error, Corrupt) and self._conn is not None and not self._closed:
             with suppress(Exception):
-                if self._conn is not None and self._conn.in_transaction:
+                if self._conn.in_transaction:
                     self._conn.execute(Q.rollback)
-                self._fairy.close()
-            self._fairy = self._conn = self._cursor = None
+                self._conn.close()
+            self._conn = self._cursor = None
         return error
 
     # --- calls ----------------------------------------------------------------------
@@ -433,8 +445,23 @@ class SqliteBackend:
     @property
     def engine(self) -> sa.Engine:
         """Its transactions start with ``BEGIN IMMEDIATE`` and it uses the same SQLite
-        library as the queue."""
-        return self._engine
+        library and connect-time settings as the queue.  Made (and SQLAlchemy
+        imported) when first asked for."""
+        with _engine_lock:
+            if self._engine is None:
+                import sqlalchemy as sa
+                from sqlalchemy.pool import NullPool
+
+                engine = sa.create_engine(
+                    sa.engine.URL.create("sqlite", database=self.path),
+                    module=driver.dbapi,
+                    poolclass=NullPool,
+                    connect_args=self._connect_args(),
+                )
+                sa.event.listen(engine, "connect", self._on_connect)
+                sa.event.listen(engine, "begin", self._on_begin)
+                self._engine = engine
+            return self._engine
 
     def transaction(
         self,
@@ -453,6 +480,8 @@ class SqliteBackend:
     def _external_connection(self, external: Any) -> Any:
         if self._closed:
             raise QueueClosed(f"{self.path}: the queue is closed")
+        import sqlalchemy as sa  # (the caller's connection is SQLAlchemy's: imported)
+
         if not isinstance(external, sa.Connection):
             raise InvalidArgument(
                 f"conn must be a SQLAlchemy Connection, not {type(external).__name__}"
@@ -479,55 +508,18 @@ class SqliteBackend:
         """Transactions on queue.engine take the write lock at once, as the queue's do."""
         connection.exec_driver_sql(Q.begin_write)
 
-    def ready(self, queue: str, now: Number | None) -> bool:
-        now = time.time() if now is None else now  # SQLite's clock is this process's
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            row = self._waiting(
-                lambda: conn.execute(Q.ready, {"queue": queue, "now": now}).fetchone(), deadline
-            )
-        return bool(row[0])
-
-    def next_due(self, queue: str, now: Number | None) -> tuple[Number, Number | None]:
-        now = time.time() if now is None else now  # SQLite's clock is this process's
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            row = self._waiting(
-                lambda: conn.execute(Q.next_due, {"queue": queue, "now": now}).fetchone(),
-                deadline,
-            )
-        return due_of(row)
-
-    def paused(self, queue: str) -> bool:
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            row = self._waiting(
-                lambda: conn.execute(Q.queue_paused, {"queue": queue}).fetchone(), deadline
-            )
-        return bool(row[0])
-
-    def settings(self, queue: str | None) -> dict[str, QueueSettings]:
-        if self.schema_version < SETTINGS_SINCE:  # none stored before that migration
-            return {}
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            rows = self._waiting(lambda: _settings_rows(conn, queue), deadline)
-        return stored_settings(rows)
-
-    def counts(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            for queue, state, count in self._waiting(
-                lambda: conn.execute(Q.count_states).fetchall(), deadline
-            ):
-                out.setdefault(queue, {})[state] = count
-        return out
-
     def snapshot(self, queue: str) -> Figures:
+        return self._read(lambda conn: in_snapshot(conn, Q, "begin_read", _figures, queue))
+
+    def _read(self, attempt: Callable[[Any], T]) -> T:
+        """``attempt(conn)``, a read outside any transaction, holding the thread lock and
+        retried while SQLite says busy, within one busy_timeout (see sqlstore)."""
         with self._holding_lock() as deadline, self._guard():
             conn = self._connection()
-            return self._waiting(lambda: _in_snapshot(conn, _figures, queue), deadline)
+            return self._waiting(lambda: attempt(conn), deadline)
+
+    def _read_time(self, now: Number | None) -> Number:
+        return time.time() if now is None else now  # SQLite's clock is this process's
 
     # --- waiting, within one budget ---------------------------------------------------
 
@@ -685,9 +677,7 @@ class SqliteBackend:
         return SchemaVersions(self.schema_found, self.schema_version, latest_version())
 
     def overview(self, with_names: bool) -> dict[str, QueueOverview]:
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            return self._waiting(lambda: _in_snapshot(conn, _overview, with_names), deadline)
+        return self._read(lambda conn: in_snapshot(conn, Q, "begin_read", _overview, with_names))
 
     def compact(self) -> Compaction:
         """VACUUM (it rewrites the whole file, holding the write lock), then a checkpoint
@@ -713,9 +703,7 @@ class SqliteBackend:
         partial = f"{dest}.sqlq-backup-{os.getpid()}"
         files.create_database_file(partial, self.file_mode)  # VACUUM INTO fills an empty file
         try:
-            with self._holding_lock() as deadline, self._guard():
-                conn = self._connection()
-                self._waiting(lambda: conn.execute(Q.vacuum_into, {"dest": partial}), deadline)
+            self._read(lambda conn: conn.execute(Q.vacuum_into, {"dest": partial}))
             _fsync(partial)
             os.replace(partial, dest)
         finally:
@@ -740,50 +728,14 @@ class SqliteBackend:
         if os.path.getsize(dest) > 0:  # refuses anything but a sqlq database, unchanged
             SqliteBackend(dest, migrate=False, busy_timeout=self.busy_timeout).close()
 
-    def schedules(self) -> list[ScheduleState]:
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            rows = self._waiting(lambda: conn.execute(Q.list_schedules).fetchall(), deadline)
-        return [ScheduleState(*row) for row in rows]
-
     # --- the dashboard: reads only ------------------------------------------------------
 
     def browse(self, where: Browse) -> list[Found]:
         statement = Q.browse_newest if where.order == "newest" else Q.browse_line
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            return self._waiting(lambda: _browsed(conn, statement, where.params()), deadline)
-
-    def find(self, queue: str, task_id: str) -> TaskRow | None:
-        params = {"queue": queue, "task_id": task_id}
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            row = self._waiting(lambda: conn.execute(Q.get_task, params).fetchone(), deadline)
-        return None if row is None else _task_row(row)
-
-    def finished_per_bucket(
-        self, queue: str, since: Number, bucket: int
-    ) -> list[tuple[Number, str, int]]:
-        params = {"queue": queue, "since": since, "bucket": bucket}
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            rows = self._waiting(
-                lambda: conn.execute(Q.finished_per_bucket, params).fetchall(), deadline
-            )
-        return [(at, state, count) for at, state, count in rows]
-
-    def workers(self) -> tuple[Number, list[WorkerRow]]:
-        def read() -> tuple[Number, list[Any]]:
-            ((at,),) = conn.execute(Q.registry_time).fetchall()
-            return at, conn.execute(Q.list_workers).fetchall()
-
-        with self._holding_lock() as deadline, self._guard():
-            conn = self._connection()
-            at, rows = self._waiting(read, deadline)
-        return at, [WorkerRow(*row) for row in rows]
+        return self._read(lambda conn: _browsed(conn, statement, where.params()))
 
 
-class SqliteTransaction:
+class SqliteTransaction(SqlCalls):
     """One call's transaction and statements; see sqlq.backend.Transaction.
 
     A class-based context manager (not a generator) because it is on the hot
@@ -813,6 +765,9 @@ class SqliteTransaction:
         "paused",
         "queue",
     )
+
+    q = Q
+    task_row = staticmethod(_task_row)
 
     def __init__(
         self,
@@ -876,7 +831,7 @@ class SqliteTransaction:
                     self.now = mark
                 if due:
                     rows = cur.execute(Q.due_events, (self.queue, self.now)).fetchall()
-                    self.events = [(row[0], row[1], _event_row(row)) for row in rows]
+                    self.events = [(row[0], row[1], event_row(row)) for row in rows]
                 self._opened(self, asked)
         except BaseException as exc:
             self._fail(exc)
@@ -947,6 +902,13 @@ class SqliteTransaction:
                     backend.end_write()
                 finally:
                     backend._lock.release()
+
+    @property
+    def _cursor(self) -> Any:
+        return self._cur
+
+    def _figures(self, cur: Any, queue: str) -> Figures:
+        return _figures(cur, queue)
 
     def _next_id(self) -> int:
         self._counter += 1
@@ -1135,10 +1097,6 @@ class SqliteTransaction:
         self._counter = token
         return task_id, token, attempts, payload, name
 
-    def get(self, queue: str, task_id: str) -> TaskRow | None:
-        row = self._cur.execute(Q.get_task, {"queue": queue, "task_id": task_id}).fetchone()
-        return None if row is None else _task_row(row)
-
     def lease(self, queue: str, task_id: str, token: int | None) -> TaskRow | None:
         """get, checked: the write lock holds the row for the rest of the call."""
         task = self.get(queue, task_id)
@@ -1214,18 +1172,6 @@ class SqliteTransaction:
         rows = self._cur.execute(Q.dead_ids, {"queue": queue, "limit": limit}).fetchall()
         return [(row_id, task_id) for row_id, task_id in rows]
 
-    def tasks(self, queue: str, state: State | None, limit: int) -> list[TaskRow]:
-        if state is None:
-            cur = self._cur.execute(Q.list_tasks, {"queue": queue, "limit": limit})
-        else:
-            params = {"queue": queue, "state": state.value, "limit": limit}
-            cur = self._cur.execute(Q.list_tasks_in_state, params)
-        return [_task_row(row) for row in cur.fetchall()]
-
-    def purge(self, queue: str, state: State, cutoff: Number, batch: int) -> int:
-        params = {"queue": queue, "state": state.value, "cutoff": cutoff, "batch": batch}
-        return int(self._cur.execute(Q.purge_batch, params).rowcount)
-
     def forget_groups(self, queue: str, after: str, batch: int) -> tuple[int, str | None]:
         params = {"queue": queue, "after": after, "batch": batch, "now": self.now}
         last, seen = self._cur.execute(Q.group_span, params).fetchone()
@@ -1233,39 +1179,6 @@ class SqliteTransaction:
             return 0, None
         forgotten = int(self._cur.execute(Q.forget_groups, {**params, "last": last}).rowcount)
         return forgotten, last if seen == batch else None
-
-    def stats(self, queue: str) -> Figures:
-        return _figures(self._cur, queue)
-
-    def schedule(self, queue: str, name: str) -> ScheduleState | None:
-        row = self._cur.execute(Q.get_schedule, {"queue": queue, "name": name}).fetchone()
-        return None if row is None else ScheduleState(*row)
-
-    def save_schedule(self, state: ScheduleState, seen: Number | None) -> bool:
-        params = {**state._asdict(), "seen": seen}
-        sql = Q.insert_schedule if seen is None else Q.update_schedule
-        return bool(self._cur.execute(sql, params).rowcount == 1)
-
-    def forget_schedule(self, queue: str, name: str) -> bool:
-        params = {"queue": queue, "name": name}
-        return bool(self._cur.execute(Q.delete_schedule, params).rowcount == 1)
-
-    def cancel_unstarted(self, queue: str, task_id: str) -> bool:
-        params = {"queue": queue, "task_id": task_id, "now": self.now}
-        return bool(self._cur.execute(Q.cancel_unstarted, params).rowcount == 1)
-
-    def request_stop(self, queue: str, task_id: str) -> bool:
-        params = {"queue": queue, "task_id": task_id, "now": self.now}
-        return bool(self._cur.execute(Q.request_stop, params).rowcount == 1)
-
-    def set_paused(self, queue: str, paused: bool) -> bool:
-        statement = Q.pause_queue if paused else Q.resume_queue
-        return bool(self._cur.execute(statement, {"queue": queue, "now": self.now}).rowcount)
-
-    def outcome(self, queue: str, task_id: str) -> Outcome | None:
-        params = {"queue": queue, "task_id": task_id}
-        row = self._cur.execute(Q.task_outcome, params).fetchone()
-        return None if row is None else (row[0], row[1], row[2])
 
     def progress(
         self, queue: str, task_id: str, token: int, value: float | None, message: str | None
@@ -1279,41 +1192,6 @@ class SqliteTransaction:
             "now": self.now,
         }
         return bool(self._cur.execute(Q.report_progress, params).rowcount == 1)
-
-    def set_limit(self, queue: str, group: str, limit: Limit | None) -> bool:
-        params = {"queue": queue, "group_key": group}
-        if limit is None:
-            changed = bool(self._cur.execute(Q.remove_limit, params).rowcount)
-        else:
-            self._cur.execute(Q.set_limit, {**params, **limit._asdict()})
-            changed = True
-        self._cur.execute(Q.apply_limits, params)
-        return changed
-
-    def limits(self, queue: str) -> dict[str, Limit]:
-        rows = self._cur.execute(Q.list_limits, {"queue": queue}).fetchall()
-        return {group: Limit(*rest) for group, *rest in rows}
-
-    def groups_in_use(self, queue: str) -> dict[str, tuple[int, int]]:
-        rows = self._cur.execute(Q.list_groups, {"queue": queue}).fetchall()
-        return {group: (running, live) for group, running, live in rows}
-
-    def beat_worker(self, row: WorkerRow) -> None:
-        self._cur.execute(Q.beat_worker, versioned(row, self._backend.schema_version))
-
-    def prune_workers(self, before: Number) -> int:
-        return int(self._cur.execute(Q.prune_workers, {"before": before}).rowcount)
-
-    def forget_worker(self, worker_id: str) -> bool:
-        params = {"worker_id": worker_id}
-        return bool(self._cur.execute(Q.forget_worker, params).rowcount == 1)
-
-    def settings(self, queue: str) -> QueueSettings | None:
-        row = self._cur.execute(Q.queue_settings, {"queue": queue}).fetchone()
-        return None if row is None else stored_settings([(queue, *row)])[queue]
-
-    def save_settings(self, queue: str, settings: QueueSettings) -> None:
-        self._cur.execute(Q.save_settings, settings_params(queue, settings, self.now))
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
         self._keying()
@@ -1369,13 +1247,6 @@ class SqliteTransaction:
             raise InvariantViolation(f"task {task.task_id!r} was no longer {was}")
 
 
-def _settings_rows(conn: Any, queue: str | None) -> list[tuple[Any, ...]]:
-    if queue is None:
-        return list(conn.execute(Q.list_settings).fetchall())
-    row = conn.execute(Q.queue_settings, {"queue": queue}).fetchone()
-    return [] if row is None else [(queue, *row)]
-
-
 def _figures(cur: Any, queue: str) -> Figures:
     """The figures of Queue.stats, read with ``cur`` (in a transaction: one snapshot)."""
     counts = dict.fromkeys((s.value for s in State), 0)
@@ -1392,15 +1263,6 @@ def _fronts(cur: Any, queue: str) -> tuple[Number | None, Number | None, Number 
     (deadline,) = cur.execute(Q.next_deadline, params).fetchone()
     (run_at,) = cur.execute(Q.next_run_at, params).fetchone()
     return None if front is None else front[0], deadline, run_at
-
-
-def _in_snapshot(conn: Any, read: Callable[..., T], *args: Any) -> T:
-    """``read(conn, *args)`` in a read transaction of its own: one snapshot, no write lock."""
-    conn.execute(Q.begin_read)
-    try:
-        return read(conn, *args)
-    finally:
-        conn.execute(Q.rollback)
 
 
 def _overview(cur: Any, with_names: bool) -> dict[str, QueueOverview]:
@@ -1434,24 +1296,3 @@ def _fsync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _task_row(row: tuple[Any, ...]) -> TaskRow:
-    (row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
-     deadline, run_at, payload, error, created, updated, finished, name, stop,
-     result, progress, message, key, priority, group) = row  # fmt: skip
-    return TaskRow(
-        row_id, task_id, State(state), attempts, max_attempts, token, seq,
-        stored_policy(kind, base, cap), deadline, run_at, payload, error,
-        created, updated, finished, name, stop, result, progress, message, group,
-        key, priority,
-    )  # fmt: skip
-
-
-def _event_row(row: tuple[Any, ...]) -> TaskRow:
-    (_at, _order, row_id, task_id, state, attempts, max_attempts, token, seq, kind, base, cap,
-     stop) = row  # fmt: skip
-    return TaskRow(
-        row_id, task_id, State(state), attempts, max_attempts, token, seq,
-        stored_policy(kind, base, cap), stop_requested_at=stop,
-    )  # fmt: skip
