@@ -58,9 +58,9 @@ def event_row(row: tuple[Any, ...], read: Callable[[str], str] = _same) -> TaskR
 
 
 def in_snapshot(cur: Any, q: Queries, begin: str, read: Callable[..., T], *args: Any) -> T:
-    """``read(cur, *args)`` in a read transaction of its own, begun with the statement
-    ``begin`` of ``q``: one snapshot, no write lock; rolled back whatever happens."""
-    cur.execute(getattr(q, begin))
+    """``read(cur, *args)`` in a read transaction of its own, begun with ``begin`` (one
+    of ``q``'s statements): one snapshot, no write lock; rolled back whatever happens."""
+    cur.execute(begin)
     try:
         return read(cur, *args)
     finally:

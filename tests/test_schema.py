@@ -419,7 +419,9 @@ def test_statement_splitting_keeps_triggers_whole() -> None:
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_every_query_is_described_and_used(backend: str) -> None:
     """Each backend's queries.sql against the code that uses its Q: the backend's
-    package and, for SQLite, the modules above it that still use its queries."""
+    package, the SQL layer both backends share (sqlq/sqlstore.py, whose calls name
+    their backend's statements as ``self.q.NAME``) and, for SQLite, the modules above
+    it that still use its queries."""
     package = Path(sqlq.__file__).parent
     other = {"sqlite": "postgresql", "postgresql": "sqlite"}[backend]
     files = [
@@ -431,6 +433,8 @@ def test_every_query_is_described_and_used(backend: str) -> None:
     code = "\n".join(p.read_text("utf-8") for p in files)
     queries = importlib.import_module(f"sqlq.{backend}.queries").Q
     used = set(re.findall(r"\bQ\.(\w+)", code)) - {"all"}
+    shared = (package / "sqlstore.py").read_text("utf-8")
+    used |= set(re.findall(r"\bq\.(\w+)", shared))
     assert used <= set(queries.all), f"used but not defined: {used - set(queries.all)}"
     assert set(queries.all) <= used, f"defined but never used: {set(queries.all) - used}"
     assert all(q.doc for q in queries.all.values())

@@ -508,7 +508,7 @@ class PostgresBackend(SqlReads):
         return SchemaVersions(self.schema_found, self.schema_version, latest_version())
 
     def overview(self, with_names: bool) -> dict[str, QueueOverview]:
-        return self._read(lambda cur: in_snapshot(cur, Q, "begin_snapshot", _overview, with_names))
+        return self._read(lambda cur: in_snapshot(cur, Q, Q.begin_snapshot, _overview, with_names))
 
     def compact(self) -> Compaction:
         """VACUUM FULL of sqlq_tasks; the sizes are the table's with its indexes."""

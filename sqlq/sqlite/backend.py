@@ -509,7 +509,7 @@ class SqliteBackend(SqlReads):
         connection.exec_driver_sql(Q.begin_write)
 
     def snapshot(self, queue: str) -> Figures:
-        return self._read(lambda conn: in_snapshot(conn, Q, "begin_read", _figures, queue))
+        return self._read(lambda conn: in_snapshot(conn, Q, Q.begin_read, _figures, queue))
 
     def _read(self, attempt: Callable[[Any], T]) -> T:
         """``attempt(conn)``, a read outside any transaction, holding the thread lock and
@@ -677,7 +677,7 @@ class SqliteBackend(SqlReads):
         return SchemaVersions(self.schema_found, self.schema_version, latest_version())
 
     def overview(self, with_names: bool) -> dict[str, QueueOverview]:
-        return self._read(lambda conn: in_snapshot(conn, Q, "begin_read", _overview, with_names))
+        return self._read(lambda conn: in_snapshot(conn, Q, Q.begin_read, _overview, with_names))
 
     def compact(self) -> Compaction:
         """VACUUM (it rewrites the whole file, holding the write lock), then a checkpoint
