@@ -62,6 +62,7 @@ class Running(Job):
     state: Phase = Phase.RUNNING
     lost: bool = False
     stuck: bool = False  # said to run on long past its time limit
+    overdue: bool = False  # counted in the worker's _overdue (past its time limit, running)
     ended: float | None = None  # when the handler returned (the worker's clock)
     queue: Queue | None = None  # the worker's (what current_task() tells the handler)
 
@@ -157,6 +158,8 @@ class Monitor:
                 if w.time_limit is not None and entry.state is Phase.RUNNING:
                     if now >= entry.started + w.time_limit:
                         entry.state = Phase.TIMED_OUT
+                        entry.overdue = True
+                        w._overdue += 1
                         limits.append(entry)
                         continue
                     soonest = min(soonest, entry.started + w.time_limit)
@@ -171,6 +174,8 @@ class Monitor:
                 return True
         for entry in limits:
             w._time_out(entry)
+        if limits:  # that slot may never be free again: the leases waiting for it go back
+            w._shed("was prefetched behind a handler that ran past its time limit")
         for entry in stuck:
             fields = task_fields(entry.lease)
             event(

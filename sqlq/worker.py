@@ -30,7 +30,9 @@
   short tasks go 16-32 a transaction, long ones are not hoarded while another
   worker could run them.  Leases waiting in the backlog are heartbeated as the
   running ones are, a lease found lost there is not run, and at a stop they
-  are released at once (the attempt not counted).  A lease that arrives once
+  are released at once (the attempt not counted).  So is the whole backlog
+  once a handler ran past its time limit: other workers run them, and that
+  slot counts for neither the handlers nor the prefetch until it is free.  A lease that arrives once
   the worker is stopping is released at once too, so none is left to run out.
 * **Results and progress.**  What a handler returns (a registered task's
   function too; awaited, for an async one) is stored as its task's result by
@@ -439,6 +441,7 @@ class Worker:
         # Leases claimed whose handlers have not started, in order; runners take them.
         self._backlog: deque[Running] = deque()
         self._active = 0  # handlers running (threads and coroutines): <= concurrency
+        self._overdue = 0  # of which past their time limit (slots they may never free)
         self._runners: set[int] = set()  # the runner threads' idents
         self._work = threading.Condition(self._lock)  # the runners' waits for a job
         self._idle: float | None = None  # the claim loop's current idle wait, if idle
@@ -711,15 +714,20 @@ class Worker:
         _cond): enough for every handler slot and the prefetch, less those held.
         The prefetch is what the handlers get through in PREFETCH_HORIZON by their
         mean duration so far (none before the first has returned), at most
-        ``prefetch``: short tasks go 16-32 a transaction, long ones are not hoarded."""
+        ``prefetch``: short tasks go 16-32 a transaction, long ones are not hoarded.
+        A slot whose handler runs past its time limit counts for neither (it may
+        never be free again)."""
+        free = self.concurrency - self._overdue
+        if free <= 0:
+            return 0
         mean = self._mean
         if mean is None:
             ahead = 0
-        elif mean * self.prefetch <= self.concurrency * PREFETCH_HORIZON:
+        elif mean * self.prefetch <= free * PREFETCH_HORIZON:
             ahead = self.prefetch
         else:
-            ahead = int(self.concurrency * PREFETCH_HORIZON / mean)
-        return max(0, self.concurrency + ahead - (self._held - reporting))
+            ahead = int(free * PREFETCH_HORIZON / mean)
+        return max(0, free + ahead - (self._held - self._overdue - reporting))
 
     def _runner(self) -> None:
         """A runner thread: runs the handlers of the leases claimed, taking them from
@@ -1081,6 +1089,9 @@ class Worker:
         cancelled = entry.cancelled and issubclass(type(error), asyncio.CancelledError)
         with self._cond:
             self._active -= 1
+            if entry.overdue:
+                entry.overdue = False
+                self._overdue -= 1
             mean = self._mean
             took = ended - entry.started
             self._mean = took if mean is None else mean + (took - mean) * DURATION_WEIGHT
@@ -1233,19 +1244,10 @@ class Worker:
         grace period, then release the rest."""
         with self._cond:
             start = self._stop_at if self._stop_at is not None else self.clock.monotonic()
-            queued = list(self._backlog)
-            self._backlog.clear()
-            for entry in queued:
-                entry.state = Phase.RELEASED
+            queued = bool(self._backlog)
         if queued:
             self._let_releases_wait()
-            for entry in queued:
-                why = "was prefetched and had not started when the worker stopped"
-                self._give_back(entry.lease, why, logging.INFO)
-            with self._cond:
-                for entry in queued:
-                    del self._running[entry.lease.token]
-                self._held -= len(queued)
+            self._shed("was prefetched and had not started when the worker stopped")
 
         def settled() -> bool:
             return self._hurry or not any(e.state in ACTIVE for e in self._running.values())
@@ -1274,6 +1276,24 @@ class Worker:
             self._cond.notify_all()
             self._monitor.end()
             self._abandon("could not be reported before the worker stopped")
+
+    def _shed(self, why: str, level: int = logging.INFO) -> None:
+        """Give back every lease waiting in the backlog (released: the attempt is not
+        counted), at a stop or once a handler ran past its time limit."""
+        with self._cond:
+            queued = list(self._backlog)
+            self._backlog.clear()
+            if not queued:
+                return
+            for entry in queued:
+                entry.state = Phase.RELEASED
+        for entry in queued:
+            self._give_back(entry.lease, why, level)
+        with self._cond:
+            for entry in queued:
+                del self._running[entry.lease.token]
+            self._held -= len(queued)
+            self._cond.notify_all()
 
     def _report_until(self, end: float, done: Callable[[], bool]) -> None:
         """Report outcomes as they come, claiming nothing, until ``done()`` (asked
@@ -1317,8 +1337,8 @@ class Worker:
 
     def _cancelled(self, lease: Lease) -> bool:
         """Did the release of ``lease`` end its task CANCELLED (a stop was asked of it,
-        which this worker may not have learnt yet)?  One read, at shutdown only; a read
-        that fails counts it as released."""
+        which this worker may not have learnt yet)?  One read, at a release only (a stop,
+        a backlog given back); a read that fails counts it as released."""
         try:
             return self.queue.status(lease.task_id) == State.CANCELLED
         except Exception:

@@ -1646,6 +1646,27 @@ MUTANTS = [
         "\n",
         (f"{DOCS_SITE}test_the_site_builds_with_warnings_as_errors",),
     ),
+    # --- the batched worker's backlog (issue 24's probe, tests/test_probe_batches.py)
+    Mutant(  # the leases prefetched behind a handler past its time limit stay held
+        "worker-backlog-kept-behind-a-timed-out-handler",
+        "sqlq/monitor.py",
+        "        if limits:  # that slot may never be free again",
+        "        if False:  # that slot may never be free again",
+        (
+            "tests/test_probe_batches.py::"
+            "test_tasks_prefetched_behind_a_handler_past_its_time_limit_are_run_elsewhere",
+        ),
+    ),
+    Mutant(  # a slot past its time limit counts as free: the backlog given back is claimed again
+        "worker-prefetch-counts-a-slot-past-its-time-limit",
+        "sqlq/monitor.py",
+        "                        w._overdue += 1\n",
+        "",
+        (
+            "tests/test_probe_batches.py::"
+            "test_tasks_prefetched_behind_a_handler_past_its_time_limit_are_run_elsewhere",
+        ),
+    ),
 ]
 
 

@@ -124,13 +124,9 @@ def test_a_task_cancelled_while_prefetched_never_starts(tmp_path: Path) -> None:
 
 
 @pytest.mark.processes
-@pytest.mark.xfail(
-    strict=True,
-    reason="a sync handler that hangs past its time limit keeps its slot (documented), "
-    "and the leases prefetched behind it stay in that worker's backlog, heartbeated, "
-    "until the worker stops: no other worker can run them",
-)
-def test_tasks_prefetched_behind_a_hung_handler_are_run_elsewhere(tmp_path: Path) -> None:
+def test_tasks_prefetched_behind_a_handler_past_its_time_limit_are_run_elsewhere(
+    tmp_path: Path,
+) -> None:
     db, log = _files(tmp_path)
     with _workers(tmp_path, db, "--time-limit", "1", "--lease", "3", "--grace", "2") as start:
         with sqlq.Queue(db, lease_seconds=30) as queue:
