@@ -56,7 +56,9 @@
 * **Stop requests.**  A heartbeat also learns whether ``queue.cancel`` asked
   the task to stop; from then on :func:`sqlq.stop_requested` says True in its
   handler, which should stop by raising: the failure it reports ends the task
-  CANCELLED (not retried; see sqlq.contract), counted as ``cancelled``.
+  CANCELLED (not retried; see sqlq.contract), counted as ``cancelled``.  A
+  prefetched task whose stop a heartbeat learnt is never started: its lease is
+  released instead, which ends it CANCELLED.
 * **Idle polling.**  With nothing to claim, the worker asks ``queue.ready()``
   (a read that takes no write lock) after waits that double from ``poll_min``
   to ``poll_max``, and claims again only when it says yes.  A new task is thus
@@ -738,6 +740,9 @@ class Worker:
                 entry = self._next_job()
             if entry is None:
                 return
+            if entry.state is Phase.RELEASED:  # asked to stop before it started: not run
+                self._hand_back([entry], "was asked to stop before its handler started")
+                continue
             try:
                 if self.tracer is not None:
                     self.tracer.start(entry.lease)
@@ -747,7 +752,9 @@ class Worker:
 
     def _next_job(self) -> Running | None:
         """The next job of the backlog for a runner (holding _cond), once a slot is free;
-        None once the worker stops (the leases not started are given back)."""
+        None once the worker stops (the leases not started are given back).  One whose
+        task was asked to stop (a heartbeat learnt it) comes RELEASED, to be given
+        back (which ends it CANCELLED) instead of run."""
         backlog = self._backlog
         while True:
             if self._stopping or self._returned:
@@ -763,6 +770,9 @@ class Worker:
                     fields = task_fields(entry.lease)
                     event(self.log, logging.WARNING, "task lost", fields, outcome="lost")
                     continue
+                if entry.stop_requested:
+                    entry.state = Phase.RELEASED
+                    return entry
                 self._active += 1
                 entry.state = Phase.RUNNING
                 entry.started = self.clock.monotonic()
@@ -1287,12 +1297,17 @@ class Worker:
                 return
             for entry in queued:
                 entry.state = Phase.RELEASED
-        for entry in queued:
+        self._hand_back(queued, why, level)
+
+    def _hand_back(self, entries: list[Running], why: str, level: int = logging.INFO) -> None:
+        """Release the leases of ``entries``, taken from the backlog and RELEASED (not
+        run, not heartbeated), and stop counting them as held."""
+        for entry in entries:
             self._give_back(entry.lease, why, level)
         with self._cond:
-            for entry in queued:
+            for entry in entries:
                 del self._running[entry.lease.token]
-            self._held -= len(queued)
+            self._held -= len(entries)
             self._cond.notify_all()
 
     def _report_until(self, end: float, done: Callable[[], bool]) -> None:

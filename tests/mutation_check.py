@@ -1667,6 +1667,13 @@ MUTANTS = [
             "test_tasks_prefetched_behind_a_handler_past_its_time_limit_are_run_elsewhere",
         ),
     ),
+    Mutant(  # a prefetched lease whose task was asked to stop is run anyway
+        "worker-runs-a-prefetched-task-asked-to-stop",
+        "sqlq/worker.py",
+        "                if entry.stop_requested:\n",
+        "                if False:\n",
+        ("tests/test_worker.py::test_a_prefetched_task_asked_to_stop_is_released_not_run",),
+    ),
 ]
 
 

@@ -876,6 +876,30 @@ def test_a_prefetched_lease_found_lost_by_a_heartbeat_is_not_run(
     assert handled == ["first", "slow", "p1"]
 
 
+def test_a_prefetched_task_asked_to_stop_is_released_not_run(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """A lease waiting in the backlog whose task ``cancel`` asked to stop (a heartbeat
+    tells the worker): when a slot frees, it is released, which ends it CANCELLED,
+    and its handler never starts; the task behind it runs."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=30.0, clock=clock.time)
+    worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
+    try:
+        assert queue.cancel("p1") == Cancel.STOPPING
+        clock.step(2)  # the first heartbeats: p1's learns the stop
+        clock.wait_for_sleepers(2)
+        assert queue.status("p1") == "RESERVED"  # still held, behind the slow handler
+    finally:
+        release.set()
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 3, 10, "every other task")
+    worker.stop()
+    thread.join(10)
+    assert queue.status("p1") == "CANCELLED"
+    assert handled == ["first", "slow", "p2"]
+    assert out == [WorkerStats(claimed=4, completed=3, cancelled=1)]
+
+
 def test_a_graceful_stop_gives_prefetched_leases_back_at_once(
     open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
 ) -> None:
