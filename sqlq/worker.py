@@ -31,9 +31,12 @@
   worker could run them.  Leases waiting in the backlog are heartbeated as the
   running ones are, a lease found lost there is not run, and at a stop they
   are released at once (the attempt not counted).  So is the whole backlog
-  once a handler ran past its time limit: other workers run them, and that
-  slot counts for neither the handlers nor the prefetch until it is free.  A lease that arrives once
-  the worker is stopping is released at once too, so none is left to run out.
+  once its oldest lease has waited BACKLOG_WAIT (sqlq.monitor; a handler took
+  far longer than the mean, or hangs) or a handler ran past its time limit:
+  other workers run them, and the prefetch is then cut as if handlers took
+  that long (a slot past its time limit counts for none until it is free).  A
+  lease that arrives once the worker is stopping is released at once too, so
+  none is left to run out.
 * **Results and progress.**  What a handler returns (a registered task's
   function too; awaited, for an async one) is stored as its task's result by
   the completion that reports it (``Queue.result``).  A value that cannot be
@@ -181,7 +184,7 @@ from .durable import Queue
 from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable, SchemaChanged
 from .events import event, task_fields
 from .executors import Executor, current_job
-from .monitor import ACTIVE, HELD, Monitor, Phase, Running
+from .monitor import ACTIVE, BACKLOG_WAIT, HELD, Monitor, Phase, Running
 from .records import Lease
 from .schedule import Schedule, check_schedule
 from .tasks import Tasks, failure, runner
@@ -778,6 +781,8 @@ class Worker:
                 entry.started = self.clock.monotonic()
                 if self.time_limit is not None:
                     self._monitor.scheduled(entry)
+                if backlog and self._active >= self.concurrency:  # the rest wait: bounded
+                    self._monitor.wake_by(backlog[0].started + BACKLOG_WAIT)
                 return entry
             if self._turn_due(0):
                 self._cond.notify_all()  # the claim loop (the backlog just ran low)
@@ -942,6 +947,8 @@ class Worker:
                     running[lease.token] = entry
                     backlog.append(entry)
                 self._monitor.scheduled(entry)  # (all have the same first heartbeat)
+                if len(backlog) > self.concurrency - self._active:  # some wait: bounded
+                    self._monitor.wake_by(backlog[0].started + BACKLOG_WAIT)
                 self._work.notify(len(leases))
         if stopping:
             self._let_releases_wait()
@@ -1289,12 +1296,17 @@ class Worker:
 
     def _shed(self, why: str, level: int = logging.INFO) -> None:
         """Give back every lease waiting in the backlog (released: the attempt is not
-        counted), at a stop or once a handler ran past its time limit."""
+        counted), at a stop, once the oldest waited BACKLOG_WAIT (sqlq.monitor) or a
+        handler ran past its time limit; the prefetch is then cut as if handlers
+        took as long as the oldest waited (the mean duration was no guide)."""
         with self._cond:
             queued = list(self._backlog)
             self._backlog.clear()
             if not queued:
                 return
+            waited = self.clock.monotonic() - queued[0].started
+            mean = self._mean
+            self._mean = waited if mean is None else max(mean, waited)
             for entry in queued:
                 entry.state = Phase.RELEASED
         self._hand_back(queued, why, level)
