@@ -155,7 +155,7 @@ class Monitor:
             soonest = min(soonest, self._register_at)
             backlog = w._backlog
             shed = False
-            if backlog and w._active >= w.concurrency:  # waits: give it back if too long
+            if len(backlog) > w.concurrency - w._active:  # some wait: bounded
                 at = backlog[0].started + BACKLOG_WAIT
                 shed = now >= at
                 soonest = min(soonest, at)

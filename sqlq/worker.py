@@ -781,7 +781,7 @@ class Worker:
                 entry.started = self.clock.monotonic()
                 if self.time_limit is not None:
                     self._monitor.scheduled(entry)
-                if backlog and self._active >= self.concurrency:  # the rest wait: bounded
+                if len(backlog) > self.concurrency - self._active:  # some wait: bounded
                     self._monitor.wake_by(backlog[0].started + BACKLOG_WAIT)
                 return entry
             if self._turn_due(0):
