@@ -28,6 +28,14 @@ if TYPE_CHECKING:
     from .durable import Queue
     from .worker import Worker, WorkerStats
 
+#: Seconds a prefetched lease waits in the backlog at most: once the oldest has waited
+#: longer (a handler took far longer than the tasks before it, or hangs), the monitor
+#: gives the whole backlog back to the queue (released, the attempt not counted) for
+#: other workers to run, and the worker cuts its prefetch as if handlers took that
+#: long.  Five times sqlq.worker's PREFETCH_HORIZON: a backlog of quick tasks is run
+#: far sooner, even on a loaded machine.
+BACKLOG_WAIT = 0.25
+
 #: Seconds before a heartbeat that met Busy (or another error) is tried again.
 RETRY_BEAT = 0.2
 #: A handler still running this many times its time limit after it started (its task
@@ -62,6 +70,7 @@ class Running(Job):
     state: Phase = Phase.RUNNING
     lost: bool = False
     stuck: bool = False  # said to run on long past its time limit
+    overdue: bool = False  # counted in the worker's _overdue (past its time limit, running)
     ended: float | None = None  # when the handler returned (the worker's clock)
     queue: Queue | None = None  # the worker's (what current_task() tells the handler)
 
@@ -109,6 +118,11 @@ class Monitor:
         if its first heartbeat or time limit comes before the planned wake-up."""
         limit = self.worker.time_limit
         due = entry.next_beat if limit is None else min(entry.next_beat, entry.started + limit)
+        self.wake_by(due)
+
+    def wake_by(self, due: float) -> None:
+        """Wake the monitor by ``due`` (the worker's clock; the caller holds the worker's
+        lock): a heartbeat or time limit, or a backlog whose wait is bounded."""
         if due < self._wake_at:
             self._wake_at = due
             self._cond.notify()
@@ -139,6 +153,12 @@ class Monitor:
             summary = now >= soonest
             register = now >= self._register_at
             soonest = min(soonest, self._register_at)
+            backlog = w._backlog
+            shed = False
+            if len(backlog) > w.concurrency - w._active:  # some wait: bounded
+                at = backlog[0].started + BACKLOG_WAIT
+                shed = now >= at
+                soonest = min(soonest, at)
             for entry in w._running.values():
                 if entry.state is Phase.TIMED_OUT and not entry.stuck:
                     # Failed at its time limit, its handler still holds the slot (a thread
@@ -157,6 +177,8 @@ class Monitor:
                 if w.time_limit is not None and entry.state is Phase.RUNNING:
                     if now >= entry.started + w.time_limit:
                         entry.state = Phase.TIMED_OUT
+                        entry.overdue = True
+                        w._overdue += 1
                         limits.append(entry)
                         continue
                     soonest = min(soonest, entry.started + w.time_limit)
@@ -164,13 +186,17 @@ class Monitor:
                     beats.append(entry)
                 else:
                     soonest = min(soonest, entry.next_beat)
-            if not beats and not limits and not stuck and not summary and not register:
+            if not (beats or limits or stuck or summary or register or shed):
                 self._wake_at = soonest
                 w.clock.wait(self._cond, None if soonest == math.inf else soonest)
                 self._wake_at = -math.inf  # awake: it looks at every task anyway
                 return True
         for entry in limits:
             w._time_out(entry)
+        if limits:  # that slot may never be free again: the leases waiting for it go back
+            w._shed("was prefetched behind a handler that ran past its time limit")
+        elif shed:
+            w._shed(f"waited over {BACKLOG_WAIT:g}s in the backlog (long handlers ahead of it)")
         for entry in stuck:
             fields = task_fields(entry.lease)
             event(

@@ -30,8 +30,13 @@
   short tasks go 16-32 a transaction, long ones are not hoarded while another
   worker could run them.  Leases waiting in the backlog are heartbeated as the
   running ones are, a lease found lost there is not run, and at a stop they
-  are released at once (the attempt not counted).  A lease that arrives once
-  the worker is stopping is released at once too, so none is left to run out.
+  are released at once (the attempt not counted).  So is the whole backlog
+  once its oldest lease has waited BACKLOG_WAIT (sqlq.monitor; a handler took
+  far longer than the mean, or hangs) or a handler ran past its time limit:
+  other workers run them, and the prefetch is then cut as if handlers took
+  that long (a slot past its time limit counts for none until it is free).  A
+  lease that arrives once the worker is stopping is released at once too, so
+  none is left to run out.
 * **Results and progress.**  What a handler returns (a registered task's
   function too; awaited, for an async one) is stored as its task's result by
   the completion that reports it (``Queue.result``).  A value that cannot be
@@ -54,7 +59,9 @@
 * **Stop requests.**  A heartbeat also learns whether ``queue.cancel`` asked
   the task to stop; from then on :func:`sqlq.stop_requested` says True in its
   handler, which should stop by raising: the failure it reports ends the task
-  CANCELLED (not retried; see sqlq.contract), counted as ``cancelled``.
+  CANCELLED (not retried; see sqlq.contract), counted as ``cancelled``.  A
+  prefetched task whose stop a heartbeat learnt is never started: its lease is
+  released instead, which ends it CANCELLED.
 * **Idle polling.**  With nothing to claim, the worker asks ``queue.ready()``
   (a read that takes no write lock) after waits that double from ``poll_min``
   to ``poll_max``, and claims again only when it says yes.  A new task is thus
@@ -177,7 +184,7 @@ from .durable import Queue
 from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable, SchemaChanged
 from .events import event, task_fields
 from .executors import Executor, current_job
-from .monitor import ACTIVE, HELD, Monitor, Phase, Running
+from .monitor import ACTIVE, BACKLOG_WAIT, HELD, Monitor, Phase, Running
 from .records import Lease
 from .schedule import Schedule, check_schedule
 from .tasks import Tasks, failure, runner
@@ -439,6 +446,7 @@ class Worker:
         # Leases claimed whose handlers have not started, in order; runners take them.
         self._backlog: deque[Running] = deque()
         self._active = 0  # handlers running (threads and coroutines): <= concurrency
+        self._overdue = 0  # of which past their time limit (slots they may never free)
         self._runners: set[int] = set()  # the runner threads' idents
         self._work = threading.Condition(self._lock)  # the runners' waits for a job
         self._idle: float | None = None  # the claim loop's current idle wait, if idle
@@ -711,15 +719,20 @@ class Worker:
         _cond): enough for every handler slot and the prefetch, less those held.
         The prefetch is what the handlers get through in PREFETCH_HORIZON by their
         mean duration so far (none before the first has returned), at most
-        ``prefetch``: short tasks go 16-32 a transaction, long ones are not hoarded."""
+        ``prefetch``: short tasks go 16-32 a transaction, long ones are not hoarded.
+        A slot whose handler runs past its time limit counts for neither (it may
+        never be free again)."""
+        free = self.concurrency - self._overdue
+        if free <= 0:
+            return 0
         mean = self._mean
         if mean is None:
             ahead = 0
-        elif mean * self.prefetch <= self.concurrency * PREFETCH_HORIZON:
+        elif mean * self.prefetch <= free * PREFETCH_HORIZON:
             ahead = self.prefetch
         else:
-            ahead = int(self.concurrency * PREFETCH_HORIZON / mean)
-        return max(0, self.concurrency + ahead - (self._held - reporting))
+            ahead = int(free * PREFETCH_HORIZON / mean)
+        return max(0, free + ahead - (self._held - self._overdue - reporting))
 
     def _runner(self) -> None:
         """A runner thread: runs the handlers of the leases claimed, taking them from
@@ -730,6 +743,9 @@ class Worker:
                 entry = self._next_job()
             if entry is None:
                 return
+            if entry.state is Phase.RELEASED:  # asked to stop before it started: not run
+                self._hand_back([entry], "was asked to stop before its handler started")
+                continue
             try:
                 if self.tracer is not None:
                     self.tracer.start(entry.lease)
@@ -739,7 +755,9 @@ class Worker:
 
     def _next_job(self) -> Running | None:
         """The next job of the backlog for a runner (holding _cond), once a slot is free;
-        None once the worker stops (the leases not started are given back)."""
+        None once the worker stops (the leases not started are given back).  One whose
+        task was asked to stop (a heartbeat learnt it) comes RELEASED, to be given
+        back (which ends it CANCELLED) instead of run."""
         backlog = self._backlog
         while True:
             if self._stopping or self._returned:
@@ -755,11 +773,16 @@ class Worker:
                     fields = task_fields(entry.lease)
                     event(self.log, logging.WARNING, "task lost", fields, outcome="lost")
                     continue
+                if entry.stop_requested:
+                    entry.state = Phase.RELEASED
+                    return entry
                 self._active += 1
                 entry.state = Phase.RUNNING
                 entry.started = self.clock.monotonic()
                 if self.time_limit is not None:
                     self._monitor.scheduled(entry)
+                if len(backlog) > self.concurrency - self._active:  # some wait: bounded
+                    self._monitor.wake_by(backlog[0].started + BACKLOG_WAIT)
                 return entry
             if self._turn_due(0):
                 self._cond.notify_all()  # the claim loop (the backlog just ran low)
@@ -924,6 +947,8 @@ class Worker:
                     running[lease.token] = entry
                     backlog.append(entry)
                 self._monitor.scheduled(entry)  # (all have the same first heartbeat)
+                if len(backlog) > self.concurrency - self._active:  # some wait: bounded
+                    self._monitor.wake_by(backlog[0].started + BACKLOG_WAIT)
                 self._work.notify(len(leases))
         if stopping:
             self._let_releases_wait()
@@ -1081,6 +1106,9 @@ class Worker:
         cancelled = entry.cancelled and issubclass(type(error), asyncio.CancelledError)
         with self._cond:
             self._active -= 1
+            if entry.overdue:
+                entry.overdue = False
+                self._overdue -= 1
             mean = self._mean
             took = ended - entry.started
             self._mean = took if mean is None else mean + (took - mean) * DURATION_WEIGHT
@@ -1233,19 +1261,10 @@ class Worker:
         grace period, then release the rest."""
         with self._cond:
             start = self._stop_at if self._stop_at is not None else self.clock.monotonic()
-            queued = list(self._backlog)
-            self._backlog.clear()
-            for entry in queued:
-                entry.state = Phase.RELEASED
+            queued = bool(self._backlog)
         if queued:
             self._let_releases_wait()
-            for entry in queued:
-                why = "was prefetched and had not started when the worker stopped"
-                self._give_back(entry.lease, why, logging.INFO)
-            with self._cond:
-                for entry in queued:
-                    del self._running[entry.lease.token]
-                self._held -= len(queued)
+            self._shed("was prefetched and had not started when the worker stopped")
 
         def settled() -> bool:
             return self._hurry or not any(e.state in ACTIVE for e in self._running.values())
@@ -1274,6 +1293,34 @@ class Worker:
             self._cond.notify_all()
             self._monitor.end()
             self._abandon("could not be reported before the worker stopped")
+
+    def _shed(self, why: str, level: int = logging.INFO) -> None:
+        """Give back every lease waiting in the backlog (released: the attempt is not
+        counted), at a stop, once the oldest waited BACKLOG_WAIT (sqlq.monitor) or a
+        handler ran past its time limit; the prefetch is then cut as if handlers
+        took as long as the oldest waited (the mean duration was no guide)."""
+        with self._cond:
+            queued = list(self._backlog)
+            self._backlog.clear()
+            if not queued:
+                return
+            waited = self.clock.monotonic() - queued[0].started
+            mean = self._mean
+            self._mean = waited if mean is None else max(mean, waited)
+            for entry in queued:
+                entry.state = Phase.RELEASED
+        self._hand_back(queued, why, level)
+
+    def _hand_back(self, entries: list[Running], why: str, level: int = logging.INFO) -> None:
+        """Release the leases of ``entries``, taken from the backlog and RELEASED (not
+        run, not heartbeated), and stop counting them as held."""
+        for entry in entries:
+            self._give_back(entry.lease, why, level)
+        with self._cond:
+            for entry in entries:
+                del self._running[entry.lease.token]
+            self._held -= len(entries)
+            self._cond.notify_all()
 
     def _report_until(self, end: float, done: Callable[[], bool]) -> None:
         """Report outcomes as they come, claiming nothing, until ``done()`` (asked
@@ -1317,8 +1364,8 @@ class Worker:
 
     def _cancelled(self, lease: Lease) -> bool:
         """Did the release of ``lease`` end its task CANCELLED (a stop was asked of it,
-        which this worker may not have learnt yet)?  One read, at shutdown only; a read
-        that fails counts it as released."""
+        which this worker may not have learnt yet)?  One read, at a release only (a stop,
+        a backlog given back); a read that fails counts it as released."""
         try:
             return self.queue.status(lease.task_id) == State.CANCELLED
         except Exception:

@@ -498,8 +498,8 @@ MUTANTS = [
     Mutant(
         "worker-prefetch-bound-off-by-one",
         "sqlq/worker.py",
-        "return max(0, self.concurrency + ahead - (self._held - reporting))",
-        "return max(0, self.concurrency + 1 + ahead - (self._held - reporting))",
+        "return max(0, free + ahead - (self._held - self._overdue - reporting))",
+        "return max(0, free + 1 + ahead - (self._held - self._overdue - reporting))",
         WORKER,
     ),
     Mutant(
@@ -512,7 +512,7 @@ MUTANTS = [
     Mutant(
         "worker-prefetch-ignores-durations",
         "sqlq/worker.py",
-        "elif mean * self.prefetch <= self.concurrency * PREFETCH_HORIZON:",
+        "elif mean * self.prefetch <= free * PREFETCH_HORIZON:",
         "elif True:",
         WORKER,
     ),
@@ -1685,6 +1685,47 @@ MUTANTS = [
         "\ntesting\n",
         "\n",
         (f"{DOCS_SITE}test_the_site_builds_with_warnings_as_errors",),
+    ),
+    # --- the batched worker's backlog (issue 24's probe, tests/test_probe_batches.py)
+    Mutant(  # the leases prefetched behind a handler past its time limit stay held
+        "worker-backlog-kept-behind-a-timed-out-handler",
+        "sqlq/monitor.py",
+        "        if limits:  # that slot may never be free again",
+        "        if False:  # that slot may never be free again",
+        (
+            "tests/test_worker.py::test_a_handler_past_its_time_limit_gives_the_backlog_behind_it_back",
+            "tests/test_probe_batches.py::"
+            "test_tasks_prefetched_behind_a_handler_past_its_time_limit_are_run_elsewhere",
+        ),
+    ),
+    Mutant(  # a prefetched lease whose task was asked to stop is run anyway
+        "worker-runs-a-prefetched-task-asked-to-stop",
+        "sqlq/worker.py",
+        "                if entry.stop_requested:\n",
+        "                if False:\n",
+        ("tests/test_worker.py::test_a_prefetched_task_asked_to_stop_is_released_not_run",),
+    ),
+    Mutant(  # a backlog held behind a long handler is never given back
+        "worker-backlog-wait-unbounded",
+        "sqlq/monitor.py",
+        "        elif shed:\n",
+        "        elif False:\n",
+        (
+            "tests/test_worker.py::"
+            "test_a_backlog_that_waits_too_long_goes_back_and_is_not_claimed_again",
+            "tests/test_probe_batches.py::"
+            "test_long_tasks_after_short_ones_are_shared_with_an_idle_worker",
+        ),
+    ),
+    Mutant(  # the backlog given back, the prefetch still trusts the old mean: claimed again
+        "worker-prefetch-not-cut-when-the-backlog-goes-back",
+        "sqlq/worker.py",
+        "            self._mean = waited if mean is None else max(mean, waited)\n",
+        "",
+        (
+            "tests/test_worker.py::"
+            "test_a_backlog_that_waits_too_long_goes_back_and_is_not_claimed_again",
+        ),
     ),
 ]
 

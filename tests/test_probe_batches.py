@@ -63,13 +63,7 @@ def _registered(db: str, n: int) -> bool:
 
 
 @pytest.mark.processes
-@pytest.mark.xfail(
-    strict=True,
-    reason="the prefetch is cut by the mean duration of the tasks already run, so a "
-    "worker that has just run short tasks claims a whole batch of long ones and runs "
-    "them one after the other while another idle worker gets none (hoarding)",
-)
-def test_long_tasks_after_short_ones_are_not_hoarded(tmp_path: Path) -> None:
+def test_long_tasks_after_short_ones_are_shared_with_an_idle_worker(tmp_path: Path) -> None:
     db, log = _files(tmp_path)
     with _workers(tmp_path, db) as start:
         start()
@@ -90,13 +84,7 @@ def test_long_tasks_after_short_ones_are_not_hoarded(tmp_path: Path) -> None:
 
 
 @pytest.mark.processes
-@pytest.mark.xfail(
-    strict=True,
-    reason="a prefetched lease whose task was cancelled before its handler started is "
-    "run anyway (and ends COMPLETED): the worker learns of the cancel only at a "
-    "heartbeat, and does not give back a prefetched lease it was asked to stop",
-)
-def test_a_task_cancelled_while_prefetched_never_starts(tmp_path: Path) -> None:
+def test_a_task_cancelled_while_prefetched_never_starts_and_ends_cancelled(tmp_path: Path) -> None:
     db, log = _files(tmp_path)
     with _workers(tmp_path, db):
         with sqlq.Queue(db, lease_seconds=30) as queue:
@@ -124,13 +112,9 @@ def test_a_task_cancelled_while_prefetched_never_starts(tmp_path: Path) -> None:
 
 
 @pytest.mark.processes
-@pytest.mark.xfail(
-    strict=True,
-    reason="a sync handler that hangs past its time limit keeps its slot (documented), "
-    "and the leases prefetched behind it stay in that worker's backlog, heartbeated, "
-    "until the worker stops: no other worker can run them",
-)
-def test_tasks_prefetched_behind_a_hung_handler_are_run_elsewhere(tmp_path: Path) -> None:
+def test_tasks_prefetched_behind_a_handler_past_its_time_limit_are_run_elsewhere(
+    tmp_path: Path,
+) -> None:
     db, log = _files(tmp_path)
     with _workers(tmp_path, db, "--time-limit", "1", "--lease", "3", "--grace", "2") as start:
         with sqlq.Queue(db, lease_seconds=30) as queue:

@@ -827,11 +827,12 @@ def test_outcomes_behind_a_long_handler_are_reported_within_report_wait(
 
 
 def test_prefetched_leases_are_heartbeated_while_they_wait(
-    open_queue: Callable[..., sqlq.Queue],
+    open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Leases prefetched behind a handler that runs for three lease lengths are
     extended by the heartbeats as the running one is: none runs out, and each task
     runs once, on its first attempt."""
+    monkeypatch.setattr(sqlq.monitor, "BACKLOG_WAIT", math.inf)  # they wait unbounded
     clock = ManualClock()
     queue = open_queue(lease_seconds=1.0, clock=clock.time)
     worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
@@ -874,6 +875,95 @@ def test_a_prefetched_lease_found_lost_by_a_heartbeat_is_not_run(
     thread.join(10)
     assert out == [WorkerStats(claimed=4, completed=3, lost=1)]
     assert handled == ["first", "slow", "p1"]
+
+
+def _past_its_time_limit(
+    queue: sqlq.Queue, clock: ManualClock, then: list[str]
+) -> tuple[Worker, threading.Thread, threading.Event]:
+    """_behind_a_slow_task with a time limit of 5 s: "slow" hangs past it, and has
+    been failed for it when this returns."""
+    worker, thread, _, release, _ = _behind_a_slow_task(queue, clock, then, time_limit=5.0)
+    clock.wait_for_deadline(clock.monotonic() + 5.0)
+    clock.advance(5.0)
+    _wait_for(lambda: worker.stats.timed_out == 1, 10, "the time limit")
+    return worker, thread, release
+
+
+def test_a_handler_past_its_time_limit_gives_the_backlog_behind_it_back(
+    open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync handler that hangs past its time limit keeps its slot: the leases
+    prefetched behind it are released (attempts not counted) at once, for other
+    workers, even with no bound on the backlog's wait."""
+    monkeypatch.setattr(sqlq.monitor, "BACKLOG_WAIT", math.inf)
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=30.0, clock=clock.time)
+    worker, thread, release = _past_its_time_limit(queue, clock, ["slow", "p1", "p2"])
+    try:
+        _wait_for(lambda: queue.status("p2") == "AVAILABLE", 10, "the backlog given back")
+        for task in ("p1", "p2"):
+            info = queue.info(task)
+            assert info is not None and (info.state, info.attempts) == ("AVAILABLE", 0)
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(10)
+
+
+def test_a_backlog_that_waits_too_long_goes_back_and_is_not_claimed_again(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """Leases prefetched behind a handler that runs far longer than those before it:
+    once the oldest has waited BACKLOG_WAIT of the worker's clock, all are released
+    (attempts not counted) for other workers, and the worker, its prefetch now cut
+    as if handlers took that long, claims none of them again while its slot is
+    taken; once it is free, they run here one by one."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=30.0, clock=clock.time)
+    worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
+    try:
+        assert queue.status("p1") == "RESERVED" and queue.status("p2") == "RESERVED"
+        clock.wait_for_deadline(clock.monotonic() + sqlq.monitor.BACKLOG_WAIT)
+        clock.advance(sqlq.monitor.BACKLOG_WAIT)
+        _wait_for(lambda: queue.counts()["AVAILABLE"] == 2, 10, "the backlog given back")
+        clock.advance(1.0)  # (the claim loop's idle polls: it must not claim them)
+        clock.wait_for_sleepers(2)
+        assert queue.counts()["AVAILABLE"] == 2
+        for task in ("p1", "p2"):
+            info = queue.info(task)
+            assert info is not None and info.attempts == 0  # the attempt did not count
+    finally:
+        release.set()
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 4, 10, "every task")
+    worker.stop()
+    thread.join(10)
+    assert handled == ["first", "slow", "p1", "p2"]
+    assert out == [WorkerStats(claimed=6, completed=4, released=2)]
+
+
+def test_a_prefetched_task_asked_to_stop_is_released_not_run(
+    open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease waiting in the backlog whose task ``cancel`` asked to stop (a heartbeat
+    tells the worker): when a slot frees, it is released, which ends it CANCELLED,
+    and its handler never starts; the task behind it runs."""
+    monkeypatch.setattr(sqlq.monitor, "BACKLOG_WAIT", math.inf)  # they wait unbounded
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=30.0, clock=clock.time)
+    worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
+    try:
+        assert queue.cancel("p1") == Cancel.STOPPING
+        clock.step(2)  # the first heartbeats: p1's learns the stop
+        clock.wait_for_sleepers(2)
+        assert queue.status("p1") == "RESERVED"  # still held, behind the slow handler
+    finally:
+        release.set()
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 3, 10, "every other task")
+    worker.stop()
+    thread.join(10)
+    assert queue.status("p1") == "CANCELLED"
+    assert handled == ["first", "slow", "p2"]
+    assert out == [WorkerStats(claimed=4, completed=3, cancelled=1)]
 
 
 def test_a_graceful_stop_gives_prefetched_leases_back_at_once(
