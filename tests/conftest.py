@@ -8,6 +8,7 @@ database from them and uses only public API, so that it runs on every backend.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,8 +18,19 @@ import postgres
 import pytest
 from databases import DURABLE_KINDS, fresh_databases, queue_options
 from heavy import LOCKED, heavy_first, spawns, turn
+from hypothesis import Phase, settings
 
 import sqlq
+
+# Under the mutation check (tests/mutation_check.py sets SQLQ_MUTANT), a property test
+# fails at its first failing example without shrinking it: the check needs a failure,
+# not the smallest one, and shrinking a history that makes a PostgreSQL schema per
+# example takes minutes. Tests that set their own settings keep them but for phases.
+settings.register_profile(
+    "mutant", phases=(Phase.explicit, Phase.reuse, Phase.generate), print_blob=False
+)
+if os.environ.get("SQLQ_MUTANT"):
+    settings.load_profile("mutant")
 
 Factory = Callable[..., Any]
 

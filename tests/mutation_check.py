@@ -1755,7 +1755,10 @@ def run(m: Mutant) -> str:
     # A bytecode cache of its own: a cached .pyc of the original could pass for the
     # mutant (same size, same second).
     cache = tempfile.TemporaryDirectory(prefix="sqlq-mutant-")
-    env = {**os.environ, "PYTHONPYCACHEPREFIX": cache.name}
+    # SQLQ_MUTANT: the property tests stop at the first failing example, unshrunk
+    # (tests/conftest.py): a mutant needs one failure, not the smallest one, and
+    # shrinking a history that makes a PostgreSQL schema per example takes minutes.
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": cache.name, "SQLQ_MUTANT": m.name}
     try:
         path.write_text(text.replace(m.original, m.replacement, 1), "utf-8")
         proc = subprocess.Popen(
