@@ -120,6 +120,20 @@ class Monitor:
         due = entry.next_beat if limit is None else min(entry.next_beat, entry.started + limit)
         self.wake_by(due)
 
+    def backlog_due(self) -> float:
+        """When the worker's backlog has waited long enough (holding the worker's lock):
+        its oldest lease's time plus BACKLOG_WAIT while some lease waits for a busy
+        slot; else never."""
+        w = self.worker
+        if len(w._backlog) > w.concurrency - w._active:
+            return w._backlog[0].started + BACKLOG_WAIT
+        return math.inf
+
+    def bound_backlog(self) -> None:
+        """Wake by the time the backlog has waited long enough (holding the worker's
+        lock): the worker calls it as leases join the backlog and as handlers start."""
+        self.wake_by(self.backlog_due())
+
     def wake_by(self, due: float) -> None:
         """Wake the monitor by ``due`` (the worker's clock; the caller holds the worker's
         lock): a heartbeat or time limit, or a backlog whose wait is bounded."""
@@ -153,12 +167,9 @@ class Monitor:
             summary = now >= soonest
             register = now >= self._register_at
             soonest = min(soonest, self._register_at)
-            backlog = w._backlog
-            shed = False
-            if len(backlog) > w.concurrency - w._active:  # some wait: bounded
-                at = backlog[0].started + BACKLOG_WAIT
-                shed = now >= at
-                soonest = min(soonest, at)
+            shed_at = self.backlog_due()  # some lease waits for a slot: bounded
+            shed = now >= shed_at
+            soonest = min(soonest, shed_at)
             for entry in w._running.values():
                 if entry.state is Phase.TIMED_OUT and not entry.stuck:
                     # Failed at its time limit, its handler still holds the slot (a thread

@@ -184,7 +184,7 @@ from .durable import Queue
 from .errors import TRANSIENT, InvalidArgument, InvalidConfig, NotRetryable, SchemaChanged
 from .events import event, task_fields
 from .executors import Executor, current_job
-from .monitor import ACTIVE, BACKLOG_WAIT, HELD, Monitor, Phase, Running
+from .monitor import ACTIVE, HELD, Monitor, Phase, Running
 from .records import Lease
 from .schedule import Schedule, check_schedule
 from .tasks import Tasks, failure, runner
@@ -781,8 +781,7 @@ class Worker:
                 entry.started = self.clock.monotonic()
                 if self.time_limit is not None:
                     self._monitor.scheduled(entry)
-                if len(backlog) > self.concurrency - self._active:  # some wait: bounded
-                    self._monitor.wake_by(backlog[0].started + BACKLOG_WAIT)
+                self._monitor.bound_backlog()
                 return entry
             if self._turn_due(0):
                 self._cond.notify_all()  # the claim loop (the backlog just ran low)
@@ -947,8 +946,7 @@ class Worker:
                     running[lease.token] = entry
                     backlog.append(entry)
                 self._monitor.scheduled(entry)  # (all have the same first heartbeat)
-                if len(backlog) > self.concurrency - self._active:  # some wait: bounded
-                    self._monitor.wake_by(backlog[0].started + BACKLOG_WAIT)
+                self._monitor.bound_backlog()
                 self._work.notify(len(leases))
         if stopping:
             self._let_releases_wait()
