@@ -16,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
+from .version import __version__ as __version__
 
 if TYPE_CHECKING:
     from .aio import AsyncQueue
@@ -80,7 +81,6 @@ __all__ = [
     "errors",
     "stop_requested",
 ]
-__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> Any:

@@ -114,7 +114,7 @@ def versioned(row: WorkerRow, schema_version: int) -> dict[str, Any]:
     """The parameters of beat_worker: the row, with the schema version and the sqlq
     version the worker's process knows (a migration refuses to run under live workers
     of an older schema: refuse_older_workers)."""
-    from . import __version__
+    from .version import __version__
 
     return {**row._asdict(), "schema_version": schema_version, "sqlq_version": __version__}
 

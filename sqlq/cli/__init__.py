@@ -26,8 +26,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
 from ..errors import SqlqError
+from ..version import __version__
 from . import (
     adding,
     configure,

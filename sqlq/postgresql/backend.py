@@ -689,7 +689,7 @@ class PostgresTransaction(SqlCalls):
 
     def _changed(self) -> NoReturn:
         """Raise SchemaChanged: the call found the database migrated under its process."""
-        from .. import __version__
+        from ..version import __version__
 
         backend = self._backend
         found = self._cur.execute(Q.schema_stamp).fetchone()[0]

@@ -407,7 +407,7 @@ class SqliteBackend(SqlReads):
 
     def schema_changed(self, found: int) -> SchemaChanged:
         """The error of a call that found the file migrated under this process."""
-        from .. import __version__
+        from ..version import __version__
 
         return SchemaChanged(
             f"{self.path}: the database was migrated to schema version {found} while this "
