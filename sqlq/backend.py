@@ -34,9 +34,9 @@ PostgreSQL later) implements them with its own SQL and promises:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .contract import DEFAULT_AGING, Completion, Limit, Number, Outcome, State
 from .payload import Encoded
@@ -49,87 +49,20 @@ from .records import (
     StorageFacts,
 )
 from .retry import Retry
+from .rows import Claimed as Claimed
+from .rows import Event as Event
+from .rows import Figures as Figures
+from .rows import Holder as Holder
+from .rows import TaskRow as TaskRow
+from .rows import WorkerRow as WorkerRow
+from .rows import claim_each as claim_each
+from .rows import due_of as due_of
 from .settings import Given, QueueSettings
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
     from .browse import Browse, Found
-
-
-class TaskRow(NamedTuple):
-    """A task as stored.  ``row_id`` identifies it within the database."""
-
-    row_id: int
-    task_id: str
-    state: State
-    attempts: int
-    max_attempts: int
-    token: int | None
-    seq: int
-    retry: Retry
-    deadline: Number | None = None
-    run_at: Number | None = None
-    payload: Encoded = None
-    last_error: str | None = None
-    created_at: Number = 0
-    updated_at: Number = 0
-    finished_at: Number | None = None
-    name: str | None = None
-    stop_requested_at: Number | None = None
-    result: str | None = None
-    progress: float | None = None
-    progress_message: str | None = None
-    group: str | None = None
-    dedupe_key: str | None = None
-    priority: int = 0
-
-
-class WorkerRow(NamedTuple):
-    """A worker's row of the worker registry, as stored (see sqlq.registry)."""
-
-    worker_id: str
-    queue: str
-    host: str
-    pid: int
-    concurrency: int
-    started_at: Number
-    beat_at: Number
-    stale_at: Number
-    #: The leases it holds: JSON text, [[task id, token, since], ...].
-    holds: str
-
-
-#: What a claim hands back: (task id, token, attempt, payload, task name).
-Claimed = tuple[str, int, int, Encoded, str | None]
-
-
-def claim_each(claim: Callable[[], Claimed | None], n: int) -> list[Claimed]:
-    """``claim()`` up to ``n`` times, until it finds nothing: a claim_many whose claims
-    each depend on the one before (a group's slots and rate)."""
-    claimed: list[Claimed] = []
-    while len(claimed) < n and (one := claim()) is not None:
-        claimed.append(one)
-    return claimed
-
-
-#: What stats and snapshot read: (counts per state, front of line available since,
-#: next deadline, next run_at, paused).
-Figures = tuple[dict[str, int], Number | None, Number | None, Number | None, bool]
-
-
-class Holder(NamedTuple):
-    """The task that holds a dedupe key (see sqlq.keys), as ``key_holder`` finds it."""
-
-    row_id: int
-    task_id: str
-    state: State
-    seq: int
-
-
-#: A due event: (time, counter, task).  A RESERVED task's lease ran out at that
-#: time; a WAITING task's run_at came.  Sorted by (time, counter).
-Event = tuple[Number, int, TaskRow]
 
 
 class Transaction(Protocol):
@@ -593,11 +526,3 @@ class Backend(Protocol):
         row of the worker registry (of every queue), as last written: read only,
         without the write lock."""
         ...
-
-
-def due_of(row: Sequence[Any]) -> tuple[Number, Number | None]:
-    """``next_due``'s answer from its query's row (both backends'): (time of the read,
-    paused, next rate slot, next lease deadline, next run_at)."""
-    now, paused, *times = row
-    found = [t for t in times if t is not None]
-    return now, None if paused or not found else min(found)

@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from .backend import TaskRow
 from .contract import State
 from .retry import stored_policy
+from .rows import TaskRow
 
 #: How a page is ordered: the newest task first (the order they were added, read
 #: backwards), or by position in the line, the front first: the order claims take,

@@ -29,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from .backend import Figures, TaskRow, WorkerRow, due_of
 from .contract import Limit, Number, Outcome, State
 from .records import ScheduleState
 from .registry import versioned
 from .retry import stored_policy
+from .rows import Figures, TaskRow, WorkerRow, due_of
 from .settings import Given, QueueSettings, configure_params, stored_settings
 
 if TYPE_CHECKING:
