@@ -36,7 +36,7 @@ def _open_postgresql(url: str, **options: Any) -> Backend:
 
 
 def _sqlite_file(location: str | os.PathLike[str]) -> str:
-    from .sqlite.backend import database_path
+    from .sqlite.paths import database_path
 
     return database_path(location)
 

@@ -215,7 +215,7 @@ MUTANTS = [
     ),
     Mutant(
         "sqlite-lease-ignores-the-token",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "        if token is not None and task.token != token:\n            return None\n"
         "        return task if",
         "        return task if",
@@ -236,7 +236,7 @@ MUTANTS = [
     ),
     Mutant(
         "sqlite-claim-reuses-a-token",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         'AVAILABLE, then not taken")\n        self._counter = token\n',
         'AVAILABLE, then not taken")\n',
     ),
@@ -289,7 +289,7 @@ MUTANTS = [
     ),
     Mutant(  # add_many's one INSERT kept though some id in the batch was not new
         "sqlite-add-many-keeps-a-partial-batch",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "rowcount == len(batch)",
         "rowcount >= 0",
     ),
@@ -307,7 +307,7 @@ MUTANTS = [
     ),
     Mutant(
         "sqlite-heartbeat-never-sees-a-stop",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "        return bool(cur.execute(Q.stop_asked, (queue, task_id)).fetchone()[0])\n",
         "        return False\n",
         CONTROL,
@@ -365,7 +365,7 @@ MUTANTS = [
     ),
     Mutant(
         "sqlite-no-high-water-mark",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "                if asked < mark:\n                    self.now = mark\n",
         "",
     ),
@@ -431,7 +431,7 @@ MUTANTS = [
     ),
     Mutant(  # the DB-API module's default cache: hot statements prepared again
         "sqlite-statement-cache-default",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/connections.py",
         '"cached_statements": STATEMENT_CACHE,',
         '"cached_statements": 100,',
     ),
@@ -640,14 +640,14 @@ MUTANTS = [
     # --- cancel and pause
     Mutant(
         "sql-claim-ignores-the-pause",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "            self._flags()\n        if self.paused:\n            return None\n",
         "            self._flags()\n        if False:\n            return None\n",
         CONTROL,
     ),
     Mutant(
         "sql-claim-many-ignores-the-pause",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "        if self.paused:\n            return []\n",
         "",
         CONTROL,
@@ -695,7 +695,7 @@ MUTANTS = [
     ),
     Mutant(
         "sql-key-indexes-taken-as-made-by-a-call-that-rolls-back",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "            backend.keyed = there and self._external is None\n",
         "            backend.keyed = there\n",
         ("tests/test_schema.py",),
@@ -709,7 +709,7 @@ MUTANTS = [
     ),
     Mutant(
         "sql-keyed-add-without-its-indexes",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "        self._keying()\n        row = self._cur.execute(Q.key_holder",
         "        row = self._cur.execute(Q.key_holder",
         KEYS,
@@ -899,14 +899,14 @@ MUTANTS = [
     ),
     Mutant(
         "sqlite-purge-looks-at-the-first-batch-of-groups-only",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "return forgotten, last if seen == batch else None",
         "return forgotten, None",
         ("tests/test_limits.py",),
     ),
     Mutant(
         "sqlite-redrive-leaves-a-forgotten-group-unmade",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "            self._cur.execute(Q.remake_group, params)\n",
         "",
         ("tests/test_limits.py",),
@@ -1476,7 +1476,7 @@ MUTANTS = [
     ),
     Mutant(
         "next-due-ignores-a-pause",
-        "sqlq/backend.py",
+        "sqlq/rows.py",
         "    return now, None if paused or not found else min(found)",
         "    return now, None if not found else min(found)",
         ("tests/test_rate_wakeups.py",),
@@ -1560,7 +1560,7 @@ MUTANTS = [
     ),
     Mutant(  # a call that may claim does not notice a schema changed under it
         "upgrade-open-call-ignores-the-schema",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/transaction.py",
         "                if due & 8:  # the file was migrated under this process",
         "                if due & 0:  # the file was migrated under this process",
         UPGRADES,
@@ -1618,7 +1618,7 @@ MUTANTS = [
     ),
     Mutant(  # an empty database argument gets the lecture about shared files again
         "no-database-not-said",
-        "sqlq/sqlite/backend.py",
+        "sqlq/sqlite/paths.py",
         "    if not path.strip():  # sqlite:/// (an empty path) too",
         "    if False:  # sqlite:/// (an empty path) too",
         ("tests/test_no_database.py",),

@@ -20,7 +20,6 @@ OVERSIZED: set[str] = {
     "sqlq.durable",
     "sqlq.memory",
     "sqlq.postgresql.backend",
-    "sqlq.sqlite.backend",
     "sqlq.tasks",
     "sqlq.worker",
 }

@@ -354,7 +354,7 @@ def test_an_affected_sqlite_warns(db_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_errors_inside_a_call_release_the_lock_and_roll_back(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sqlq.sqlite.backend as backend
+    import sqlq.sqlite.transaction as transaction
 
     q = open_queue(db_path, lease_seconds=1)
     q.add("t", 0)
@@ -363,7 +363,7 @@ def test_errors_inside_a_call_release_the_lock_and_roll_back(
     def broken(row: object) -> object:
         raise RuntimeError("a bug while reading what fell due")
 
-    monkeypatch.setattr(backend, "event_row", broken)
+    monkeypatch.setattr(transaction, "event_row", broken)
     with pytest.raises(RuntimeError):
         q.status("t", 5)  # the lease is due: reading the event fails
     monkeypatch.undo()
