@@ -589,14 +589,14 @@ MUTANTS = [
     ),
     Mutant(
         "pg-strict-mode-takes-no-turn",
-        "sqlq/postgresql/backend.py",
+        "sqlq/postgresql/transaction.py",
         "        if self._backend.strict:\n            cur.execute(Q.lock_queue",
         "        if False:\n            cur.execute(Q.lock_queue",
         POSTGRESQL,
     ),
     Mutant(
         "pg-retries-announced-to-nobody",
-        "sqlq/postgresql/backend.py",
+        "sqlq/postgresql/transaction.py",
         "            if self._announce:",
         "            if False:",
         POSTGRESQL,
@@ -617,7 +617,7 @@ MUTANTS = [
     ),
     Mutant(
         "pg-writes-sent-on-a-closing-connection",
-        "sqlq/postgresql/backend.py",
+        "sqlq/postgresql/calls.py",
         "        if self._poller.poll(0):\n",
         "        if False:\n",
         ("tests/test_postgresql_faults.py",),
@@ -938,14 +938,14 @@ MUTANTS = [
     ),
     Mutant(
         "pg-redrive-leaves-a-forgotten-group-unmade",
-        "sqlq/postgresql/backend.py",
+        "sqlq/postgresql/transaction.py",
         '        cur.execute(Q.remake_groups, {"ids": row_ids})\n',
         "",
         ("tests/test_postgresql_faults.py",),
     ),
     Mutant(
         "pg-redrive-makes-groups-in-the-tasks-order",
-        "sqlq/postgresql/backend.py",
+        "sqlq/postgresql/transaction.py",
         '        cur.execute(Q.remake_groups, {"ids": row_ids})\n',
         '        for one in row_ids:\n            cur.execute(Q.remake_groups, {"ids": [one]})\n',
         ("tests/test_postgresql_faults.py",),
@@ -1588,7 +1588,7 @@ MUTANTS = [
     ),
     Mutant(  # PostgreSQL: a call that found the schema changed goes on
         "pg-call-ignores-the-schema",
-        "sqlq/postgresql/backend.py",
+        "sqlq/postgresql/transaction.py",
         "        if due is None:  # the database was migrated under this process\n"
         "            self._changed()\n        self._mark, self._now = mark, now",
         "        self._mark, self._now = mark, now",

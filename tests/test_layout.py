@@ -19,7 +19,6 @@ OVERSIZED: set[str] = {
     "sqlq.contract",
     "sqlq.durable",
     "sqlq.memory",
-    "sqlq.postgresql.backend",
     "sqlq.tasks",
     "sqlq.worker",
 }
