@@ -27,12 +27,14 @@ and triggers of SQLite, the savepoints of PostgreSQL's concurrent writers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, NoReturn, TypeVar
 
-from .contract import Limit, Number, Outcome, State
+from .contract import DEFAULT_AGING, FINISHED, Limit, Number, Outcome, State
+from .payload import Encoded
 from .records import ScheduleState
 from .registry import versioned
-from .retry import stored_policy
+from .retry import Retry, stored_policy
 from .rows import Figures, TaskRow, WorkerRow, due_of
 from .settings import Given, QueueSettings, configure_params, stored_settings
 
@@ -67,6 +69,23 @@ def in_snapshot(cur: Any, q: Queries, begin: str, read: Callable[..., T], *args:
         cur.execute(q.rollback)
 
 
+class Adding(NamedTuple):
+    """What an add gives every task it adds (see sqlq.backend.Transaction.insert): its
+    queue, attempts and retry policy, when it runs (None: now) and its line's rule."""
+
+    queue: str
+    max_attempts: int
+    retry: Retry
+    run_at: Number | None
+    priority: int
+    aging: float
+    group: str | None
+
+
+#: An add_many's tasks: (task id, payload, name) each.
+Batch = list[tuple[str, Encoded, str | None]]
+
+
 class Rows:
     """How a backend's statements and rows hold task ids, texts and tasks (see the
     module docstring); each backend's classes say what differs."""
@@ -83,6 +102,11 @@ class Rows:
     @staticmethod
     def read_or_none(text: str | None) -> str | None:
         """A stored error text as it was given."""
+        return text
+
+    @staticmethod
+    def stored_or_none(text: str | None) -> str | None:
+        """An error text as the database stores it."""
         return text
 
     @staticmethod
@@ -104,10 +128,144 @@ class SqlCalls(Rows):
     def _cursor(self) -> Any:
         raise NotImplementedError
 
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Commit the call (``_commit``), or undo it and raise (``_fail``); then give up
+        what the call holds (``_unlock``)."""
+        if exc is not None:
+            self._fail(exc)
+        try:
+            self._commit()
+        except BaseException as error:
+            self._fail(error)
+        self._unlock(committed=True)
+
+    def _commit(self) -> None:
+        raise NotImplementedError
+
+    def _fail(self, exc: BaseException) -> NoReturn:
+        """Undo the call and raise ``exc``, a driver's error as its sqlq error."""
+        raise NotImplementedError
+
+    def _unlock(self, committed: bool = False) -> None:
+        raise NotImplementedError
+
     def _announce_if(self, available: bool) -> None:
         """``available``: a task may have become AVAILABLE (or claimable) by this call."""
 
     def _figures(self, cur: Any, queue: str) -> Figures:
+        raise NotImplementedError
+
+    # --- adds and leases: the port's calls, their statements the backend's ---------
+
+    def insert(
+        self,
+        queue: str,
+        task_id: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+        name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
+        group: str | None = None,
+    ) -> bool:
+        how = Adding(queue, max_attempts, retry, run_at, priority, aging, group)
+        return self._add(how, task_id, payload, name)
+
+    def insert_keyed(
+        self,
+        queue: str,
+        task_id: str,
+        key: str,
+        max_attempts: int,
+        retry: Retry,
+        payload: Encoded,
+        run_at: Number | None,
+        name: str | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
+        group: str | None = None,
+    ) -> bool:
+        how = Adding(queue, max_attempts, retry, run_at, priority, aging, group)
+        return self._add_keyed(how, task_id, payload, name, key)
+
+    def insert_many(
+        self,
+        queue: str,
+        batch: Batch,
+        max_attempts: int,
+        retry: Retry,
+        run_at: Number | None,
+        *,
+        priority: int = 0,
+        aging: float = DEFAULT_AGING,
+        group: str | None = None,
+    ) -> list[bool]:
+        how = Adding(queue, max_attempts, retry, run_at, priority, aging, group)
+        return self._add_many(how, batch)
+
+    def _add(self, how: Adding, task_id: str, payload: Encoded, name: str | None) -> bool:
+        """insert: whether the task was added (False: its id is taken)."""
+        raise NotImplementedError
+
+    def _add_keyed(
+        self, how: Adding, task_id: str, payload: Encoded, name: str | None, key: str
+    ) -> bool:
+        """insert_keyed: whether the task was added (False: the key has a holder)."""
+        raise NotImplementedError
+
+    def _add_many(self, how: Adding, batch: Batch) -> list[bool]:
+        """insert_many: whether each task was added."""
+        raise NotImplementedError
+
+    def end_lease(
+        self,
+        task: TaskRow,
+        state: State,
+        at: Number,
+        error: str | None,
+        run_at: Number | None = None,
+        attempts_delta: int = 0,
+    ) -> int:
+        params = {
+            "id": task.row_id,
+            "token": task.token,
+            "state": state.value,
+            "run_at": run_at,
+            "attempts_delta": attempts_delta,
+            "error": self.stored_or_none(error),
+            "finished_at": at if state in FINISHED else None,
+            "at": at,
+            "now": self.now,
+        }
+        return self._end_lease(task, state, params)
+
+    def _end_lease(self, task: TaskRow, state: State, params: dict[str, Any]) -> int:
+        """end_lease's statement with ``params``; the task's new seq."""
+        raise NotImplementedError
+
+    def progress(
+        self, queue: str, task_id: str, token: int, value: float | None, message: str | None
+    ) -> bool:
+        params = {
+            "queue": queue,
+            "task_id": self.stored(task_id),
+            "token": token,
+            "value": value,
+            "message": message,
+        }
+        return self._progress(params)
+
+    def _progress(self, params: dict[str, Any]) -> bool:
+        """progress's statement with ``params``: whether the lease took the report."""
         raise NotImplementedError
 
     # --- tasks --------------------------------------------------------------------

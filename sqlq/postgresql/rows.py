@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import Claimed, TaskRow
-from ..contract import Number, State
+from ..contract import State
 from ..payload import Encoded
-from ..retry import Retry, stored_policy
+from ..retry import stored_policy
+from ..sqlstore import Adding
 from .text import read, read_or_none, stored
 
 
@@ -32,26 +33,21 @@ def claimed(row: tuple[Any, ...]) -> Claimed:
     return read(task_id), token, attempts, payload if payload_bytes is None else payload_bytes, name
 
 
-def new_task(
-    queue: str,
-    task_id: str,
-    max_attempts: int,
-    retry: Retry,
-    payload: Encoded,
-    run_at: Number | None,
-    name: str | None,
-) -> dict[str, Any]:
+def new_task(how: Adding, task_id: str, payload: Encoded, name: str | None) -> dict[str, Any]:
     """The parameters of a new task that insert_task and insert_keyed_task share."""
     return {
-        "queue": queue,
+        "queue": how.queue,
         "task_id": stored(task_id),
-        "state": "AVAILABLE" if run_at is None else "WAITING",
-        "max_attempts": max_attempts,
-        "run_at": run_at,
+        "state": "AVAILABLE" if how.run_at is None else "WAITING",
+        "max_attempts": how.max_attempts,
+        "run_at": how.run_at,
         "payload": payload if isinstance(payload, str) else None,
         "payload_bytes": payload if isinstance(payload, bytes) else None,
-        "kind": retry.kind,
-        "base": retry.base,
-        "cap": retry.cap,
+        "kind": how.retry.kind,
+        "base": how.retry.base,
+        "cap": how.retry.cap,
         "name": name,
+        "group_key": how.group,
+        "priority": how.priority,
+        "aging": how.aging,
     }

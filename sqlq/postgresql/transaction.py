@@ -10,15 +10,13 @@ from __future__ import annotations
 import time
 from contextlib import suppress
 from operator import itemgetter
-from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from ..backend import Claimed, Figures, Holder, Opened, TaskRow, claim_each
-from ..contract import DEFAULT_AGING, FINISHED, MAX_TIME, Completion, Number, State
+from ..contract import MAX_TIME, Completion, Number, State
 from ..errors import InvariantViolation, SchemaChanged
 from ..payload import Encoded
-from ..retry import Retry
-from ..sqlstore import SqlCalls, event_row
+from ..sqlstore import Adding, Batch, SqlCalls, event_row
 from . import driver
 from .driver import psycopg
 from .inspection import Inspection, figures
@@ -72,6 +70,7 @@ class PostgresTransaction(SqlCalls):
     q = Q
     stored = staticmethod(stored)
     read_or_none = staticmethod(read_or_none)
+    stored_or_none = staticmethod(stored_or_none)
     task_row = staticmethod(task_row)
 
     def __init__(
@@ -234,33 +233,21 @@ class PostgresTransaction(SqlCalls):
             params["now"] = now
         return [row[4:] for row in self._cur.execute(statement, params).fetchall()]
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is not None:
-            self._fail(exc)
+    def _commit(self) -> None:
         cur = self._cur
-        try:
-            if self._pending:  # nothing was sent: nothing to end
-                self._pending = False
-                self._unlock()
-                return
-            lag = 0.0 if self._asked is not None else MARK_LAG
-            if self._now > self._mark + lag:
-                cur.execute(Q.raise_mark, {"now": self._now, "lag": lag})
-            if self._announce:
-                cur.execute(Q.announce, {"channel": self._backend.channel(self.queue)})
-            if self._external is not None:
-                cur.execute(Q.restore_search_path, {"path": self._callers_path})
-                cur.execute(Q.release_savepoint)
-            elif not self._autocommit:
-                cur.execute(Q.commit)
-        except BaseException as error:
-            self._fail(error)
-        self._unlock()
+        if self._pending:  # nothing was sent: nothing to end
+            self._pending = False
+            return
+        lag = 0.0 if self._asked is not None else MARK_LAG
+        if self._now > self._mark + lag:
+            cur.execute(Q.raise_mark, {"now": self._now, "lag": lag})
+        if self._announce:
+            cur.execute(Q.announce, {"channel": self._backend.channel(self.queue)})
+        if self._external is not None:
+            cur.execute(Q.restore_search_path, {"path": self._callers_path})
+            cur.execute(Q.release_savepoint)
+        elif not self._autocommit:
+            cur.execute(Q.commit)
 
     def _fail(self, exc: BaseException) -> NoReturn:
         """Undo the call and raise: a psycopg error as its sqlq error, the cause kept."""
@@ -298,46 +285,23 @@ class PostgresTransaction(SqlCalls):
     def _figures(self, cur: Any, queue: str) -> Figures:
         return figures(cur, queue)
 
-    def _unlock(self) -> None:
+    def _unlock(self, committed: bool = False) -> None:
+        """(``committed``: nothing more to do after a commit; the server keeps its log.)"""
         if self._locked:
             self._locked = False
             self._backend.end_call()
 
-    def insert(
-        self,
-        queue: str,
-        task_id: str,
-        max_attempts: int,
-        retry: Retry,
-        payload: Encoded,
-        run_at: Number | None,
-        name: str | None,
-        *,
-        priority: int = 0,
-        aging: float = DEFAULT_AGING,
-        group: str | None = None,
-    ) -> bool:
-        params = new_task(queue, task_id, max_attempts, retry, payload, run_at, name)
-        params.update(group_key=group, priority=priority, aging=aging)
-        params["channel"] = self._backend.channel(queue)
+    def _add(self, how: Adding, task_id: str, payload: Encoded, name: str | None) -> bool:
+        params = new_task(how, task_id, payload, name)
+        params["channel"] = self._backend.channel(how.queue)
         ((added, _announced),) = self._write(Q.insert_task, params)
         return bool(added)
 
-    def insert_many(
-        self,
-        queue: str,
-        batch: list[tuple[str, Encoded, str | None]],
-        max_attempts: int,
-        retry: Retry,
-        run_at: Number | None,
-        *,
-        priority: int = 0,
-        aging: float = DEFAULT_AGING,
-        group: str | None = None,
-    ) -> list[bool]:
+    def _add_many(self, how: Adding, batch: Batch) -> list[bool]:
         """The ids the queue has are found first, so that only new ones take counter
         values; an id that another call adds meanwhile is skipped, and answered
         False."""
+        queue, max_attempts, retry, run_at, priority, aging, group = how
         ids = [stored(task_id) for task_id, _, _ in batch]
         params: dict[str, Any] = {"queue": queue, "ids": ids}
         seen = {row[0] for row in self._cursor.execute(Q.existing_ids, params)}
@@ -418,26 +382,7 @@ class PostgresTransaction(SqlCalls):
         ((done,),) = self._write(Q.complete_task, params)
         return bool(done)
 
-    def end_lease(
-        self,
-        task: TaskRow,
-        state: State,
-        at: Number,
-        error: str | None,
-        run_at: Number | None = None,
-        attempts_delta: int = 0,
-    ) -> int:
-        params = {
-            "id": task.row_id,
-            "token": task.token,
-            "state": state.value,
-            "run_at": run_at,
-            "attempts_delta": attempts_delta,
-            "error": stored_or_none(error),
-            "finished_at": at if state in FINISHED else None,
-            "at": at,
-            "now": self._now,
-        }
+    def _end_lease(self, task: TaskRow, state: State, params: dict[str, Any]) -> int:
         row = self._cursor.execute(Q.end_lease, params).fetchone()
         self._announce |= state is State.AVAILABLE
         if row is None:
@@ -510,16 +455,7 @@ class PostgresTransaction(SqlCalls):
         forgotten, last, seen = cur.execute(Q.forget_groups, params).fetchone()
         return int(forgotten), last if seen == batch else None
 
-    def progress(
-        self, queue: str, task_id: str, token: int, value: float | None, message: str | None
-    ) -> bool:
-        params = {
-            "queue": queue,
-            "task_id": stored(task_id),
-            "token": token,
-            "value": value,
-            "message": message,
-        }
+    def _progress(self, params: dict[str, Any]) -> bool:
         ((reported,),) = self._write(Q.report_progress, params)
         return bool(reported)
 
@@ -528,26 +464,14 @@ class PostgresTransaction(SqlCalls):
         row = self._cursor.execute(Q.key_holder, params).fetchone()
         return None if row is None else Holder(row[0], read(row[1]), State(row[2]), row[3])
 
-    def insert_keyed(
-        self,
-        queue: str,
-        task_id: str,
-        key: str,
-        max_attempts: int,
-        retry: Retry,
-        payload: Encoded,
-        run_at: Number | None,
-        name: str | None,
-        *,
-        priority: int = 0,
-        aging: float = DEFAULT_AGING,
-        group: str | None = None,
+    def _add_keyed(
+        self, how: Adding, task_id: str, payload: Encoded, name: str | None, key: str
     ) -> bool:
         cur = self._cursor  # (first: the call's time is known once it opened)
-        params = new_task(queue, task_id, max_attempts, retry, payload, run_at, name)
-        params.update(key=key, group_key=group, priority=priority, aging=aging, now=self._now)
+        params = new_task(how, task_id, payload, name)
+        params.update(key=key, now=self._now)
         added = cur.execute(Q.insert_keyed_task, params).fetchone() is not None
-        self._announce |= added and run_at is None
+        self._announce |= added and how.run_at is None
         return added
 
     def debounce(self, holder: Holder, payload: Encoded, run_at: Number | None) -> bool:

@@ -170,17 +170,13 @@ class SqliteBackend(Inspection, Maintenance, SqlReads):
         return self.path
 
     def transaction(
-        self,
-        now: Number | None,
-        queue: str,
-        external: Any,
-        opened: Opened,
-        one_write: bool = False,  # each call is one transaction anyway: the write lock
+        self, now: Number | None, queue: str, external: Any, opened: Opened, one_write: bool = False
     ) -> SqliteTransaction:
         """One call on ``queue`` at ``now``, as a context manager (see
         sqlq.backend.Backend).  With ``external`` (a SQLAlchemy Connection in an open
         transaction on this database) the call runs inside the caller's transaction,
-        in a savepoint."""
+        in a savepoint.  ``one_write`` changes nothing: each call is one transaction
+        anyway, under the write lock."""
         return SqliteTransaction(self, now, queue, external, opened, one_write)
 
     def _read_time(self, now: Number | None) -> Number:

@@ -8,15 +8,14 @@ from __future__ import annotations
 import json
 import time
 from contextlib import suppress
-from types import TracebackType
 from typing import Any, NoReturn
 
 from ..backend import Claimed, Figures, Holder, Opened, TaskRow, claim_each
-from ..contract import DEFAULT_AGING, FINISHED, Completion, Number, State, time_after
+from ..contract import Completion, Number, State, time_after
 from ..errors import InvariantViolation
 from ..payload import Encoded
-from ..retry import Retry, stored_policy
-from ..sqlstore import SqlCalls, event_row
+from ..retry import stored_policy
+from ..sqlstore import Adding, Batch, SqlCalls, event_row
 from . import driver
 from .inspection import figures
 from .maintenance import WAL_CHECK_EVERY, Maintenance
@@ -138,23 +137,12 @@ class SqliteTransaction(SqlCalls):
             self._fail(exc)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is not None:
-            self._fail(exc)
+    def _commit(self) -> None:
         cur = self._cur
-        try:
-            moved = self.now != self.mark or self._counter != self._stored_counter
-            if moved and cur.execute(Q.write_clock, (self.now, self._counter)).rowcount != 1:
-                raise InvariantViolation("the database clock or counter would have gone down")
-            cur.execute(Q.commit if self._external is None else Q.release_savepoint)
-        except BaseException as error:
-            self._fail(error)
-        self._unlock(committed=True)
+        moved = self.now != self.mark or self._counter != self._stored_counter
+        if moved and cur.execute(Q.write_clock, (self.now, self._counter)).rowcount != 1:
+            raise InvariantViolation("the database clock or counter would have gone down")
+        cur.execute(Q.commit if self._external is None else Q.release_savepoint)
 
     def _fail(self, exc: BaseException) -> NoReturn:
         """Undo the call and raise: a DB-API error as its sqlq error, the cause kept."""
@@ -215,20 +203,8 @@ class SqliteTransaction(SqlCalls):
         self._counter += 1
         return self._counter
 
-    def insert(
-        self,
-        queue: str,
-        task_id: str,
-        max_attempts: int,
-        retry: Retry,
-        payload: Encoded,
-        run_at: Number | None,
-        name: str | None,
-        *,
-        priority: int = 0,
-        aging: float = DEFAULT_AGING,
-        group: str | None = None,
-    ) -> bool:
+    def _add(self, how: Adding, task_id: str, payload: Encoded, name: str | None) -> bool:
+        queue, max_attempts, retry, run_at, priority, aging, group = how
         if group is not None:
             self._grouping()
         if run_at is None and group is None and priority == 0:
@@ -280,25 +256,14 @@ class SqliteTransaction(SqlCalls):
             backend.keyed = there and self._external is None
             self._keys_made = not there
 
-    def insert_many(
-        self,
-        queue: str,
-        batch: list[tuple[str, Encoded, str | None]],
-        max_attempts: int,
-        retry: Retry,
-        run_at: Number | None,
-        *,
-        priority: int = 0,
-        aging: float = DEFAULT_AGING,
-        group: str | None = None,
-    ) -> list[bool]:
+    def _add_many(self, how: Adding, batch: Batch) -> list[bool]:
         """One insert_batch of the whole batch when every id in it is new (the usual
         case); otherwise that is undone, the new ids are found first, and
         insert_task runs for them alone, so that only they take counter values."""
+        queue, max_attempts, retry, run_at, priority, aging, group = how
         if group is not None and batch:
             self._grouping()
-        rule = (priority, aging, group)
-        if batch and self._insert_batch(queue, batch, max_attempts, retry, run_at, rule):
+        if batch and self._insert_batch(how, batch):
             return [True] * len(batch)
         ids = json.dumps([item[0] for item in batch])
         seen = {row[0] for row in self._cur.execute(Q.existing_ids, {"queue": queue, "ids": ids})}
@@ -322,18 +287,10 @@ class SqliteTransaction(SqlCalls):
             self._cur.executemany(Q.insert_task, rows)
         return added
 
-    def _insert_batch(
-        self,
-        queue: str,
-        batch: list[tuple[str, Encoded, str | None]],
-        max_attempts: int,
-        retry: Retry,
-        run_at: Number | None,
-        rule: tuple[int, float, str | None],
-    ) -> bool:
+    def _insert_batch(self, how: Adding, batch: Batch) -> bool:
         """insert_batch, kept if it added every task; False (and nothing changed) if
-        some id was not new, or a payload is bytes, which JSON cannot carry.
-        ``rule``: (priority, aging, group_key)."""
+        some id was not new, or a payload is bytes, which JSON cannot carry."""
+        queue, max_attempts, retry, run_at, priority, aging, group = how
         pairs = any(payload is not None or name is not None for _, payload, name in batch)
         try:
             items = json.dumps(batch if pairs else [item[0] for item in batch])
@@ -341,7 +298,8 @@ class SqliteTransaction(SqlCalls):
             return False
         state = "AVAILABLE" if run_at is None else "WAITING"
         params = (queue, items, state, self._counter, max_attempts, run_at,
-                  retry.kind, retry.base, retry.cap, self.now, pairs, *rule)  # fmt: skip
+                  retry.kind, retry.base, retry.cap, self.now, pairs, priority, aging,
+                  group)  # fmt: skip
         cur = self._cur
         cur.execute(Q.savepoint_batch)
         added: bool = cur.execute(Q.insert_batch, params).rowcount == len(batch)
@@ -416,29 +374,10 @@ class SqliteTransaction(SqlCalls):
         params = (queue, task_id, token or 0, self.now, result)
         return bool(self._cur.execute(Q.complete_task_with_result, params).rowcount == 1)
 
-    def end_lease(
-        self,
-        task: TaskRow,
-        state: State,
-        at: Number,
-        error: str | None,
-        run_at: Number | None = None,
-        attempts_delta: int = 0,
-    ) -> int:
+    def _end_lease(self, task: TaskRow, state: State, params: dict[str, Any]) -> int:
         """Returns the task's new seq (line position or wake-up order)."""
         seq = self._next_id() if state in (State.AVAILABLE, State.WAITING) else task.seq
-        params = {
-            "id": task.row_id,
-            "token": task.token,
-            "state": state.value,
-            "seq": seq,
-            "run_at": run_at,
-            "attempts_delta": attempts_delta,
-            "error": error,
-            "finished_at": at if state in FINISHED else None,
-            "at": at,
-            "now": self.now,
-        }
+        params["seq"] = seq
         self._expect_one(Q.end_lease, params, task, "RESERVED under its lease")
         return seq
 
@@ -481,17 +420,8 @@ class SqliteTransaction(SqlCalls):
         forgotten = int(self._cur.execute(Q.forget_groups, {**params, "last": last}).rowcount)
         return forgotten, last if seen == batch else None
 
-    def progress(
-        self, queue: str, task_id: str, token: int, value: float | None, message: str | None
-    ) -> bool:
-        params = {
-            "queue": queue,
-            "task_id": task_id,
-            "token": token,
-            "value": value,
-            "message": message,
-            "now": self.now,
-        }
+    def _progress(self, params: dict[str, Any]) -> bool:
+        params["now"] = self.now
         return bool(self._cur.execute(Q.report_progress, params).rowcount == 1)
 
     def key_holder(self, queue: str, key: str, cutoff: Number | None) -> Holder | None:
@@ -499,21 +429,10 @@ class SqliteTransaction(SqlCalls):
         row = self._cur.execute(Q.key_holder, (queue, key, cutoff)).fetchone()
         return None if row is None else Holder(row[0], row[1], State(row[2]), row[3])
 
-    def insert_keyed(
-        self,
-        queue: str,
-        task_id: str,
-        key: str,
-        max_attempts: int,
-        retry: Retry,
-        payload: Encoded,
-        run_at: Number | None,
-        name: str | None,
-        *,
-        priority: int = 0,
-        aging: float = DEFAULT_AGING,
-        group: str | None = None,
+    def _add_keyed(
+        self, how: Adding, task_id: str, payload: Encoded, name: str | None, key: str
     ) -> bool:
+        queue, max_attempts, retry, run_at, priority, aging, group = how
         if group is not None:
             self._grouping()
         # (the keys' indexes are there: key_holder, asked first in the call, made them)
