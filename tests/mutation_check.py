@@ -597,8 +597,8 @@ MUTANTS = [
     Mutant(
         "pg-retries-announced-to-nobody",
         "sqlq/postgresql/transaction.py",
-        "            if self._announce:",
-        "            if False:",
+        "        if self._announce:",
+        "        if False:",
         POSTGRESQL,
     ),
     Mutant(
