@@ -254,6 +254,16 @@ SELECT task_id, (SELECT n FROM announced) FROM added
 -- Which of the ids in :ids a queue already has.
 SELECT task_id FROM sqlq_tasks WHERE queue = %(queue)s AND task_id = ANY (%(ids)s::text[])
 
+-- name: _lease_taken
+-- Fragment: the task a claim takes becomes RESERVED under a new lease, its deadline
+-- :seconds after the call's time (at most :max_time); used by claim_front and
+-- claim_grouped.
+UPDATE sqlq_tasks
+    SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
+        deadline = least(call.now + %(seconds)s::float8, %(max_time)s::float8),
+        updated_at = call.now
+    FROM call
+
 -- name: claim_front
 -- Reserve the front of the queue's line, the lowest (line_key, seq) (see _call:
 -- the call's time, and (mark, now, due, go) first in the answer): count an attempt, take the next counter
@@ -271,11 +281,7 @@ WITH {{_call}}, grouped AS (
            AND EXISTS (SELECT 1 FROM sqlq_groups WHERE queue = %(queue)s AND live > 0) AS found
     FROM call
 ), claimed AS (
-    UPDATE sqlq_tasks
-    SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
-        deadline = least(call.now + %(seconds)s::float8, %(max_time)s::float8),
-        updated_at = call.now
-    FROM call
+    {{_lease_taken}}
     WHERE call.go AND NOT (SELECT found FROM grouped)
       AND id = (SELECT id FROM sqlq_tasks
                 WHERE queue = %(queue)s AND state = 'AVAILABLE' AND group_key IS NULL
@@ -320,12 +326,17 @@ WITH {{_call}}, grouped AS (
 SELECT call.mark, call.now, call.due, call.go, (SELECT found FROM grouped), claimed.*
 FROM call LEFT JOIN claimed ON true
 
--- name: get_task
--- One task by queue and id, every column the queue logic and inspection need.
-SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+-- name: _task_columns
+-- Fragment: every column of a task the queue logic and inspection read, in the
+-- order the backend's task_row maps them (get_task, get_current_lease, list_tasks, ...).
+id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
        result, progress, progress_message, dedupe_key, priority, group_key
+
+-- name: get_task
+-- One task by queue and id, every column the queue logic and inspection need.
+SELECT {{_task_columns}}
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s
 
@@ -333,10 +344,7 @@ WHERE queue = %(queue)s AND task_id = %(task_id)s
 -- The task, held for this transaction, if its lease :token (any, if NULL) is
 -- current and still runs at :now; no row otherwise.  fail and release act on
 -- what it returns, so no other call can end the lease in between.
-SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
-       retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority, group_key
+SELECT {{_task_columns}}
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND task_id = %(task_id)s AND state = 'RESERVED'
   AND (%(token)s::bigint IS NULL OR lease_id = %(token)s::bigint)
@@ -459,10 +467,7 @@ LIMIT %(limit)s
 
 -- name: list_tasks
 -- Tasks of a queue in the order they were added (all states).
-SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
-       retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority, group_key
+SELECT {{_task_columns}}
 FROM sqlq_tasks
 WHERE queue = %(queue)s
 ORDER BY id
@@ -470,10 +475,7 @@ LIMIT %(limit)s
 
 -- name: list_tasks_in_state
 -- Tasks of a queue in one state, in the order they were added.
-SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
-       retry_base, retry_cap, deadline, run_at, payload, payload_bytes, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority, group_key
+SELECT {{_task_columns}}
 FROM sqlq_tasks
 WHERE queue = %(queue)s AND state = %(state)s
 ORDER BY id
@@ -815,25 +817,34 @@ WITH {{_call}}, reported AS (
 )
 SELECT call.mark, call.now, call.due, call.go, (SELECT count(*) FROM reported) FROM call
 
--- name: browse_newest
--- The dashboard's task list (sqlq.browse), newest first: a keyset page of the
--- tasks added before row :id, each filter given narrowing it.  The columns are
--- read by name; payload and result only when :payloads (a page that shows none
--- does not read megabytes of them).  The primary key serves the order and the
--- page's start; the filters are checked on the way.
-SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+-- name: _browse_columns
+-- Fragment: the columns of a browse page (browse_newest, browse_line), read by
+-- name; payload and result only when :payloads.
+id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at,
        CASE WHEN %(payloads)s THEN payload END AS payload,
        CASE WHEN %(payloads)s THEN payload_bytes END AS payload_bytes,
        last_error, created_at, updated_at, finished_at, name, stop_requested_at,
        CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message,
        dedupe_key, priority, group_key, line_key
-FROM sqlq_tasks
-WHERE id < %(id)s
+
+-- name: _browse_filters
+-- Fragment: the filters of a browse page, each given one narrowing it (NULL: any).
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
   AND (%(prefix)s::text IS NULL OR left(task_id, length(%(prefix)s::text)) = %(prefix)s::text)
+
+-- name: browse_newest
+-- The dashboard's task list (sqlq.browse), newest first: a keyset page of the
+-- tasks added before row :id, each filter given narrowing it.  The columns are
+-- read by name; payload and result only when :payloads (a page that shows none
+-- does not read megabytes of them).  The primary key serves the order and the
+-- page's start; the filters are checked on the way.
+SELECT {{_browse_columns}}
+FROM sqlq_tasks
+WHERE id < %(id)s
+  {{_browse_filters}}
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -841,19 +852,10 @@ LIMIT %(limit)s
 -- The dashboard's task list by position in the line, front first: the order
 -- claims take (line_key, seq; see migration 0007), then the row id; a keyset page
 -- after (:line_key, :seq, :id); the columns as browse_newest's.
-SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
-       retry_base, retry_cap, deadline, run_at,
-       CASE WHEN %(payloads)s THEN payload END AS payload,
-       CASE WHEN %(payloads)s THEN payload_bytes END AS payload_bytes,
-       last_error, created_at, updated_at, finished_at, name, stop_requested_at,
-       CASE WHEN %(payloads)s THEN result END AS result, progress, progress_message,
-       dedupe_key, priority, group_key, line_key
+SELECT {{_browse_columns}}
 FROM sqlq_tasks
 WHERE (line_key, seq, id) > (%(line_key)s, %(seq)s, %(id)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(state)s::text IS NULL OR state = %(state)s::text)
-  AND (%(name)s::text IS NULL OR name = %(name)s::text)
-  AND (%(prefix)s::text IS NULL OR left(task_id, length(%(prefix)s::text)) = %(prefix)s::text)
+  {{_browse_filters}}
 ORDER BY line_key, seq, id
 LIMIT %(limit)s
 
@@ -997,11 +999,7 @@ WITH {{_call}}, ungrouped AS (
                         ORDER BY {{_line_order}} LIMIT 1
                         FOR UPDATE SKIP LOCKED) AS t
 ), claimed AS (
-    UPDATE sqlq_tasks
-    SET state = 'RESERVED', attempts = attempts + 1, lease_id = nextval('sqlq_counter'),
-        deadline = least(call.now + %(seconds)s::float8, %(max_time)s::float8),
-        updated_at = call.now
-    FROM call
+    {{_lease_taken}}
     WHERE call.go
       AND id = (SELECT id FROM (SELECT * FROM ungrouped UNION ALL SELECT * FROM front) AS c
                 WHERE NOT EXISTS (SELECT 1 FROM sqlq_paused WHERE queue = %(queue)s)

@@ -279,12 +279,17 @@ UPDATE sqlq_tasks
 SET state = 'RESERVED', attempts = attempts + 1, lease_id = ?2, deadline = ?3, updated_at = ?4
 WHERE id = ?1 AND state = 'AVAILABLE'
 
--- name: get_task
--- One task by queue and id, every column the queue logic and inspection need.
-SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+-- name: _task_columns
+-- Fragment: every column of a task the queue logic and inspection read, in the
+-- order the backend's task_row maps them (get_task, get_current_lease, list_tasks, ...).
+id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
        retry_base, retry_cap, deadline, run_at, payload, last_error,
        created_at, updated_at, finished_at, name, stop_requested_at,
        result, progress, progress_message, dedupe_key, priority, group_key
+
+-- name: get_task
+-- One task by queue and id, every column the queue logic and inspection need.
+SELECT {{_task_columns}}
 FROM sqlq_tasks
 WHERE queue = :queue AND task_id = :task_id
 
@@ -362,10 +367,7 @@ LIMIT +:limit
 
 -- name: list_tasks
 -- Tasks of a queue in the order they were added (all states).
-SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
-       retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority, group_key
+SELECT {{_task_columns}}
 FROM sqlq_tasks
 WHERE queue = :queue
 ORDER BY id
@@ -373,10 +375,7 @@ LIMIT +:limit
 
 -- name: list_tasks_in_state
 -- Tasks of a queue in one state, in the order they were added.
-SELECT id, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
-       retry_base, retry_cap, deadline, run_at, payload, last_error,
-       created_at, updated_at, finished_at, name, stop_requested_at,
-       result, progress, progress_message, dedupe_key, priority, group_key
+SELECT {{_task_columns}}
 FROM sqlq_tasks
 WHERE queue = :queue AND state = :state
 ORDER BY id
@@ -694,23 +693,32 @@ UPDATE sqlq_tasks
 SET progress = :value, progress_message = :message, updated_at = :now
 WHERE lease_id = :token AND queue = :queue AND task_id = :task_id AND state = 'RESERVED'
 
+-- name: _browse_columns
+-- Fragment: the columns of a browse page (browse_newest, browse_line), read by
+-- name; payload and result only when :payloads.
+id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
+       retry_base, retry_cap, deadline, run_at, CASE WHEN :payloads THEN payload END AS payload,
+       last_error, created_at, updated_at, finished_at, name, stop_requested_at,
+       CASE WHEN :payloads THEN result END AS result, progress, progress_message,
+       dedupe_key, priority, group_key, line_key
+
+-- name: _browse_filters
+-- Fragment: the filters of a browse page, each given one narrowing it (NULL: any).
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR state = :state)
+  AND (:name IS NULL OR name = :name)
+  AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
+
 -- name: browse_newest
 -- The dashboard's task list (sqlq.browse), newest first: a keyset page of the
 -- tasks added before row :id, each filter given narrowing it.  The columns are
 -- read by name; payload and result only when :payloads (a page that shows none
 -- does not read megabytes of them).  The primary key serves the order and the
 -- page's start; the filters are checked on the way.
-SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
-       retry_base, retry_cap, deadline, run_at, CASE WHEN :payloads THEN payload END AS payload,
-       last_error, created_at, updated_at, finished_at, name, stop_requested_at,
-       CASE WHEN :payloads THEN result END AS result, progress, progress_message,
-       dedupe_key, priority, group_key, line_key
+SELECT {{_browse_columns}}
 FROM sqlq_tasks
 WHERE id < :id
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:state IS NULL OR state = :state)
-  AND (:name IS NULL OR name = :name)
-  AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
+  {{_browse_filters}}
 ORDER BY id DESC
 LIMIT +:limit
 
@@ -718,17 +726,10 @@ LIMIT +:limit
 -- The dashboard's task list by position in the line, front first: the order
 -- claims take (line_key, seq; see migration 0010), then the row id; a keyset page
 -- after (:line_key, :seq, :id); the columns as browse_newest's.
-SELECT id, queue, task_id, state, attempts, max_attempts, lease_id, seq, retry_kind,
-       retry_base, retry_cap, deadline, run_at, CASE WHEN :payloads THEN payload END AS payload,
-       last_error, created_at, updated_at, finished_at, name, stop_requested_at,
-       CASE WHEN :payloads THEN result END AS result, progress, progress_message,
-       dedupe_key, priority, group_key, line_key
+SELECT {{_browse_columns}}
 FROM sqlq_tasks
 WHERE (line_key, seq, id) > (:line_key, :seq, :id)
-  AND (:queue IS NULL OR queue = :queue)
-  AND (:state IS NULL OR state = :state)
-  AND (:name IS NULL OR name = :name)
-  AND (:prefix IS NULL OR substr(task_id, 1, length(:prefix)) = :prefix)
+  {{_browse_filters}}
 ORDER BY line_key, seq, id
 LIMIT +:limit
 
