@@ -595,6 +595,19 @@ MUTANTS = [
         POSTGRESQL,
     ),
     Mutant(
+        "sqlstore-error-stored-as-given",
+        "sqlq/sqlstore.py",
+        '"error": self.stored_or_none(error),',
+        '"error": error,',
+        ("tests/test_postgresql_probe.py", "tests/test_postgresql.py"),
+    ),
+    Mutant(
+        "sqlstore-end-lease-forgets-when-it-finished",
+        "sqlq/sqlstore.py",
+        '"finished_at": at if state in FINISHED else None,',
+        '"finished_at": None,',
+    ),
+    Mutant(
         "pg-retries-announced-to-nobody",
         "sqlq/postgresql/transaction.py",
         "        if self._announce:",
