@@ -22,6 +22,8 @@ T = TypeVar("T")
 
 
 class Calls(Connections):
+    """The second layer of PostgresBackend: a call's turn and first round trip."""
+
     def start_call(self, deadline: float) -> Any:
         """Take the thread lock (waiting until ``deadline``, a time.monotonic()) and
         make sure of a connection; returns its cursor.  end_call gives the lock back."""

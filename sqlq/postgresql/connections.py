@@ -42,7 +42,9 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Connections:
-    """Declared here, set by PostgresBackend.__init__ (the one path that opens a database)."""
+    """The first layer of PostgresBackend: its connection and error translation.  The
+    attributes below are set by PostgresBackend.__init__ (the one path that opens a
+    database)."""
 
     strict: bool
     synchronous: str

@@ -21,6 +21,8 @@ from .text import read, stored_or_none
 
 
 class Inspection(Calls):
+    """PostgresBackend's reads and maintenance (what a transaction needs of it)."""
+
     def snapshot(self, queue: str) -> Figures:
         return self._read(lambda cur: figures(cur, queue))
 

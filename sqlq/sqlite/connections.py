@@ -36,7 +36,9 @@ STATEMENT_CACHE = 1024
 
 
 class Connections:
-    """Declared here, set by SqliteBackend.__init__ (the one path that opens a file)."""
+    """The first layer of SqliteBackend: its connection and error translation.  The
+    attributes below are set by SqliteBackend.__init__ (the one path that opens a
+    file)."""
 
     path: str
     synchronous: Synchronous

@@ -19,6 +19,8 @@ from .waiting import Waiting
 
 
 class Inspection(Waiting):
+    """SqliteBackend's reads for the commands and the dashboard."""
+
     def snapshot(self, queue: str) -> Figures:
         return self._read(lambda conn: in_snapshot(conn, Q, Q.begin_read, figures, queue))
 

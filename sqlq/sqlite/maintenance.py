@@ -23,6 +23,8 @@ WAL_CHECK_EVERY = 16
 
 
 class Maintenance(Waiting):
+    """SqliteBackend's upkeep of its file (what a transaction needs of its backend)."""
+
     #: The outcome of the last checkpoint this process ran, and how many failed.
     last_checkpoint: Checkpoint | None
     checkpoint_failures: int

@@ -27,6 +27,8 @@ WAIT_MIN, WAIT_MAX = 100e-6, 5e-3
 
 
 class Waiting(Connections):
+    """The second layer of SqliteBackend: a call's waits, within one budget."""
+
     def _read(self, attempt: Callable[[Any], T]) -> T:
         """``attempt(conn)``, a read outside any transaction, holding the thread lock and
         retried while SQLite says busy, within one busy_timeout (see sqlstore)."""
