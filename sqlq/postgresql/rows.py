@@ -35,19 +35,20 @@ def claimed(row: tuple[Any, ...]) -> Claimed:
 
 def new_task(how: Adding, task_id: str, payload: Encoded, name: str | None) -> dict[str, Any]:
     """The parameters of a new task that insert_task and insert_keyed_task share."""
+    queue, max_attempts, retry, run_at, priority, aging, group = how
     return {
-        "queue": how.queue,
+        "queue": queue,
         "task_id": stored(task_id),
-        "state": "AVAILABLE" if how.run_at is None else "WAITING",
-        "max_attempts": how.max_attempts,
-        "run_at": how.run_at,
+        "state": "AVAILABLE" if run_at is None else "WAITING",
+        "max_attempts": max_attempts,
+        "run_at": run_at,
         "payload": payload if isinstance(payload, str) else None,
         "payload_bytes": payload if isinstance(payload, bytes) else None,
-        "kind": how.retry.kind,
-        "base": how.retry.base,
-        "cap": how.retry.cap,
+        "kind": retry.kind,
+        "base": retry.base,
+        "cap": retry.cap,
         "name": name,
-        "group_key": how.group,
-        "priority": how.priority,
-        "aging": how.aging,
+        "group_key": group,
+        "priority": priority,
+        "aging": aging,
     }

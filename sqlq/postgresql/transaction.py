@@ -293,7 +293,7 @@ class PostgresTransaction(SqlCalls):
 
     def _add(self, how: Adding, task_id: str, payload: Encoded, name: str | None) -> bool:
         params = new_task(how, task_id, payload, name)
-        params["channel"] = self._backend.channel(how.queue)
+        params["channel"] = self._backend.channel(how[0])  # (Adding: the queue first)
         ((added, _announced),) = self._write(Q.insert_task, params)
         return bool(added)
 
@@ -471,7 +471,7 @@ class PostgresTransaction(SqlCalls):
         params = new_task(how, task_id, payload, name)
         params.update(key=key, now=self._now)
         added = cur.execute(Q.insert_keyed_task, params).fetchone() is not None
-        self._announce |= added and how.run_at is None
+        self._announce |= added and how[3] is None  # (Adding: run_at fourth)
         return added
 
     def debounce(self, holder: Holder, payload: Encoded, run_at: Number | None) -> bool:
