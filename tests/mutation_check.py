@@ -1233,6 +1233,28 @@ MUTANTS = [
         "import sqlalchemy as sa\n\nfrom .errors import InvalidConfig\n",
         IMPORTS,
     ),
+    # What a function can be called with (sqlq/signatures.py, out of tasks.py in issue 26).
+    Mutant(
+        "signatures-generator-function-taken",
+        "sqlq/signatures.py",
+        "if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):",
+        "if False:",
+        TASKS,
+    ),
+    Mutant(
+        "signatures-star-args-only-taken",
+        "sqlq/signatures.py",
+        "if inspect.Parameter.VAR_POSITIONAL in kinds and not kinds & _BY_KEYWORD:",
+        "if False:",
+        TASKS,
+    ),
+    Mutant(
+        "signatures-handler-of-no-argument-taken",
+        "sqlq/signatures.py",
+        "        signature.bind(None)\n",
+        "        pass\n",
+        TASKS,
+    ),
     Mutant(
         "tasks-defer-many-unchecked",
         "sqlq/tasks.py",

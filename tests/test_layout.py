@@ -22,7 +22,6 @@ OVERSIZED: set[str] = {
     "sqlq.memory",
     "sqlq.postgresql.backend",
     "sqlq.sqlite.backend",
-    "sqlq.tasks",
     "sqlq.worker",
 }
 
