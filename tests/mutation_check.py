@@ -1298,6 +1298,43 @@ MUTANTS = [
         TASKS,
     ),
     # The command line and the dashboard (issue 23, item 12).
+    # A queue's stored settings as options, declared once for sqlq add, configure and worker.
+    Mutant(
+        "cli-max-attempts-takes-zero",
+        "sqlq/cli/common.py",
+        "type=positive_int(1, MAX_ATTEMPTS)",
+        "type=positive_int(0, MAX_ATTEMPTS)",
+        (
+            "tests/test_cli.py::test_a_stored_setting_out_of_its_range_is_a_usage_error_of_every_command",
+        ),
+    ),
+    Mutant(
+        "cli-max-attempts-unbounded",
+        "sqlq/cli/common.py",
+        "type=positive_int(1, MAX_ATTEMPTS)",
+        "type=positive_int(1)",
+        (
+            "tests/test_cli.py::test_a_stored_setting_out_of_its_range_is_a_usage_error_of_every_command",
+        ),
+    ),
+    Mutant(
+        "cli-lease-takes-zero",
+        "sqlq/cli/common.py",
+        "type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),",
+        "type=seconds(0, MAX_LEASE_SECONDS),",
+        (
+            "tests/test_cli.py::test_a_stored_setting_out_of_its_range_is_a_usage_error_of_every_command",
+        ),
+    ),
+    Mutant(
+        "cli-retry-unchecked",
+        "sqlq/cli/common.py",
+        'parser.add_argument("--retry", metavar="POLICY", type=retry_policy,',
+        'parser.add_argument("--retry", metavar="POLICY", type=str,',
+        (
+            "tests/test_cli.py::test_a_stored_setting_out_of_its_range_is_a_usage_error_of_every_command",
+        ),
+    ),
     Mutant(
         "progress-shown-in-full",
         "sqlq/cli/common.py",
