@@ -23,9 +23,7 @@ retry can mend it.
 from __future__ import annotations
 
 import functools
-import inspect
 import os
-import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -48,6 +46,7 @@ from .payload import encode
 from .records import Lease
 from .retry import Retry
 from .schedule import Schedule, periodic_schedule
+from .signatures import NAMED, check_takes_one, default_name, keyword_signature
 
 __all__ = ["Task", "Tasks", "failure", "runner"]
 
@@ -73,13 +72,13 @@ class Task(Generic[P, R]):
         self.retry = retry
         #: The priority of tasks added through this Task, unless ``enqueue`` gives one.
         self.priority = priority
-        self.signature = _keyword_signature(fn, name)
+        self.signature = keyword_signature(fn, name)
         params = self.signature.parameters.values()
         #: What a call by keyword must name, may name, and may not (positional-only).
         self._required = frozenset(
-            p.name for p in params if p.kind in _NAMED and p.default is p.empty
+            p.name for p in params if p.kind in NAMED and p.default is p.empty
         )
-        self._named = frozenset(p.name for p in params if p.kind in _NAMED)
+        self._named = frozenset(p.name for p in params if p.kind in NAMED)
         self._positional = frozenset(p.name for p in params if p.kind is p.POSITIONAL_ONLY)
         self._more = any(p.kind is p.VAR_KEYWORD for p in params)
         self.__doc__ = fn.__doc__
@@ -348,7 +347,7 @@ class Tasks:
         def register(fn: Callable[P, R]) -> Task[P, R]:
             if not callable(fn):
                 raise InvalidConfig(f"a task is a function, not {type(fn).__name__}")
-            chosen = wanted or check_task_name(_default_name(fn), InvalidConfig)
+            chosen = wanted or check_task_name(default_name(fn), InvalidConfig)
             assert chosen is not None
             if chosen in self._tasks:
                 raise InvalidConfig(f"a task named {chosen!r} is registered already")
@@ -490,7 +489,7 @@ def runner(handler: object, with_lease: bool) -> Callable[[Lease], object]:
         raise InvalidConfig(
             f"handler must be callable or a sqlq.Tasks, not {type(handler).__name__}"
         )
-    _check_takes_one(handler)
+    check_takes_one(handler)
     if with_lease:
         return handler
     return lambda lease: handler(lease.payload)
@@ -543,82 +542,3 @@ def failure(error: BaseException) -> tuple[str, bool]:
     if issubclass(type(error), NotRetryable):
         return error_message(error), False
     return describe_error(error), True
-
-
-def _refuse_generator(fn: Callable[..., object], what: str) -> None:
-    """A generator function's call returns a generator and runs none of its body: as
-    a task it would be completed without running."""
-    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-        raise InvalidConfig(
-            f"{what} is a generator function (it yields): calling it runs none of its body, "
-            "so the task would complete without running; return instead of yielding"
-        )
-
-
-def _check_takes_one(handler: Callable[..., object]) -> None:
-    _refuse_generator(handler, f"handler {_describe(handler)}")
-    try:
-        signature = inspect.signature(handler)
-    except (TypeError, ValueError):  # no signature to look at (some builtins): trust it
-        return
-    try:
-        signature.bind(None)
-    except TypeError as exc:
-        raise InvalidConfig(
-            f"handler {_describe(handler)} cannot be called with one argument (the task's "
-            f"payload), so it would fail every task: {exc}"
-        ) from None
-
-
-def _keyword_signature(fn: Callable[..., object], name: str) -> inspect.Signature:
-    """The signature of a task's function, which must take its arguments by keyword."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError) as exc:
-        raise InvalidConfig(f"task {name!r}: cannot read the function's signature") from exc
-    _refuse_generator(fn, f"task {name!r}")
-    params = signature.parameters.values()
-    positional = [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
-    if positional:
-        raise InvalidConfig(
-            f"task {name!r}: parameters {', '.join(positional)} are positional-only, but a "
-            "task's arguments are passed by keyword"
-        )
-    kinds = {p.kind for p in params}
-    if inspect.Parameter.VAR_POSITIONAL in kinds and not kinds & _BY_KEYWORD:
-        raise InvalidConfig(
-            f"task {name!r} takes only *args, but a task's arguments are passed by keyword"
-        )
-    return signature
-
-
-#: Kinds of parameters that a call by keyword names (not ``**kwargs``).
-_NAMED = {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}
-
-#: Kinds of parameters that take keyword arguments.
-_BY_KEYWORD = {
-    inspect.Parameter.POSITIONAL_OR_KEYWORD,
-    inspect.Parameter.KEYWORD_ONLY,
-    inspect.Parameter.VAR_KEYWORD,
-}
-
-
-def _default_name(fn: Callable[..., object]) -> str:
-    module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    if module == "__main__":
-        # Run with python -m, the module has its importable name; run as a script, it
-        # has none a worker could import it by.
-        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-        module = getattr(spec, "name", None)
-        if not module or module == "__main__":
-            raise InvalidConfig(
-                f"task {qualname!r} is defined in a script run as __main__, which a worker "
-                "cannot import by that name: give it a name (@tasks.task(name=...)) or "
-                "define it in a module that both import"
-            )
-    return qualname if module is None else f"{module}.{qualname}"
-
-
-def _describe(handler: Callable[..., object]) -> str:
-    return repr(getattr(handler, "__qualname__", handler))

@@ -1246,6 +1246,28 @@ MUTANTS = [
         "import sqlalchemy as sa\n\nfrom .errors import InvalidConfig\n",
         IMPORTS,
     ),
+    # What a function can be called with (sqlq/signatures.py, out of tasks.py in issue 26).
+    Mutant(
+        "signatures-generator-function-taken",
+        "sqlq/signatures.py",
+        "if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):",
+        "if False:",
+        TASKS,
+    ),
+    Mutant(
+        "signatures-star-args-only-taken",
+        "sqlq/signatures.py",
+        "if inspect.Parameter.VAR_POSITIONAL in kinds and not kinds & _BY_KEYWORD:",
+        "if False:",
+        TASKS,
+    ),
+    Mutant(
+        "signatures-handler-of-no-argument-taken",
+        "sqlq/signatures.py",
+        "        signature.bind(None)\n",
+        "        pass\n",
+        TASKS,
+    ),
     Mutant(
         "tasks-defer-many-unchecked",
         "sqlq/tasks.py",
@@ -1289,6 +1311,43 @@ MUTANTS = [
         TASKS,
     ),
     # The command line and the dashboard (issue 23, item 12).
+    # A queue's stored settings as options, declared once for sqlq add, configure and worker.
+    Mutant(
+        "cli-max-attempts-takes-zero",
+        "sqlq/cli/common.py",
+        "type=positive_int(1, MAX_ATTEMPTS)",
+        "type=positive_int(0, MAX_ATTEMPTS)",
+        (
+            "tests/test_cli.py::test_a_stored_setting_out_of_its_range_is_a_usage_error_of_every_command",
+        ),
+    ),
+    Mutant(
+        "cli-max-attempts-unbounded",
+        "sqlq/cli/common.py",
+        "type=positive_int(1, MAX_ATTEMPTS)",
+        "type=positive_int(1)",
+        (
+            "tests/test_cli.py::test_a_stored_setting_out_of_its_range_is_a_usage_error_of_every_command",
+        ),
+    ),
+    Mutant(
+        "cli-lease-takes-zero",
+        "sqlq/cli/common.py",
+        "type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),",
+        "type=seconds(0, MAX_LEASE_SECONDS),",
+        (
+            "tests/test_cli.py::test_a_stored_setting_out_of_its_range_is_a_usage_error_of_every_command",
+        ),
+    ),
+    Mutant(
+        "cli-retry-unchecked",
+        "sqlq/cli/common.py",
+        'parser.add_argument("--retry", metavar="POLICY", type=retry_policy,',
+        'parser.add_argument("--retry", metavar="POLICY", type=str,',
+        (
+            "tests/test_cli.py::test_a_stored_setting_out_of_its_range_is_a_usage_error_of_every_command",
+        ),
+    ),
     Mutant(
         "progress-shown-in-full",
         "sqlq/cli/common.py",
@@ -1349,42 +1408,42 @@ MUTANTS = [
     ),
     Mutant(
         "django-running-is-ready",
-        "sqlq/django/__init__.py",
+        "sqlq/django/results.py",
         '    "RESERVED": TaskResultStatus.RUNNING,',
         '    "RESERVED": TaskResultStatus.READY,',
         DJANGO,
     ),
     Mutant(
         "django-dead-is-successful",
-        "sqlq/django/__init__.py",
+        "sqlq/django/results.py",
         '    "DEAD": TaskResultStatus.FAILED,',
         '    "DEAD": TaskResultStatus.SUCCESSFUL,',
         DJANGO,
     ),
     Mutant(
         "django-cancelled-is-ready",
-        "sqlq/django/__init__.py",
+        "sqlq/django/results.py",
         '    "CANCELLED": TaskResultStatus.FAILED,',
         '    "CANCELLED": TaskResultStatus.READY,',
         DJANGO,
     ),
     Mutant(
         "django-waiting-is-running",
-        "sqlq/django/__init__.py",
+        "sqlq/django/results.py",
         '    "WAITING": TaskResultStatus.READY,',
         '    "WAITING": TaskResultStatus.RUNNING,',
         DJANGO,
     ),
     Mutant(
         "django-enqueue-outside-the-transaction",
-        "sqlq/django/__init__.py",
+        "sqlq/django/backend.py",
         "        if not django_conn.in_atomic_block:",
         "        if django_conn.in_atomic_block or True:",
         DJANGO,
     ),
     Mutant(
         "django-priority-reversed",
-        "sqlq/django/__init__.py",
+        "sqlq/django/results.py",
         "    return int(priority)",
         "    return -int(priority)",
         DJANGO,
@@ -1644,8 +1703,15 @@ MUTANTS = [
         UPGRADES,
     ),
     Mutant(
+        "django-worker-error-path-moves",
+        "sqlq/django/results.py",
+        'sqlq\'s last error text."""\n\n    __module__ = "sqlq.django"',
+        'sqlq\'s last error text."""\n\n    __module__ = __name__',
+        ("tests/test_django.py::test_what_django_documents_and_what_sqlq_cannot_run",),
+    ),
+    Mutant(
         "django-connections-left-open",
-        "sqlq/django/__init__.py",
+        "sqlq/django/worker.py",
         "        close_old_connections()\n        try:\n            return self.run(lease)\n"
         "        finally:\n            close_old_connections()\n",
         "        return self.run(lease)\n",

@@ -1120,6 +1120,49 @@ def test_a_refused_duration_says_how_to_write_one(
     assert "usage: sqlq add" in err and "--delay" in err and common.DURATION_SYNTAX in err
 
 
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    [
+        (command, option, value)
+        for command in (["add", "t"], ["configure"])
+        for option, value in (
+            ("--max-attempts", "0"),
+            ("--max-attempts", str(sqlq.contract.MAX_ATTEMPTS + 1)),
+            ("--retry", "sometimes"),
+        )
+    ]
+    + [
+        (command, "--lease", value)
+        for command in (["configure"], ["worker", "mod:fn"])
+        for value in ("0", str(sqlq.contract.MAX_LEASE_SECONDS * 2))
+    ],
+)
+def test_a_stored_setting_out_of_its_range_is_a_usage_error_of_every_command(
+    command: list[str], option: str, value: str, db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--lease, --max-attempts and --retry take the same values wherever they are given."""
+    code, _, err = _cli(capsys, command[0], db, *command[1:], f"{option}={value}")
+    assert code == 2
+    assert f"usage: sqlq {command[0]}" in err and option in err
+    with _queue(db) as q:
+        assert q.info("t") is None  # nothing added
+
+
+def test_the_stored_settings_take_their_limits(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    top, longest = sqlq.contract.MAX_ATTEMPTS, sqlq.contract.MAX_LEASE_SECONDS
+    settings = _json(
+        capsys, "configure", db, f"--max-attempts={top}", f"--lease={longest}", "--retry=fixed:1"
+    )
+    assert settings["max_attempts"] == top and settings["lease_seconds"] == longest
+    document = _json(capsys, "add", db, "t", "--max-attempts=1", "--retry=immediate")
+    assert document["added"] == 1
+    with _queue(db) as q:
+        info = q.info("t")
+        assert info is not None and info.max_attempts == 1
+
+
 def test_purge_removes_completed_tasks_by_default(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,7 +19,6 @@ OVERSIZED: set[str] = {
     "sqlq.contract",
     "sqlq.durable",
     "sqlq.memory",
-    "sqlq.tasks",
     "sqlq.worker",
 }
 

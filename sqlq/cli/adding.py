@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from .. import payload as payloads
 from ..contract import (
     DEFAULT_AGING,
-    MAX_ATTEMPTS,
     MAX_PRIORITY,
     MIN_PRIORITY,
     check_task_id,
@@ -34,7 +33,9 @@ from .common import (
     UsageError,
     add_database,
     add_json,
+    add_max_attempts_option,
     add_queue,
+    add_retry_option,
     creatable,
     duration,
     named,
@@ -43,7 +44,6 @@ from .common import (
     positive_int,
     print_json,
     printable,
-    retry_policy,
     seconds,
     unix_time,
 )
@@ -101,27 +101,17 @@ def register_add(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=unix_time,
         help="the tasks are WAITING until this Unix time",
     )
-    add.add_argument(
-        "--max-attempts",
-        metavar="N",
-        type=positive_int(1, MAX_ATTEMPTS),
-        default=None,
-        help=(
-            "attempts each task gets before it is DEAD, stored with it (default: the "
-            "queue's setting, see `sqlq configure`)"
-        ),
+    add_max_attempts_option(
+        add,
+        "attempts each task gets before it is DEAD, stored with it (default: the "
+        "queue's setting, see `sqlq configure`)",
     )
-    add.add_argument(
-        "--retry",
-        metavar="POLICY",
-        type=retry_policy,
-        default=None,
-        help=(
-            "how long a failed attempt waits before the next, stored with each task: "
-            f"{RETRY_SYNTAX} (delays are durations; e.g. fixed:30s, exponential:1s:5m). "
-            "Default: the queue's setting (see `sqlq configure`; immediate if none: back to "
-            "the end of the line at once)"
-        ),
+    add_retry_option(
+        add,
+        "how long a failed attempt waits before the next, stored with each task: "
+        f"{RETRY_SYNTAX} (delays are durations; e.g. fixed:30s, exponential:1s:5m). "
+        "Default: the queue's setting (see `sqlq configure`; immediate if none: back to "
+        "the end of the line at once)",
     )
     add.add_argument(
         "--name",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..contract import (
     DEFAULT_AGING,
+    MAX_ATTEMPTS,
     MAX_BATCH,
     MAX_LEASE_SECONDS,
     MAX_TIME,
@@ -151,6 +152,34 @@ def retry_policy(text: str) -> Retry:
 
 
 retry_policy.__name__ = "retry policy"
+
+
+# --- a queue's stored settings as options (sqlq add, configure, worker) ---------------------
+# Each setting's option, with its type and range, is declared here once; each command says
+# in its own help what the option does there.  Not given: None (the queue's stored setting).
+
+
+def add_lease_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--lease DURATION``: more than 0, at most MAX_LEASE_SECONDS."""
+    parser.add_argument(
+        "--lease",
+        metavar="DURATION",
+        type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
+        default=None,
+        help=help,
+    )
+
+
+def add_max_attempts_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--max-attempts N``: 1 to MAX_ATTEMPTS."""
+    parser.add_argument(
+        "--max-attempts", metavar="N", type=positive_int(1, MAX_ATTEMPTS), default=None, help=help
+    )
+
+
+def add_retry_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--retry POLICY``, written as RETRY_SYNTAX says."""
+    parser.add_argument("--retry", metavar="POLICY", type=retry_policy, default=None, help=help)
 
 
 def unix_time(text: str) -> float:

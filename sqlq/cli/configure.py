@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import argparse
 
-from ..contract import MAX_ATTEMPTS, MAX_LEASE_SECONDS
 from ..settings import DEFAULTS, QueueSettings
 from .common import (
     DURATION_SYNTAX,
     EXIT_OK,
     RETRY_SYNTAX,
     add_json,
+    add_lease_option,
+    add_max_attempts_option,
     add_queue,
+    add_retry_option,
     creatable,
     open_queue,
-    positive_int,
     print_json,
-    retry_policy,
-    seconds,
     span,
 )
 
@@ -48,27 +47,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help=("the database file or URL; a missing file is created, an older schema migrated"),
     )
     add_queue(configure)
-    configure.add_argument(
-        "--lease",
-        metavar="DURATION",
-        type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
-        default=None,
-        help=f"length of each lease a worker takes ({DURATION_SYNTAX})",
-    )
-    configure.add_argument(
-        "--max-attempts",
-        metavar="N",
-        type=positive_int(1, MAX_ATTEMPTS),
-        default=None,
-        help="attempts each task added gets before it is DEAD",
-    )
-    configure.add_argument(
-        "--retry",
-        metavar="POLICY",
-        type=retry_policy,
-        default=None,
-        help=f"how long a failed attempt waits before the next: {RETRY_SYNTAX}",
-    )
+    add_lease_option(configure, f"length of each lease a worker takes ({DURATION_SYNTAX})")
+    add_max_attempts_option(configure, "attempts each task added gets before it is DEAD")
+    add_retry_option(configure, f"how long a failed attempt waits before the next: {RETRY_SYNTAX}")
     add_json(configure, "the settings")
     configure.set_defaults(handler=_configure)
 

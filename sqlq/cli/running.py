@@ -12,6 +12,7 @@ from .common import (
     EXIT_USAGE,
     CliError,
     UsageError,
+    add_lease_option,
     add_queue,
     database,
     error,
@@ -121,16 +122,11 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "--concurrency, at least --concurrency)"
         ),
     )
-    worker.add_argument(
-        "--lease",
-        metavar="DURATION",
-        type=seconds(0, MAX_LEASE_SECONDS, allow_minimum=False),
-        default=None,
-        help=(
-            "length of each lease; heartbeats renew it while the handler runs, so this is "
-            "how soon a task of a crashed worker runs again (default: the queue's stored "
-            "setting, see `sqlq configure`)"
-        ),
+    add_lease_option(
+        worker,
+        "length of each lease; heartbeats renew it while the handler runs, so this is "
+        "how soon a task of a crashed worker runs again (default: the queue's stored "
+        "setting, see `sqlq configure`)",
     )
     worker.add_argument(
         "--time-limit",
