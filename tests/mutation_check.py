@@ -1698,6 +1698,20 @@ MUTANTS = [
             "test_tasks_prefetched_behind_a_handler_past_its_time_limit_are_run_elsewhere",
         ),
     ),
+    Mutant(  # a slot past its time limit counts as free: tasks are claimed to wait behind it
+        "worker-prefetch-counts-a-slot-past-its-time-limit",
+        "sqlq/monitor.py",
+        "                        w._overdue += 1\n",
+        "",
+        ("tests/test_worker.py::test_a_slot_past_its_time_limit_is_not_claimed_for",),
+    ),
+    Mutant(  # the same, in the sizing: the stuck slot is counted among the free ones
+        "worker-prefetch-sized-by-a-slot-past-its-time-limit",
+        "sqlq/worker.py",
+        "        free = self.concurrency - self._overdue\n",
+        "        free = self.concurrency\n",
+        ("tests/test_worker.py::test_a_slot_past_its_time_limit_is_not_claimed_for",),
+    ),
     Mutant(  # a prefetched lease whose task was asked to stop is run anyway
         "worker-runs-a-prefetched-task-asked-to-stop",
         "sqlq/worker.py",

@@ -910,6 +910,40 @@ def test_a_handler_past_its_time_limit_gives_the_backlog_behind_it_back(
         thread.join(10)
 
 
+def test_a_slot_past_its_time_limit_is_not_claimed_for(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """One handler, hung past its time limit with nothing prefetched behind it (so no
+    backlog went back, and the prefetch still trusts the quick handler before it).
+    When the claim loop wakes (its periodic task falls due, and it ticks it), it
+    claims nothing: that slot may never be free again, so neither the periodic task
+    nor the failed one, back in line, waits behind it.  Once the handler returns,
+    both run here."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=30.0, clock=clock.time)
+    beat = sqlq.Schedule("beat", every=60)
+    worker, thread, _, release, handled = _behind_a_slow_task(
+        queue, clock, ["slow"], time_limit=5.0, schedules=[beat]
+    )
+    try:
+        clock.wait_for_deadline(clock.monotonic() + 5.0)
+        clock.advance(5.0)
+        _wait_for(lambda: worker.stats.timed_out == 1, 10, "the time limit")
+        assert queue.status("slow") == "AVAILABLE"  # failed, to be retried
+        clock.advance(60.0)  # the schedule's first tick: the claim loop wakes
+        _wait_for(lambda: sum(queue.counts().values()) == 3, 10, "the periodic task")
+        clock.wait_for_sleepers(2)  # (the claim loop and the monitor are done)
+        counts = queue.counts()
+        assert (counts["AVAILABLE"], counts["RESERVED"]) == (2, 0), counts
+    finally:
+        release.set()
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 3, 10, "both, once the slot is free")
+    worker.stop()
+    thread.join(10)
+    assert len(handled) == 4 and handled[:2] == ["first", "slow"] and "slow" in handled[2:]
+    assert worker.stats == WorkerStats(claimed=4, completed=3, timed_out=1)
+
+
 def test_a_backlog_that_waits_too_long_goes_back_and_is_not_claimed_again(
     open_queue: Callable[..., sqlq.Queue],
 ) -> None:
