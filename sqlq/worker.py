@@ -11,7 +11,7 @@
   one transaction (``queue.settle_and_claim``: completions, failures with the
   exception text, then the claim; one commit).  Outcomes that come while that
   commit is in flight go with the next, so the tasks per commit grow with the
-  load (up to ``concurrency + prefetch``, 32 by default) and are one when a
+  load (up to ``concurrency + prefetch``, 64 by default) and are one when a
   lone task comes to an idle worker: nothing waits for a batch to fill, and an
   outcome waits for the rest of its batch REPORT_WAIT at most (a handler that
   takes far longer than the others holds up no report).  An outcome is
@@ -27,7 +27,7 @@
   transaction that ends the outcomes reported is the one that claims anew.  The
   prefetch is cut to what the handlers get through in PREFETCH_HORIZON at their
   mean duration so far, and is none before the first handler has returned:
-  short tasks go 16-32 a transaction, long ones are not hoarded while another
+  short tasks go up to 64 a transaction, long ones are not hoarded while another
   worker could run them.  Leases waiting in the backlog are heartbeated as the
   running ones are, a lease found lost there is not run, and at a stop they
   are released at once (the attempt not counted).  So is the whole backlog
@@ -232,8 +232,11 @@ def current_task() -> TaskContext:
 
 #: Leases a worker holds at most, by default, when its handlers are quick: concurrency
 #: plus a prefetch of ``max(BATCH - concurrency, concurrency)``, so that a deep queue
-#: of short tasks is claimed and reported about BATCH a transaction.
-BATCH = 32
+#: of short tasks is claimed and reported about BATCH a transaction.  64, not 32: at 8
+#: processes a transaction's fixed cost (SQLite re-reads the pages other writers changed)
+#: made 32 a transaction cost 1.11-1.17x the CPU per task of 64 (bench/RESULTS.md,
+#: issue 24, 2026-12-08), with no more hoarding of long tasks.
+BATCH = 64
 #: Seconds a prefetched lease should wait at most for a handler: the prefetch is cut
 #: to what the handlers get through in that time by their mean duration.
 PREFETCH_HORIZON = 0.05
@@ -719,7 +722,7 @@ class Worker:
         _cond): enough for every handler slot and the prefetch, less those held.
         The prefetch is what the handlers get through in PREFETCH_HORIZON by their
         mean duration so far (none before the first has returned), at most
-        ``prefetch``: short tasks go 16-32 a transaction, long ones are not hoarded.
+        ``prefetch``: short tasks go up to BATCH a transaction, long ones are not hoarded.
         A slot whose handler runs past its time limit counts for neither (it may
         never be free again)."""
         free = self.concurrency - self._overdue

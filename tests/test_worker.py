@@ -728,10 +728,10 @@ def _calls(queue: sqlq.Queue) -> list[tuple[int, int, int]]:
 def test_a_deep_queue_of_quick_tasks_goes_in_batches_of_concurrency_and_prefetch(
     open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the defaults (one handler, a prefetch of 31): the first claim asks for one
+    """With the defaults (one handler, a prefetch of 63): the first claim asks for one
     lease (no handler has returned yet, so nothing tells how long tasks take); once
     one has returned in no time, each transaction reports the whole batch and claims
-    the next 32, one commit for 32 tasks."""
+    the next 64, one commit for 64 tasks."""
     clock = ManualClock()  # the handlers take no time on it: the prefetch is whole
     queue = open_queue()
     queue.add_many([f"t{i}" for i in range(100)])
@@ -748,11 +748,11 @@ def test_a_deep_queue_of_quick_tasks_goes_in_batches_of_concurrency_and_prefetch
         monkeypatch.setattr(queue, name, counted(name, getattr(queue, name)))
     settled = _calls(queue)
     worker = Worker(queue, lambda p: None, clock=clock)
-    assert (worker.concurrency, worker.prefetch) == (1, 31)
+    assert (worker.concurrency, worker.prefetch) == (1, 63)
     stats = worker.run(stop_when_idle=True)
     assert stats == WorkerStats(claimed=100, completed=100)
-    assert settled == [(1, 0, 1), (32, 1, 32), (32, 32, 32), (32, 32, 32), (32, 32, 3), (32, 3, 0)]
-    assert stats.commits == 6 and not calls  # every report and claim went through settle
+    assert settled == [(1, 0, 1), (64, 1, 64), (64, 64, 35), (64, 35, 0)]
+    assert stats.commits == 4 and not calls  # every report and claim went through settle
 
 
 def test_tasks_are_not_prefetched_when_handlers_take_long(
@@ -1033,7 +1033,7 @@ def test_a_lone_task_at_an_idle_worker_is_claimed_and_reported_alone_at_once(
     open_queue: Callable[..., sqlq.Queue],
 ) -> None:
     """A worker idle after a deep queue (its prefetch whole) picks up a lone task at its
-    next poll, in a claim that asks for 32 and gets one, and reports it in the next
+    next poll, in a claim that asks for BATCH (64) and gets one, and reports it in the next
     transaction at once: no wait for a batch to fill."""
     clock = ManualClock()
     queue = open_queue(clock=clock.time)
@@ -1058,8 +1058,9 @@ def test_a_lone_task_at_an_idle_worker_is_claimed_and_reported_alone_at_once(
     worker.stop()
     thread.join(10)
     assert out == [WorkerStats(claimed=41, completed=41)]
-    lone = [call for call in settled[before:] if call != (32, 0, 0)]
-    assert lone == [(32, 0, 1), (32, 1, 0)]
+    batch = sqlq.worker.BATCH
+    lone = [call for call in settled[before:] if call != (batch, 0, 0)]
+    assert lone == [(batch, 0, 1), (batch, 1, 0)]
 
 
 def test_outcomes_that_come_while_a_commit_is_in_flight_share_the_next_commit(
@@ -1388,12 +1389,13 @@ def test_a_worker_never_holds_more_leases_than_its_concurrency_and_prefetch(
     """Sampled from this process while a worker process drains 1 ms tasks, with the
     thread switch interval so short that the worker's threads interleave at almost
     every bytecode: the tasks RESERVED never outnumber the worker's slots and its
-    prefetch (by default 32 in all), and a batch does fill them."""
+    prefetch (by default BATCH, 64, in all), and a batch does fill them."""
     tasks = 400
     queue = open_queue(lease_seconds=60.0)
     queue.add_many([(f"t{i}", 0.001) for i in range(tasks)])
     err_path = tmp_path / "worker.stderr"
-    bound = concurrency + (max(32 - concurrency, concurrency) if prefetch is None else prefetch)
+    batch = sqlq.worker.BATCH
+    bound = concurrency + (max(batch - concurrency, concurrency) if prefetch is None else prefetch)
     options = {} if prefetch is None else {"prefetch": prefetch}
     peak = 0
     with err_path.open("wb") as stderr:
