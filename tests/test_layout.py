@@ -23,14 +23,12 @@ OVERSIZED: set[str] = {
     "sqlq.postgresql.backend",
     "sqlq.sqlite.backend",
     "sqlq.tasks",
-    "sqlq.worker",
 }
 
 # Import edges allowed to close a circle (remove an entry when its edge is cut).
 CIRCLE_EDGES: set[tuple[str, str]] = {
     ("sqlq.backend", "sqlq.browse"),
     ("sqlq.contract", "sqlq.records"),
-    ("sqlq.monitor", "sqlq.worker"),
 }
 
 

@@ -832,7 +832,7 @@ def test_prefetched_leases_are_heartbeated_while_they_wait(
     """Leases prefetched behind a handler that runs for three lease lengths are
     extended by the heartbeats as the running one is: none runs out, and each task
     runs once, on its first attempt."""
-    monkeypatch.setattr(sqlq.monitor, "BACKLOG_WAIT", math.inf)  # they wait unbounded
+    monkeypatch.setattr(sqlq.worker.monitor, "BACKLOG_WAIT", math.inf)  # they wait unbounded
     clock = ManualClock()
     queue = open_queue(lease_seconds=1.0, clock=clock.time)
     worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
@@ -895,7 +895,7 @@ def test_a_handler_past_its_time_limit_gives_the_backlog_behind_it_back(
     """A sync handler that hangs past its time limit keeps its slot: the leases
     prefetched behind it are released (attempts not counted) at once, for other
     workers, even with no bound on the backlog's wait."""
-    monkeypatch.setattr(sqlq.monitor, "BACKLOG_WAIT", math.inf)
+    monkeypatch.setattr(sqlq.worker.monitor, "BACKLOG_WAIT", math.inf)
     clock = ManualClock()
     queue = open_queue(lease_seconds=30.0, clock=clock.time)
     worker, thread, release = _past_its_time_limit(queue, clock, ["slow", "p1", "p2"])
@@ -957,8 +957,8 @@ def test_a_backlog_that_waits_too_long_goes_back_and_is_not_claimed_again(
     worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
     try:
         assert queue.status("p1") == "RESERVED" and queue.status("p2") == "RESERVED"
-        clock.wait_for_deadline(clock.monotonic() + sqlq.monitor.BACKLOG_WAIT)
-        clock.advance(sqlq.monitor.BACKLOG_WAIT)
+        clock.wait_for_deadline(clock.monotonic() + sqlq.worker.monitor.BACKLOG_WAIT)
+        clock.advance(sqlq.worker.monitor.BACKLOG_WAIT)
         _wait_for(lambda: queue.counts()["AVAILABLE"] == 2, 10, "the backlog given back")
         clock.advance(1.0)  # (the claim loop's idle polls: it must not claim them)
         clock.wait_for_sleepers(2)
@@ -981,7 +981,7 @@ def test_a_prefetched_task_asked_to_stop_is_released_not_run(
     """A lease waiting in the backlog whose task ``cancel`` asked to stop (a heartbeat
     tells the worker): when a slot frees, it is released, which ends it CANCELLED,
     and its handler never starts; the task behind it runs."""
-    monkeypatch.setattr(sqlq.monitor, "BACKLOG_WAIT", math.inf)  # they wait unbounded
+    monkeypatch.setattr(sqlq.worker.monitor, "BACKLOG_WAIT", math.inf)  # they wait unbounded
     clock = ManualClock()
     queue = open_queue(lease_seconds=30.0, clock=clock.time)
     worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
