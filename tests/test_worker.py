@@ -853,11 +853,14 @@ def test_prefetched_leases_are_heartbeated_while_they_wait(
 
 
 def test_a_prefetched_lease_found_lost_by_a_heartbeat_is_not_run(
-    open_queue: Callable[..., sqlq.Queue],
+    open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lease waiting in the backlog that a heartbeat finds gone (here released under
     the worker) is dropped, counted lost, never run under it; the task, back in line,
     is claimed again and runs once."""
+    # It waits unbounded: a backlog given back after BACKLOG_WAIT (before the first
+    # heartbeat) would never be found lost.
+    monkeypatch.setattr(sqlq.worker.monitor, "BACKLOG_WAIT", math.inf)
     clock = ManualClock()
     queue = open_queue(lease_seconds=30.0, clock=clock.time)
     worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1"])
