@@ -173,8 +173,8 @@ class Sqlq(System):
         "batches = `add_many(1000)`, `claim_many(1000)` and `complete_many(leases)` "
         "(one transaction each); runner loop = `complete_and_claim` (one transaction "
         "per task). Worker processes: each runs `sqlq.Worker(queue, handler)` with its "
-        "defaults (one handler thread, a prefetch of 31: leases are claimed and "
-        "outcomes reported up to 32 a `settle_and_claim` transaction) and a handler "
+        "defaults (one handler thread, a prefetch of 63: leases are claimed and "
+        "outcomes reported up to 64 a `settle_and_claim` transaction) and a handler "
         "that does nothing (`python -m bench --worker-options JSON` gives it others)."
     )
     can_add_many = True

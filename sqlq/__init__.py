@@ -22,13 +22,13 @@ if TYPE_CHECKING:
     from .aio import AsyncQueue
     from .contract import Cancel, Limit, State
     from .durable import Queue
-    from .executors import stop_requested
     from .memory import WorkQueue
     from .records import Checkpoint, GroupUse, Heartbeat, Lease, Purged, QueueStats, TaskInfo
     from .retry import Retry
     from .schedule import Schedule
     from .tasks import Task, Tasks
     from .worker import TaskContext, Worker, WorkerStats, current_task
+    from .worker.executors import stop_requested
 
 #: Each public name, by the module that defines it.
 _HOMES = {
@@ -37,7 +37,7 @@ _HOMES = {
     "Limit": "contract",
     "State": "contract",
     "Queue": "durable",
-    "stop_requested": "executors",
+    "stop_requested": "worker.executors",
     "WorkQueue": "memory",
     "Checkpoint": "records",
     "GroupUse": "records",

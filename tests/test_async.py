@@ -32,9 +32,9 @@ from test_worker import (
 
 import sqlq
 from sqlq.errors import InvalidConfig, InvalidTask, QueueClosed
-from sqlq.executors import Executor, Job
 from sqlq.testing import ManualClock
 from sqlq.worker import Worker, WorkerStats
+from sqlq.worker.executors import Executor, Job
 
 open_queue = test_worker.open_queue  # the fixture: a Queue on the test's database
 

@@ -19,13 +19,11 @@ OVERSIZED: set[str] = {
     "sqlq.contract",
     "sqlq.durable",
     "sqlq.memory",
-    "sqlq.worker",
 }
 
 # Import edges allowed to close a circle (remove an entry when its edge is cut).
 CIRCLE_EDGES: set[tuple[str, str]] = {
     ("sqlq.contract", "sqlq.records"),
-    ("sqlq.monitor", "sqlq.worker"),
 }
 
 

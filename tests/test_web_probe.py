@@ -104,7 +104,7 @@ def test_a_task_name_filter_no_task_could_have_is_refused_on_every_backend(
 
 
 def test_a_workers_handler_histogram_keeps_a_bounded_number_of_task_names() -> None:
-    from sqlq.worker_metrics import WorkerMetrics
+    from sqlq.worker.metrics import WorkerMetrics
 
     metrics = WorkerMetrics("jobs", 0)
 

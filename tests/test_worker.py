@@ -728,10 +728,10 @@ def _calls(queue: sqlq.Queue) -> list[tuple[int, int, int]]:
 def test_a_deep_queue_of_quick_tasks_goes_in_batches_of_concurrency_and_prefetch(
     open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the defaults (one handler, a prefetch of 31): the first claim asks for one
+    """With the defaults (one handler, a prefetch of 63): the first claim asks for one
     lease (no handler has returned yet, so nothing tells how long tasks take); once
     one has returned in no time, each transaction reports the whole batch and claims
-    the next 32, one commit for 32 tasks."""
+    the next 64, one commit for 64 tasks."""
     clock = ManualClock()  # the handlers take no time on it: the prefetch is whole
     queue = open_queue()
     queue.add_many([f"t{i}" for i in range(100)])
@@ -748,11 +748,11 @@ def test_a_deep_queue_of_quick_tasks_goes_in_batches_of_concurrency_and_prefetch
         monkeypatch.setattr(queue, name, counted(name, getattr(queue, name)))
     settled = _calls(queue)
     worker = Worker(queue, lambda p: None, clock=clock)
-    assert (worker.concurrency, worker.prefetch) == (1, 31)
+    assert (worker.concurrency, worker.prefetch) == (1, 63)
     stats = worker.run(stop_when_idle=True)
     assert stats == WorkerStats(claimed=100, completed=100)
-    assert settled == [(1, 0, 1), (32, 1, 32), (32, 32, 32), (32, 32, 32), (32, 32, 3), (32, 3, 0)]
-    assert stats.commits == 6 and not calls  # every report and claim went through settle
+    assert settled == [(1, 0, 1), (64, 1, 64), (64, 64, 35), (64, 35, 0)]
+    assert stats.commits == 4 and not calls  # every report and claim went through settle
 
 
 def test_tasks_are_not_prefetched_when_handlers_take_long(
@@ -832,7 +832,7 @@ def test_prefetched_leases_are_heartbeated_while_they_wait(
     """Leases prefetched behind a handler that runs for three lease lengths are
     extended by the heartbeats as the running one is: none runs out, and each task
     runs once, on its first attempt."""
-    monkeypatch.setattr(sqlq.monitor, "BACKLOG_WAIT", math.inf)  # they wait unbounded
+    monkeypatch.setattr(sqlq.worker.monitor, "BACKLOG_WAIT", math.inf)  # they wait unbounded
     clock = ManualClock()
     queue = open_queue(lease_seconds=1.0, clock=clock.time)
     worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
@@ -853,11 +853,14 @@ def test_prefetched_leases_are_heartbeated_while_they_wait(
 
 
 def test_a_prefetched_lease_found_lost_by_a_heartbeat_is_not_run(
-    open_queue: Callable[..., sqlq.Queue],
+    open_queue: Callable[..., sqlq.Queue], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lease waiting in the backlog that a heartbeat finds gone (here released under
     the worker) is dropped, counted lost, never run under it; the task, back in line,
     is claimed again and runs once."""
+    # It waits unbounded: a backlog given back after BACKLOG_WAIT (before the first
+    # heartbeat) would never be found lost.
+    monkeypatch.setattr(sqlq.worker.monitor, "BACKLOG_WAIT", math.inf)
     clock = ManualClock()
     queue = open_queue(lease_seconds=30.0, clock=clock.time)
     worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1"])
@@ -895,7 +898,7 @@ def test_a_handler_past_its_time_limit_gives_the_backlog_behind_it_back(
     """A sync handler that hangs past its time limit keeps its slot: the leases
     prefetched behind it are released (attempts not counted) at once, for other
     workers, even with no bound on the backlog's wait."""
-    monkeypatch.setattr(sqlq.monitor, "BACKLOG_WAIT", math.inf)
+    monkeypatch.setattr(sqlq.worker.monitor, "BACKLOG_WAIT", math.inf)
     clock = ManualClock()
     queue = open_queue(lease_seconds=30.0, clock=clock.time)
     worker, thread, release = _past_its_time_limit(queue, clock, ["slow", "p1", "p2"])
@@ -908,6 +911,40 @@ def test_a_handler_past_its_time_limit_gives_the_backlog_behind_it_back(
         release.set()
         worker.stop()
         thread.join(10)
+
+
+def test_a_slot_past_its_time_limit_is_not_claimed_for(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """One handler, hung past its time limit with nothing prefetched behind it (so no
+    backlog went back, and the prefetch still trusts the quick handler before it).
+    When the claim loop wakes (its periodic task falls due, and it ticks it), it
+    claims nothing: that slot may never be free again, so neither the periodic task
+    nor the failed one, back in line, waits behind it.  Once the handler returns,
+    both run here."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=30.0, clock=clock.time)
+    beat = sqlq.Schedule("beat", every=60)
+    worker, thread, _, release, handled = _behind_a_slow_task(
+        queue, clock, ["slow"], time_limit=5.0, schedules=[beat]
+    )
+    try:
+        clock.wait_for_deadline(clock.monotonic() + 5.0)
+        clock.advance(5.0)
+        _wait_for(lambda: worker.stats.timed_out == 1, 10, "the time limit")
+        assert queue.status("slow") == "AVAILABLE"  # failed, to be retried
+        clock.advance(60.0)  # the schedule's first tick: the claim loop wakes
+        _wait_for(lambda: sum(queue.counts().values()) == 3, 10, "the periodic task")
+        clock.wait_for_sleepers(2)  # (the claim loop and the monitor are done)
+        counts = queue.counts()
+        assert (counts["AVAILABLE"], counts["RESERVED"]) == (2, 0), counts
+    finally:
+        release.set()
+    _wait_for(lambda: queue.counts()["COMPLETED"] == 3, 10, "both, once the slot is free")
+    worker.stop()
+    thread.join(10)
+    assert len(handled) == 4 and handled[:2] == ["first", "slow"] and "slow" in handled[2:]
+    assert worker.stats == WorkerStats(claimed=4, completed=3, timed_out=1)
 
 
 def test_a_backlog_that_waits_too_long_goes_back_and_is_not_claimed_again(
@@ -923,8 +960,8 @@ def test_a_backlog_that_waits_too_long_goes_back_and_is_not_claimed_again(
     worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
     try:
         assert queue.status("p1") == "RESERVED" and queue.status("p2") == "RESERVED"
-        clock.wait_for_deadline(clock.monotonic() + sqlq.monitor.BACKLOG_WAIT)
-        clock.advance(sqlq.monitor.BACKLOG_WAIT)
+        clock.wait_for_deadline(clock.monotonic() + sqlq.worker.monitor.BACKLOG_WAIT)
+        clock.advance(sqlq.worker.monitor.BACKLOG_WAIT)
         _wait_for(lambda: queue.counts()["AVAILABLE"] == 2, 10, "the backlog given back")
         clock.advance(1.0)  # (the claim loop's idle polls: it must not claim them)
         clock.wait_for_sleepers(2)
@@ -947,7 +984,7 @@ def test_a_prefetched_task_asked_to_stop_is_released_not_run(
     """A lease waiting in the backlog whose task ``cancel`` asked to stop (a heartbeat
     tells the worker): when a slot frees, it is released, which ends it CANCELLED,
     and its handler never starts; the task behind it runs."""
-    monkeypatch.setattr(sqlq.monitor, "BACKLOG_WAIT", math.inf)  # they wait unbounded
+    monkeypatch.setattr(sqlq.worker.monitor, "BACKLOG_WAIT", math.inf)  # they wait unbounded
     clock = ManualClock()
     queue = open_queue(lease_seconds=30.0, clock=clock.time)
     worker, thread, out, release, handled = _behind_a_slow_task(queue, clock, ["slow", "p1", "p2"])
@@ -999,7 +1036,7 @@ def test_a_lone_task_at_an_idle_worker_is_claimed_and_reported_alone_at_once(
     open_queue: Callable[..., sqlq.Queue],
 ) -> None:
     """A worker idle after a deep queue (its prefetch whole) picks up a lone task at its
-    next poll, in a claim that asks for 32 and gets one, and reports it in the next
+    next poll, in a claim that asks for BATCH (64) and gets one, and reports it in the next
     transaction at once: no wait for a batch to fill."""
     clock = ManualClock()
     queue = open_queue(clock=clock.time)
@@ -1024,8 +1061,9 @@ def test_a_lone_task_at_an_idle_worker_is_claimed_and_reported_alone_at_once(
     worker.stop()
     thread.join(10)
     assert out == [WorkerStats(claimed=41, completed=41)]
-    lone = [call for call in settled[before:] if call != (32, 0, 0)]
-    assert lone == [(32, 0, 1), (32, 1, 0)]
+    batch = sqlq.worker.BATCH
+    lone = [call for call in settled[before:] if call != (batch, 0, 0)]
+    assert lone == [(batch, 0, 1), (batch, 1, 0)]
 
 
 def test_outcomes_that_come_while_a_commit_is_in_flight_share_the_next_commit(
@@ -1354,12 +1392,13 @@ def test_a_worker_never_holds_more_leases_than_its_concurrency_and_prefetch(
     """Sampled from this process while a worker process drains 1 ms tasks, with the
     thread switch interval so short that the worker's threads interleave at almost
     every bytecode: the tasks RESERVED never outnumber the worker's slots and its
-    prefetch (by default 32 in all), and a batch does fill them."""
+    prefetch (by default BATCH, 64, in all), and a batch does fill them."""
     tasks = 400
     queue = open_queue(lease_seconds=60.0)
     queue.add_many([(f"t{i}", 0.001) for i in range(tasks)])
     err_path = tmp_path / "worker.stderr"
-    bound = concurrency + (max(32 - concurrency, concurrency) if prefetch is None else prefetch)
+    batch = sqlq.worker.BATCH
+    bound = concurrency + (max(batch - concurrency, concurrency) if prefetch is None else prefetch)
     options = {} if prefetch is None else {"prefetch": prefetch}
     peak = 0
     with err_path.open("wb") as stderr:

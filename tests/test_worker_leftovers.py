@@ -64,14 +64,14 @@ def test_a_leaked_non_daemon_thread_does_not_keep_the_worker_alive(tmp_path: Pat
 
 
 def test_a_worker_in_a_process_forked_after_import_runs_its_tasks(tmp_path: Path) -> None:
-    """sqlq.executors reads the process's id once, and again in a child of os.fork:
+    """sqlq.worker.executors reads the process's id once, and again in a child of os.fork:
     a Worker run in a process forked after the import (a pre-forking server's child)
     runs every task, and is not taken for a child its handler forked (which would end
     at its first task's return, the task never reported)."""
     db = str(tmp_path / "q.db")
     with sqlq.Queue(db, lease_seconds=30, max_attempts=1) as queue:
         queue.add_many(["a", "b", "c"])
-    worker = sqlq.Worker  # (imported before the fork, with sqlq.executors: what is tested)
+    worker = sqlq.Worker  # (imported before the fork, with sqlq.worker.executors: what is tested)
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         code = 1

@@ -1,4 +1,4 @@
-"""A worker's own metrics (sqlq.worker_metrics): a worker process serves its histograms
+"""A worker's own metrics (sqlq.worker.metrics): a worker process serves its histograms
 on its own port while it runs, parsed here by prometheus-client's parser."""
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def test_sqlq_worker_serves_its_metrics_with_metrics_port(tmp_path: Path) -> Non
 
 
 def test_the_totals_share_the_bound_on_task_names() -> None:
-    from sqlq.worker_metrics import MAX_NAMES, OTHER_NAMES, WorkerMetrics
+    from sqlq.worker.metrics import MAX_NAMES, OTHER_NAMES, WorkerMetrics
 
     metrics = WorkerMetrics("jobs", 0)
     for i in range(3 * MAX_NAMES):

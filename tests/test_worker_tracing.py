@@ -1,5 +1,5 @@
-"""A worker's OpenTelemetry spans (sqlq.worker_tracing), recorded by opentelemetry-sdk's
-in-memory exporter, and its totals by outcome (sqlq.worker_metrics), both from one run
+"""A worker's OpenTelemetry spans (sqlq.worker.tracing), recorded by opentelemetry-sdk's
+in-memory exporter, and its totals by outcome (sqlq.worker.metrics), both from one run
 of a real Worker whose handler brings about every outcome."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
   migration that creates each one defines it;
 * ``sqlq-metrics``: the Prometheus metrics, as the collectors that serve them answer:
   the database's (``sqlq metrics``, the dashboard's /metrics: sqlq.web.metrics) and a
-  worker's own (``Worker(metrics_port=...)``: sqlq.worker_metrics);
+  worker's own (``Worker(metrics_port=...)``: sqlq.worker.metrics);
 * the errors each call of a queue raises, added to its description as ``:raises:``
   fields (``raises``): those every call of its kind shares, by what the call takes
   (arguments, ``now``) and where the queue lives (a database, or memory), and the call's
@@ -111,7 +111,7 @@ def metric_families() -> list[tuple[str, str, str, str, str]]:
     """(source, name as scraped, type, labels, help) of every metric sqlq serves."""
     from sqlq.backends import open_backend
     from sqlq.web.metrics import DatabaseCollector
-    from sqlq.worker_metrics import WorkerMetrics
+    from sqlq.worker.metrics import WorkerMetrics
 
     found: list[tuple[str, str, str, str, str]] = []
 

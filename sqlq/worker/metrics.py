@@ -48,9 +48,9 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from .access import check_bind, check_token, token_matches
-from .errors import InvalidConfig
-from .install import pip_install
+from ..access import check_bind, check_token, token_matches
+from ..errors import InvalidConfig
+from ..install import pip_install
 
 #: Task names with a series of their own, per worker (the first seen); see the docstring.
 MAX_NAMES = 100

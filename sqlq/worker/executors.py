@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeGuard, TypeVar
 
-from .records import Lease
+from ..records import Lease
 
 __all__ = ["Executor", "Job", "stop_requested"]
 

@@ -12,7 +12,7 @@ handler's own spans are its children), and ends once the outcome is stored (the
 transaction that reports it has committed), or once the worker gives the task up.
 Attributes: ``sqlq.queue``, ``sqlq.task.id``, ``sqlq.task.name`` (when it has one),
 ``sqlq.task.attempt``, ``sqlq.lease.token``, and at its end ``sqlq.outcome``, the
-outcome of ``sqlq_worker_tasks_total`` (sqlq.worker_metrics): ``completed``,
+outcome of ``sqlq_worker_tasks_total`` (sqlq.worker.metrics): ``completed``,
 ``retried``, ``dead``, ``cancelled``, ``lost``, ``released``, or ``abandoned`` (the
 worker stopped before its outcome could be stored).  A handler's exception is recorded
 on the span (an ``exception`` event), and the span's status is then ERROR.
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .contract import describe_error
-from .errors import InvalidConfig
-from .install import pip_install
-from .records import Lease
+from ..contract import describe_error
+from ..errors import InvalidConfig
+from ..install import pip_install
+from ..records import Lease
 
 #: The outcomes that end a span with status ERROR.
 FAILED = frozenset({"retried", "dead", "lost", "abandoned"})

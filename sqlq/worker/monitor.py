@@ -12,21 +12,22 @@ shared one condition).
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 import threading
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from collections import deque
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
 
-from .contract import State
-from .errors import TRANSIENT, Busy, SchemaChanged
-from .events import event, task_fields
-from .executors import Job
+from ..contract import State
+from ..errors import TRANSIENT, Busy, SchemaChanged
+from ..events import event, task_fields
+from .clock import Clock
+from .jobs import BEATING, HELD, Phase, Running
 
 if TYPE_CHECKING:
-    from .durable import Queue
-    from .worker import Worker, WorkerStats
+    from ..durable import Queue
+    from .stats import WorkerStats
 
 #: Seconds a prefetched lease waits in the backlog at most: once the oldest has waited
 #: longer (a handler took far longer than the tasks before it, or hangs), the monitor
@@ -43,36 +44,31 @@ RETRY_BEAT = 0.2
 STUCK_AFTER = 2
 
 
-class Phase(enum.Enum):
-    """Where a running task of a worker is."""
+class Watched(Protocol):
+    """What the monitor reads and calls of its worker (a sqlq.Worker), under the lock
+    it is given with it."""
 
-    QUEUED = "queued"  # claimed (prefetched), its handler not started; heartbeats keep it
-    RUNNING = "running"  # the handler runs; heartbeats keep the lease
-    REPORTING = "reporting"  # the handler returned; complete/fail is being called
-    TIMED_OUT = "timed out"  # failed for its time limit; the handler still runs
-    RELEASED = "released"  # given back at shutdown (or abandoned); results ignored
+    clock: Clock
+    queue: Queue
+    log: logging.Logger
+    heartbeat: float
+    time_limit: float | None
+    summary_every: float | None
+    concurrency: int
+    worker_id: str
+    _running: dict[int, Running]
+    _backlog: deque[Running]
+    _active: int
+    _overdue: int
+    _stats: WorkerStats
 
+    def halt(self, error: SchemaChanged) -> None: ...
 
-#: States in which a task counts as in flight (a stop waits for them).
-ACTIVE = (Phase.RUNNING, Phase.REPORTING)
-#: States in which the worker holds the task's lease (the registry lists them).
-HELD = (Phase.QUEUED, Phase.RUNNING, Phase.REPORTING)
-#: States whose leases heartbeats extend: running and waiting to run.
-BEATING = (Phase.QUEUED, Phase.RUNNING)
+    def _time_out(self, entry: Running) -> None: ...
 
+    def _shed(self, why: str, level: int = logging.INFO) -> None: ...
 
-@dataclass(eq=False)
-class Running(Job):
-    """A task a worker runs, as the worker and its monitor track it."""
-
-    started: float  # the worker's clock.monotonic(): claimed, then as its handler starts
-    next_beat: float
-    state: Phase = Phase.RUNNING
-    lost: bool = False
-    stuck: bool = False  # said to run on long past its time limit
-    overdue: bool = False  # counted in the worker's _overdue (past its time limit, running)
-    ended: float | None = None  # when the handler returned (the worker's clock)
-    queue: Queue | None = None  # the worker's (what current_task() tells the handler)
+    def _log_busy(self, exc: Exception) -> None: ...
 
 
 class Monitor:
@@ -82,9 +78,9 @@ class Monitor:
     (what it holds) when it starts and every ``worker.heartbeat`` seconds (all of the
     worker's clock)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Watched, lock: threading.RLock) -> None:
         self.worker = worker
-        self._cond = threading.Condition(worker._lock)  # guarded by the worker's lock
+        self._cond = threading.Condition(lock)  # the worker's: guards what it reads of it
         self._exit = False
         self._wake_at = math.inf  # when the monitor means to wake next (inf: when told)
         self._summary_at: float | None = None  # when the next summary is due
