@@ -202,6 +202,14 @@ def test_subcommand_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
         assert action.help and len(action.help) > 10, (name, action.dest)
 
 
+def test_the_prefetch_help_states_the_workers_batch() -> None:
+    """`sqlq worker --help` states the default prefetch from the batch the Worker really uses."""
+    from sqlq.worker import BATCH
+
+    (prefetch,) = [a for a in cli.subcommands()["worker"]._actions if a.dest == "prefetch"]
+    assert f"default: {BATCH} less --concurrency" in " ".join((prefetch.help or "").split())
+
+
 @pytest.mark.parametrize("name", sorted(set(SUBCOMMANDS) - {"demo", "worker", "web", "metrics"}))
 def test_every_command_that_prints_data_has_json(name: str) -> None:
     options = {o for a in cli.subcommands()[name]._actions for o in a.option_strings}

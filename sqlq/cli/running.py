@@ -118,7 +118,7 @@ def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParse
         help=(
             "leases held at most beyond those running, so that short tasks are claimed "
             "and reported in batches; only as many as the handlers get through in about "
-            "50 ms are taken, and none are held back at a stop (default: 32 less "
+            "50 ms are taken, and none are held back at a stop (default: 64 less "
             "--concurrency, at least --concurrency)"
         ),
     )
