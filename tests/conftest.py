@@ -14,6 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import django_venv
 import postgres
 import pytest
 from databases import DURABLE_KINDS, fresh_databases, queue_options
@@ -106,6 +107,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.processes)
     if hasattr(config, "workerinput"):
         items[:] = heavy_first(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A run that will run a Django test starts building the Django venv now, in the
+    background, and runs those tests after the other heavy ones (tests/django_venv.py)."""
+    if session.config.option.collectonly:
+        return
+    if any(django_venv.FIXTURE in getattr(item, "fixturenames", ()) for item in session.items):
+        factory = session.config._tmp_path_factory  # type: ignore[attr-defined]
+        django_venv.start(django_venv.shared_folder(factory.getbasetemp()))
 
 
 @pytest.fixture(autouse=True)

@@ -217,6 +217,9 @@ class SchemaPool:
     free: list[str] = field(default_factory=list)
     #: Each schema's SCHEMA_DEFINITION as the migrations left it.
     definitions: dict[str, str] = field(default_factory=dict)
+    #: The engine of ``connection``, made at its first use: one connection kept open
+    #: for the process, not a new one per test (a server process forked per reset).
+    admin: sa.Engine | None = None
 
     def new_schema(self) -> str:
         """A new schema that sqlq's migrations made (as the test's first queue would)."""
@@ -233,15 +236,12 @@ class SchemaPool:
     @contextmanager
     def connection(self, schema: str) -> Iterator[Callable[..., Any]]:
         """``run(sql)`` in one transaction on the server, ``schema`` alone on the path."""
-        admin = sa.create_engine(self.server_url, poolclass=sa.pool.NullPool)
-        try:
-            with admin.begin() as connection:
-                run = connection.exec_driver_sql
-                run(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'")
-                run(f"SET LOCAL search_path = {schema}")
-                yield run
-        finally:
-            admin.dispose()
+        if self.admin is None:  # pre_ping: the server may have been restarted meanwhile
+            self.admin = sa.create_engine(self.server_url, pool_size=1, pool_pre_ping=True)
+        with self.admin.begin() as connection:
+            run = connection.exec_driver_sql
+            run(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'; SET LOCAL search_path = {schema}")
+            yield run
 
     def reset(self, schema: str) -> bool:
         """Put the template's contents back into ``schema`` and say True; or drop it and
@@ -252,13 +252,17 @@ class SchemaPool:
             with self.connection(schema) as run:
                 if run(SCHEMA_DEFINITION).scalar() != self.definitions[schema]:
                     raise LookupError(f"{schema} changed")
-                for table in self.tables:  # small tables: cheaper than TRUNCATE's new files
-                    run(f"DELETE FROM {table}")
-                for table in self.filled:
-                    run(f"INSERT INTO {table} SELECT * FROM {self.template}.{table}")
+                # small tables: DELETE is cheaper than TRUNCATE's new files; all in one
+                # round trip (statements without parameters)
+                statements = [f"DELETE FROM {table}" for table in self.tables]
+                statements += [
+                    f"INSERT INTO {table} SELECT * FROM {self.template}.{table}"
+                    for table in self.filled
+                ]
                 for name, start, last in self.sequences:
                     value, called = (start, False) if last is None else (last, True)
-                    run(f"SELECT setval('{schema}.{name}', {value}, {called})")
+                    statements.append(f"SELECT setval('{schema}.{name}', {value}, {called})")
+                run(";\n".join(statements))
             return True
         except (LookupError, sa.exc.DBAPIError):
             del self.definitions[schema]
@@ -272,6 +276,8 @@ class SchemaPool:
         with suppress(Exception), self.connection("public") as run:
             for schema in [self.template, *self.free]:
                 run(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        if self.admin is not None:
+            self.admin.dispose()
 
 
 _pools: dict[str, SchemaPool] = {}

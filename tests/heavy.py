@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import django_venv
 import pytest
 
 #: Marks of the tests that take seconds each (real processes, faults, long histories):
@@ -70,14 +71,23 @@ def spawns(item: pytest.Item) -> bool:
     return False
 
 
+#: Session fixtures built in the background from the start of the run (the Django
+#: venv: tests/django_venv.py): the tests that take one come after the other heavy
+#: tests, so that the build has had those minutes to finish.
+BUILT_FIRST = frozenset({django_venv.FIXTURE})
+
+
 def heavy_first(items: list[pytest.Item]) -> list[pytest.Item]:
     """The ``slow`` tests (the longest, minutes under load: first, so that none starts
-    near the end of the run), then the ``processes`` tests, then the others with the
+    near the end of the run), then the ``processes`` tests, then those that take a
+    fixture built in the background (BUILT_FIRST), then the others with the
     ``faults`` tests spread evenly among them (each waits for the other worker's
     processes test to end: _fault_tests_alone), each part in collection order."""
-    slow, heavy, faults, light = [], [], [], []
+    slow, heavy, built, faults, light = [], [], [], [], []
     for item in items:
-        if item.get_closest_marker("faults"):
+        if BUILT_FIRST & set(getattr(item, "fixturenames", ())):
+            built.append(item)
+        elif item.get_closest_marker("faults"):
             faults.append(item)
         elif item.get_closest_marker("slow"):
             slow.append(item)
@@ -89,7 +99,7 @@ def heavy_first(items: list[pytest.Item]) -> list[pytest.Item]:
     places = [(i, 1) for i in range(len(light))] + [(j * step, 0) for j in range(len(faults))]
     parts = [*light, *faults]
     order = sorted(range(len(parts)), key=lambda k: places[k])
-    return slow + heavy + [parts[k] for k in order]
+    return slow + heavy + built + [parts[k] for k in order]
 
 
 #: The files of ``turn``'s two locks, in the folder the run's xdist workers share.

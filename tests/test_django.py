@@ -4,17 +4,15 @@ Django's test client, run by workers in processes of their own, results read bac
 through Django's API.
 
 Django 6.1 needs Python 3.12: where the suite runs on an older Python, the project runs
-in a virtual environment of its own, made once per session with the newest Django from
-the package index and this sqlq (editable, so a mutant of tests/mutation_check.py is
-what it runs).  Every Django step is a subprocess of that interpreter.
+in a virtual environment of its own, made once per run with the newest Django from
+the package index and this sqlq (tests/django_venv.py: built in the background while
+the other tests run).  Every Django step is a subprocess of that interpreter.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,9 +22,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import django_venv
 import pytest
 from databases import fresh_schema
-from filelock import FileLock
 from needs import need
 
 import sqlq
@@ -38,56 +36,17 @@ STEP_TIMEOUT = 120  # seconds a Django step or a worker run may take
 pytestmark = pytest.mark.processes
 
 
-def _runs_django(python: str) -> bool:
-    probe = "import sys, django; sys.exit(django.VERSION < (6, 1))"
-    try:
-        return (
-            subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
-        )
-    except OSError:
-        return False
-
-
-def _new_python() -> str | None:
-    """An interpreter of Python 3.12 or newer on this machine (pyenv's included)."""
-    found = [shutil.which(f"python3.{minor}") for minor in range(20, 11, -1)]
-    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
-    check = "import sys; sys.exit(sys.version_info < (3, 12))"
-    for python in filter(None, found):
-        try:
-            if subprocess.run([python, "-c", check], capture_output=True).returncode == 0:
-                return python
-        except OSError:
-            continue
-    return None
-
-
 @pytest.fixture(scope="session")
 def django_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """An interpreter with Django 6.1+ and this sqlq: the suite's own, or a new venv."""
-    if _runs_django(sys.executable):
+    """An interpreter with Django 6.1+ and this sqlq: the suite's own, or a venv made
+    once per run, in the background from the start of the run (tests/django_venv.py)."""
+    if django_venv.runs_django(sys.executable):
         return sys.executable
-    base = _new_python()
+    base = django_venv.new_python()
     need(base, "needs Python 3.12 or newer (Django 6.1)")
     assert base is not None
-    # One venv for the whole run: under pytest-xdist the workers' temporary folders
-    # share a parent, and the first worker to get here builds it while the others wait.
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    folder = shared / "django-venv"
-    python = str(folder / "bin" / "python")
-    with FileLock(shared / "django-venv.lock"):
-        if not (folder / "built").exists():
-            subprocess.run([base, "-m", "venv", "--clear", str(folder)], check=True)
-            subprocess.run(
-                [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e",
-                 f"{ROOT}[django,postgresql]"],
-                check=True,
-                timeout=900,
-            )  # fmt: skip
-            (folder / "built").touch()
-    assert _runs_django(python)
+    python = django_venv.build(django_venv.shared_folder(tmp_path_factory.getbasetemp()), base)
+    assert django_venv.runs_django(python)
     return python
 
 
@@ -123,13 +82,24 @@ class Site:
         return answers
 
     def enqueue(self, name: str, **body: Any) -> str:
-        (answer,) = self.drive({"path": f"/enqueue/{name}/", "body": body})
-        assert answer["status"] == "READY"
-        return str(answer["id"])
+        (task_id,) = self.enqueue_all((name, body))
+        return task_id
+
+    def enqueue_all(self, *calls: tuple[str, dict[str, Any]]) -> list[str]:
+        """Each (task name, request body) enqueued through its view, in one process
+        (a Django process costs about a second of CPU to start)."""
+        answers = self.drive(*({"path": f"/enqueue/{name}/", "body": body} for name, body in calls))
+        assert [answer["status"] for answer in answers] == ["READY"] * len(calls)
+        return [str(answer["id"]) for answer in answers]
 
     def result(self, name: str, result_id: str) -> dict[str, Any]:
-        (answer,) = self.drive({"path": f"/result/{name}/{result_id}/"})
-        return dict(answer)
+        (answer,) = self.results((name, result_id))
+        return answer
+
+    def results(self, *asked: tuple[str, str]) -> list[dict[str, Any]]:
+        """The results of (task name, result id) through their view, in one process."""
+        answers = self.drive(*({"path": f"/result/{name}/{id_}/"} for name, id_ in asked))
+        return [dict(answer) for answer in answers]
 
     def worker(self, *args: str) -> subprocess.Popen[bytes]:
         """`manage.py sqlq_worker ARGS` in a process of its own."""
@@ -184,10 +154,12 @@ def _wait_for(path: Path, process: subprocess.Popen[bytes]) -> None:
 
 
 def test_tasks_from_views_run_by_a_worker_with_results_through_django(site: Site) -> None:
-    added = site.enqueue("add", args=[2, 3])
-    awaited = site.enqueue("add_later", kwargs={"a": 4, "b": 5})
-    failed = site.enqueue("boom", args=["bad input"])
-    mail = site.enqueue("send", args=["ann@example.com"])  # queue_name="emails"
+    added, awaited, failed, mail = site.enqueue_all(
+        ("add", {"args": [2, 3]}),
+        ("add_later", {"kwargs": {"a": 4, "b": 5}}),
+        ("boom", {"args": ["bad input"]}),
+        ("send", {"args": ["ann@example.com"]}),  # queue_name="emails"
+    )
     assert site.result("add", added)["status"] == "READY"
 
     with site.queue() as queue:  # Django's result id is the sqlq task's id
@@ -196,11 +168,12 @@ def test_tasks_from_views_run_by_a_worker_with_results_through_django(site: Site
         assert info.payload == {"args": [2, 3], "kwargs": {}}
     site.run_worker("--burst")
 
-    done = site.result("add", added)
+    done, later, bad, sent = site.results(
+        ("add", added), ("add_later", awaited), ("boom", failed), ("send", mail)
+    )
     assert (done["status"], done["return_value"], done["errors"]) == ("SUCCESSFUL", 5, [])
     assert done["finished_at"] >= done["enqueued_at"]
-    assert site.result("add_later", awaited)["return_value"] == 9
-    bad = site.result("boom", failed)
+    assert later["return_value"] == 9
     assert bad["status"] == "FAILED" and "return_value" not in bad
     (error,) = bad["errors"]
     assert error["class"] == "builtins.ValueError"
@@ -209,7 +182,7 @@ def test_tasks_from_views_run_by_a_worker_with_results_through_django(site: Site
 
     # The emails queue is a sqlq queue of its own: this worker did not take its task;
     # `sqlq worker --django-settings` does.
-    assert site.result("send", mail)["status"] == "READY"
+    assert sent["status"] == "READY"
     worker = subprocess.run(
         [site.python, "-m", "sqlq", "worker", "--django-settings", "mysite.settings",
          "--queue", "emails", "--burst"],
@@ -223,10 +196,11 @@ def test_tasks_from_views_run_by_a_worker_with_results_through_django(site: Site
 def test_the_worker_closes_a_tasks_database_connection_as_after_a_request(site: Site) -> None:
     """close_old_connections around each task: with CONN_MAX_AGE 0 every task of one
     worker thread opens a connection of its own, as every request would."""
-    first = site.enqueue("connections_made")
-    second = site.enqueue("connections_made")
+    first, second = site.enqueue_all(("connections_made", {}), ("connections_made", {}))
     site.run_worker("--burst")  # one thread runs both, one after the other
-    made = [site.result("connections_made", i)["return_value"] for i in (first, second)]
+    made = [
+        r["return_value"] for r in site.results(*(("connections_made", i) for i in (first, second)))
+    ]
     assert made[1] == made[0] + 1, made
 
 
@@ -263,11 +237,14 @@ def test_priorities_and_run_after_are_honoured(site: Site) -> None:
         waiting = queue.info(later)
         assert waiting is not None and waiting.state == "WAITING" and waiting.run_at is not None
         run_at = waiting.run_at
-    assert site.result("record", high)["priority"] == 50
-    assert site.result("record", low)["priority"] == -5
+    got_high, got_low, got_parked = site.results(
+        ("record", high), ("record", low), ("record", parked)
+    )
+    assert got_high["priority"] == 50
+    assert got_low["priority"] == -5
     # Waiting for its run_after reads as READY; an hour's delay stays waiting however loaded the
     # machine (5 s may have passed by now), and is cancelled so that the drain need not wait.
-    assert site.result("record", parked)["status"] == "READY"
+    assert got_parked["status"] == "READY"
     with site.queue() as queue:
         queue.cancel(parked)
 
@@ -356,9 +333,13 @@ def test_what_django_documents_and_what_sqlq_cannot_run(site: Site) -> None:
         }
     )
     site.run_worker("--burst")
-    assert site.result("add", result_id)["return_value"] == 42
-
-    cancelled = site.enqueue("add", args=[1, 1])
+    # that result, and a new task (to cancel) in the same process
+    ran, enqueued = site.drive(
+        {"path": f"/result/add/{result_id}/"}, {"path": "/enqueue/add/", "body": {"args": [1, 1]}}
+    )
+    assert ran["return_value"] == 42
+    assert enqueued["status"] == "READY"
+    cancelled = str(enqueued["id"])
     with site.queue() as queue:
         assert queue.cancel(cancelled) == sqlq.Cancel.CANCELLED
     gone = site.result("add", cancelled)

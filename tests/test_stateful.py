@@ -928,10 +928,11 @@ class _History:
     straight back to the line, time moves mostly by whole seconds with a jump now
     and then, so that one call often finds lease expiries and wake-ups due
     together, some at equal times (ordered then by their counters).  Before each
-    call the test counts, with its own SQL, what is due at the call's time.
+    call the test counts, with its own SQL, what is due at the call's time
+    (``count_due``: on one backend; see test_long_histories_...).
     """
 
-    def __init__(self, seed: int, url: str) -> None:
+    def __init__(self, seed: int, url: str, count_due: bool) -> None:
         self.seed = seed
         self.rng = rng = random.Random(seed)
         lease_seconds = rng.choice([1, 2, 3, 5])
@@ -964,7 +965,7 @@ class _History:
         self.memory = sqlq.WorkQueue(
             lease_seconds, max_attempts, retry=retry, aging=aging, fair=fair
         )
-        self.reader = self.durable.engine.connect()
+        self.reader = self.durable.engine.connect() if count_due else None
         self.log = [
             f"seed={seed} lease_seconds={lease_seconds} {max_attempts=} {retry} {aging=} {fair=}"
         ]
@@ -978,7 +979,8 @@ class _History:
         self.mixed = self.ties = 0  # calls that found both kinds of event due (at one time)
 
     def close(self) -> None:
-        self.reader.close()
+        if self.reader is not None:
+            self.reader.close()
         self.durable.close()
 
     def _time(self) -> int:
@@ -998,6 +1000,8 @@ class _History:
         """What the next call will find due, read by the test's own query: due at the
         current time, the queue's high-water mark (every call so far was at or below it,
         and the next one is at it or late)."""
+        if self.reader is None:
+            return
         due = self.reader.execute(DUE, {"at": self.now}).all()
         self.reader.rollback()  # the next read sees what was written meanwhile
         expiries = {
@@ -1101,11 +1105,16 @@ class _History:
 
 def test_long_histories_agree_and_reach_mixed_due_events(migrated_url: Databases) -> None:
     """Hundreds of calls per seed on both faces; between them, many calls that find
-    lease expiries and wake-ups due together, also at equal times."""
+    lease expiries and wake-ups due together, also at equal times.
+
+    Those are counted on SQLite only: the histories are the same on every backend
+    (the same seeds, and every answer the same as WorkQueue's, which each run asserts),
+    and on PostgreSQL the count's query per call took a quarter of the test's time."""
+    count_due = migrated_url.kind == "sqlite"
     mixed = ties = 0
     for number in HISTORY_SEEDS:
         with migrated_url.one() as url:  # one database per seed, given back after it
-            history = _History(number, url)
+            history = _History(number, url, count_due)
             try:
                 for _ in range(HISTORY_CALLS):
                     history.step()
@@ -1113,5 +1122,5 @@ def test_long_histories_agree_and_reach_mixed_due_events(migrated_url: Databases
             finally:
                 history.close()
         mixed, ties = mixed + history.mixed, ties + history.ties
-    if SEED is None:  # the histories still reach what they are here for
+    if SEED is None and count_due:  # the histories still reach what they are here for
         assert mixed >= 400 and ties >= 200, (mixed, ties)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import databases
+import django_venv
 import heavy
 import pytest
 import sqlalchemy as sa
@@ -88,15 +89,22 @@ def test_a_test_of_the_command_line_is_marked_by_conftest() -> None:
 
 
 def test_slow_then_heavy_tests_go_first_and_fault_tests_spread_among_the_light_ones() -> None:
-    def item(name: str, *marks: str) -> Any:
-        return types.SimpleNamespace(name=name, get_closest_marker=lambda m: m in marks or None)
+    """... and the tests of the Django venv, built in the background from the start of
+    the run, after the other heavy ones: the build has those minutes to finish."""
 
+    def item(name: str, *marks: str, fixtures: tuple[str, ...] = ()) -> Any:
+        return types.SimpleNamespace(
+            name=name, get_closest_marker=lambda m: m in marks or None, fixturenames=fixtures
+        )
+
+    django = ("tmp_path", django_venv.FIXTURE)
     items = [
-        item("p1", "processes"), item("l1"), item("f1", "faults"), item("l2"),
-        item("s1", "slow"), item("l3"), item("f2", "faults", "processes"), item("l4"),
+        item("d1", "processes", fixtures=django), item("p1", "processes"), item("l1"),
+        item("f1", "faults"), item("l2"), item("s1", "slow"), item("l3"),
+        item("f2", "faults", "processes"), item("l4"), item("d2", "processes", fixtures=django),
     ]  # fmt: skip
     ordered = [i.name for i in heavy.heavy_first(items)]
-    assert ordered == ["s1", "p1", "f1", "l1", "l2", "f2", "l3", "l4"]
+    assert ordered == ["s1", "p1", "d1", "d2", "f1", "l1", "l2", "f2", "l3", "l4"]
 
 
 def _waiters(path: Path) -> int:
