@@ -993,7 +993,7 @@ MUTANTS = [
     ),
     Mutant(
         "contract-ids-as-wide-as-4-kb",
-        "sqlq/contract.py",
+        "sqlq/contract/states.py",
         "MAX_ID_BYTES: Final = 1024",
         "MAX_ID_BYTES: Final = 4096",
         ("tests/test_probe13.py",),
@@ -1385,7 +1385,7 @@ MUTANTS = [
     ),
     Mutant(
         "describe-error-lets-a-base-exception-of-str-through",
-        "sqlq/contract.py",
+        "sqlq/contract/error_text.py",
         '    except BaseException as failure:\n        return f"<str() raised',
         '    except Exception as failure:\n        return f"<str() raised',
         HARDENING,

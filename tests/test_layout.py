@@ -17,7 +17,6 @@ MOST_LINES = 600
 # Modules still over MOST_LINES (remove an entry when its module is split).
 OVERSIZED: set[str] = {
     "sqlq.backend",
-    "sqlq.contract",
     "sqlq.durable",
     "sqlq.memory",
     "sqlq.postgresql.backend",
@@ -29,7 +28,6 @@ OVERSIZED: set[str] = {
 # Import edges allowed to close a circle (remove an entry when its edge is cut).
 CIRCLE_EDGES: set[tuple[str, str]] = {
     ("sqlq.backend", "sqlq.browse"),
-    ("sqlq.contract", "sqlq.records"),
     ("sqlq.monitor", "sqlq.worker"),
 }
 
