@@ -144,7 +144,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory-max-attempts-of-the-queue-object",
-        "sqlq/memory.py",
+        "sqlq/memory/engine.py",
         "if attempts >= record[_MAX_ATTEMPTS]:",
         "if attempts >= self.max_attempts:",
     ),
@@ -333,7 +333,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory-wake-ups-before-expiries-at-equal-times",
-        "sqlq/memory.py",
+        "sqlq/memory/engine.py",
         "            if other < first:\n",
         "            if other[0] <= first[0]:\n",
     ),
@@ -371,7 +371,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory-no-high-water-mark",
-        "sqlq/memory.py",
+        "sqlq/memory/engine.py",
         "        if now < self._now:\n            now = self._now\n        self._now = now",
         "        self._now = now",
     ),
@@ -404,7 +404,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory-add-fast-path-drops-options",
-        "sqlq/memory.py",
+        "sqlq/memory/adding.py",
         'if len(options) != 1 or "payload" not in options:',
         'if "payload" not in options:',
     ),
@@ -730,7 +730,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory-cancel-ends-a-running-task-at-once",
-        "sqlq/memory.py",
+        "sqlq/memory/control.py",
         "            if record[_STOP] is None:\n                record[_STOP] = now\n",
         "            _finish(record, _CANCELLED, now, record[_ERROR])\n",
         CONTROL,
@@ -738,7 +738,7 @@ MUTANTS = [
     # --- results and progress
     Mutant(
         "memory-progress-of-a-lease-that-ran-out",
-        "sqlq/memory.py",
+        "sqlq/memory/leasing.py",
         "        if record is None or record[_STATE] is not _RESERVED or record[_TOKEN] != token:\n"
         "            return False\n"
         "        self._progress[task_id] = report\n",
@@ -757,7 +757,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory-retried-completion-replaces-the-result",
-        "sqlq/memory.py",
+        "sqlq/memory/leasing.py",
         "            return token is not None and state is _COMPLETED "
         "and record[_TOKEN] == token\n",
         "            if token is not None and state is _COMPLETED and record[_TOKEN] == token:\n"
@@ -823,14 +823,14 @@ MUTANTS = [
     ),
     Mutant(
         "memory-ended-lease-keeps-its-slot",
-        "sqlq/memory.py",
+        "sqlq/memory/lines.py",
         "            group.running -= 1\n",
         "",
         LIMITS,
     ),
     Mutant(
         "memory-round-robin-by-line-order",
-        "sqlq/memory.py",
+        "sqlq/memory/layout.py",
         "return (self.turn, key, counter) if fair else (key, counter)",
         "return (0, key, counter) if fair else (key, counter)",
         LIMITS,
@@ -838,7 +838,7 @@ MUTANTS = [
     # --- dedupe keys (sqlq.keys)
     Mutant(
         "memory-key-holder-ignores-reserved-tasks",
-        "sqlq/memory.py",
+        "sqlq/memory/adding.py",
         "if finished is None or (rule.window is not None and finished > now - rule.window):",
         "if (finished is None and record[_STATE] is not _RESERVED) or (\n"
         "                rule.window is not None and finished > now - rule.window\n"
@@ -857,28 +857,28 @@ MUTANTS = [
     # --- idle groups forgotten at purge (tests/test_limits.py, on every face)
     Mutant(
         "memory-purge-forgets-a-group-whose-rate-owes-a-wait",
-        "sqlq/memory.py",
+        "sqlq/memory/maintenance.py",
         "if name not in busy and not group.running and group.tat <= now",
         "if name not in busy and not group.running",
         ("tests/test_limits.py",),
     ),
     Mutant(
         "memory-purge-forgets-a-group-with-a-task-in-line",
-        "sqlq/memory.py",
+        "sqlq/memory/maintenance.py",
         "busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] not in _ENDED}",
         "busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] is _WAITING}",
         ("tests/test_limits.py",),
     ),
     Mutant(
         "memory-purge-forgets-a-group-with-a-lease",
-        "sqlq/memory.py",
+        "sqlq/memory/maintenance.py",
         "if name not in busy and not group.running and group.tat <= now",
         "if (name not in busy or group.running) and group.tat <= now",
         ("tests/test_limits.py",),
     ),
     Mutant(
         "memory-redrive-leaves-a-forgotten-group-unmade",
-        "sqlq/memory.py",
+        "sqlq/memory/maintenance.py",
         "self._make_group(record[_GROUP])  # purge forgot it",
         "pass",
         ("tests/test_limits.py",),
@@ -1002,7 +1002,7 @@ MUTANTS = [
         # a plain queue's add writes no place (memory.py: _SEQ); one above the counter
         # would put the tasks it lined up behind later ones at equal line keys
         "memory-plain-line-behind-later-tasks",
-        "sqlq/memory.py",
+        "sqlq/memory/adding.py",
         "                                   0]  # fmt: skip\n",
         "                                   2**62]  # fmt: skip\n",
         PRIORITIES,

@@ -18,7 +18,6 @@ MOST_LINES = 600
 OVERSIZED: set[str] = {
     "sqlq.backend",
     "sqlq.durable",
-    "sqlq.memory",
     "sqlq.postgresql.backend",
     "sqlq.sqlite.backend",
     "sqlq.tasks",
