@@ -1,4 +1,4 @@
-"""The queue's rules, each stated once for Python: ``Queue`` (sqlq/durable.py) asks
+"""The queue's rules, each stated once for Python: ``Queue`` (sqlq/durable/) asks
 these functions, and each rule's SQL is one named fragment per backend
 (sqlq/sqlite/queries.sql, sqlq/postgresql/queries.sql), named in each docstring
 below.  ``WorkQueue`` (sqlq/memory/), the oracle the property tests hold

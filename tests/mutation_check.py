@@ -132,13 +132,13 @@ MUTANTS = [
     # --- what happens to a task, and whose policy decides it
     Mutant(
         "durable-retry-of-the-queue-object",
-        "sqlq/durable.py",
+        "sqlq/durable/engine.py",
         "task.max_attempts, task.retry, self._rng, at)",
         "task.max_attempts, self.retry, self._rng, at)",
     ),
     Mutant(
         "durable-max-attempts-of-the-queue-object",
-        "sqlq/durable.py",
+        "sqlq/durable/engine.py",
         "task.max_attempts, task.retry, self._rng, at)",
         "self.max_attempts, task.retry, self._rng, at)",
     ),
@@ -150,7 +150,7 @@ MUTANTS = [
     ),
     Mutant(
         "durable-fail-without-retry-retries",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "        if not retry and task.stop_requested_at is None:\n"
         "            _kill(tx, task, text)",
         "        if False:\n            _kill(tx, task, text)",
@@ -182,32 +182,32 @@ MUTANTS = [
     ),
     Mutant(
         "durable-release-counts-the-attempt",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "delta = -1 if state is State.AVAILABLE else 0",
         "delta = 0",
     ),
     Mutant(
         "durable-finished-backoff-not-woken",
-        "sqlq/durable.py",
+        "sqlq/durable/engine.py",
         "if run_at is not None and run_at <= tx.now:",
         "if False:",
     ),
     Mutant(
         "durable-purge-cutoff-ahead",
-        "sqlq/durable.py",
+        "sqlq/durable/maintenance.py",
         "cutoff = tx.now - age",
         "cutoff = tx.now + age",
     ),
     Mutant(
         "durable-extend-ignores-seconds",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "stop = tx.extend(self.queue, task_id, token, length)",
         "stop = tx.extend(self.queue, task_id, token, self.lease_seconds)",
     ),
     # --- tokens
     Mutant(
         "durable-fail-ignores-the-token",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "        task = tx.lease(self.queue, task_id, token)\n        if task is None:\n"
         "            return None",
         "        task = tx.lease(self.queue, task_id, None)\n        if task is None:\n"
@@ -222,7 +222,7 @@ MUTANTS = [
     ),
     Mutant(
         "durable-release-ignores-the-token",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "            task = tx.lease(self.queue, task_id, token)\n            if task is None:\n"
         "                return False",
         "            task = tx.lease(self.queue, task_id, None)\n            if task is None:\n"
@@ -230,7 +230,7 @@ MUTANTS = [
     ),
     Mutant(
         "durable-retried-complete-answers-false",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "return token is not None and self._completed_by(tx, task_id, token)",
         "return False",
     ),
@@ -295,7 +295,7 @@ MUTANTS = [
     ),
     Mutant(  # complete_many runs complete_task (above); it trusts a full count alone
         "durable-complete-many-trusts-any-count",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "tx.complete_many(self.queue, items) == len(items)",
         "tx.complete_many(self.queue, items) >= 0",
     ),
@@ -378,19 +378,19 @@ MUTANTS = [
     # --- add's path for no option or a payload alone (**options: see Queue.add)
     Mutant(
         "durable-add-fast-path-drops-options",
-        "sqlq/durable.py",
+        "sqlq/durable/adding.py",
         "        if options:\n            return self._add(",
         "        if False:\n            return self._add(",
     ),
     Mutant(
         "durable-add-fast-path-drops-payload",
-        "sqlq/durable.py",
+        "sqlq/durable/adding.py",
         "encoded = None if payload is None else payloads.encode(payload, self.max_payload_bytes)",
         "encoded = None",
     ),
     Mutant(
         "durable-add-fast-path-drops-name",
-        "sqlq/durable.py",
+        "sqlq/durable/adding.py",
         "                self.queue, task_id, limit, policy, encoded, waiting, name,\n"
         "                priority=NO_PRIORITY,",
         "                self.queue, task_id, limit, policy, encoded, waiting, None,\n"
@@ -398,7 +398,7 @@ MUTANTS = [
     ),
     Mutant(
         "durable-add-fast-path-drops-now",
-        "sqlq/durable.py",
+        "sqlq/durable/adding.py",
         "with self._call(now, conn, True) as tx:  # (one_write",
         "with self._call(None, conn, True) as tx:  # (one_write",
     ),
@@ -462,7 +462,7 @@ MUTANTS = [
     # --- the worker
     Mutant(
         "worker-fails-without-its-token",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "self._fail(tx, *item) for item in fail_items",
         "self._fail(tx, i, None, x, r) for i, _, x, r in fail_items",
         WORKER,
@@ -1511,14 +1511,14 @@ MUTANTS = [
     ),
     Mutant(  # a queue opened without settings ignores the stored ones
         "settings-stored-not-read",
-        "sqlq/durable.py",
+        "sqlq/durable/queue.py",
         "stored = self._backend.settings(self.queue).get(self.queue, DEFAULTS)",
         "stored = DEFAULTS",
         SETTINGS,
     ),
     Mutant(  # a setting given to a handle is lost to the stored one
         "settings-explicit-argument-ignored",
-        "sqlq/durable.py",
+        "sqlq/durable/queue.py",
         "= merged(stored, lease, attempts, retry)",
         "= merged(stored)",
         SETTINGS,
