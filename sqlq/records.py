@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .contract import Number
+from .number import Number
 
 
 @dataclass(frozen=True, init=False)

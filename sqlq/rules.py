@@ -1,7 +1,7 @@
-"""The queue's rules, each stated once for Python: ``Queue`` (sqlq/durable.py) asks
+"""The queue's rules, each stated once for Python: ``Queue`` (sqlq/durable/) asks
 these functions, and each rule's SQL is one named fragment per backend
 (sqlq/sqlite/queries.sql, sqlq/postgresql/queries.sql), named in each docstring
-below.  ``WorkQueue`` (sqlq/memory.py), the oracle the property tests hold
+below.  ``WorkQueue`` (sqlq/memory/), the oracle the property tests hold
 ``Queue`` to, calls ``line_key`` and writes the others out where it runs them on
 every call or expiry, each marked with the rule's name: calling these from
 there cost about 6.5% of its mixed calls (callgrind), and its speed is a goal of

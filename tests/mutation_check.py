@@ -132,25 +132,25 @@ MUTANTS = [
     # --- what happens to a task, and whose policy decides it
     Mutant(
         "durable-retry-of-the-queue-object",
-        "sqlq/durable.py",
+        "sqlq/durable/engine.py",
         "task.max_attempts, task.retry, self._rng, at)",
         "task.max_attempts, self.retry, self._rng, at)",
     ),
     Mutant(
         "durable-max-attempts-of-the-queue-object",
-        "sqlq/durable.py",
+        "sqlq/durable/engine.py",
         "task.max_attempts, task.retry, self._rng, at)",
         "self.max_attempts, task.retry, self._rng, at)",
     ),
     Mutant(
         "memory-max-attempts-of-the-queue-object",
-        "sqlq/memory.py",
+        "sqlq/memory/engine.py",
         "if attempts >= record[_MAX_ATTEMPTS]:",
         "if attempts >= self.max_attempts:",
     ),
     Mutant(
         "durable-fail-without-retry-retries",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "        if not retry and task.stop_requested_at is None:\n"
         "            _kill(tx, task, text)",
         "        if False:\n            _kill(tx, task, text)",
@@ -182,32 +182,32 @@ MUTANTS = [
     ),
     Mutant(
         "durable-release-counts-the-attempt",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "delta = -1 if state is State.AVAILABLE else 0",
         "delta = 0",
     ),
     Mutant(
         "durable-finished-backoff-not-woken",
-        "sqlq/durable.py",
+        "sqlq/durable/engine.py",
         "if run_at is not None and run_at <= tx.now:",
         "if False:",
     ),
     Mutant(
         "durable-purge-cutoff-ahead",
-        "sqlq/durable.py",
+        "sqlq/durable/maintenance.py",
         "cutoff = tx.now - age",
         "cutoff = tx.now + age",
     ),
     Mutant(
         "durable-extend-ignores-seconds",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "stop = tx.extend(self.queue, task_id, token, length)",
         "stop = tx.extend(self.queue, task_id, token, self.lease_seconds)",
     ),
     # --- tokens
     Mutant(
         "durable-fail-ignores-the-token",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "        task = tx.lease(self.queue, task_id, token)\n        if task is None:\n"
         "            return None",
         "        task = tx.lease(self.queue, task_id, None)\n        if task is None:\n"
@@ -222,7 +222,7 @@ MUTANTS = [
     ),
     Mutant(
         "durable-release-ignores-the-token",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "            task = tx.lease(self.queue, task_id, token)\n            if task is None:\n"
         "                return False",
         "            task = tx.lease(self.queue, task_id, None)\n            if task is None:\n"
@@ -230,7 +230,7 @@ MUTANTS = [
     ),
     Mutant(
         "durable-retried-complete-answers-false",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "return token is not None and self._completed_by(tx, task_id, token)",
         "return False",
     ),
@@ -295,7 +295,7 @@ MUTANTS = [
     ),
     Mutant(  # complete_many runs complete_task (above); it trusts a full count alone
         "durable-complete-many-trusts-any-count",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "tx.complete_many(self.queue, items) == len(items)",
         "tx.complete_many(self.queue, items) >= 0",
     ),
@@ -333,7 +333,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory-wake-ups-before-expiries-at-equal-times",
-        "sqlq/memory.py",
+        "sqlq/memory/engine.py",
         "            if other < first:\n",
         "            if other[0] <= first[0]:\n",
     ),
@@ -371,26 +371,26 @@ MUTANTS = [
     ),
     Mutant(
         "memory-no-high-water-mark",
-        "sqlq/memory.py",
+        "sqlq/memory/engine.py",
         "        if now < self._now:\n            now = self._now\n        self._now = now",
         "        self._now = now",
     ),
     # --- add's path for no option or a payload alone (**options: see Queue.add)
     Mutant(
         "durable-add-fast-path-drops-options",
-        "sqlq/durable.py",
+        "sqlq/durable/adding.py",
         "        if options:\n            return self._add(",
         "        if False:\n            return self._add(",
     ),
     Mutant(
         "durable-add-fast-path-drops-payload",
-        "sqlq/durable.py",
+        "sqlq/durable/adding.py",
         "encoded = None if payload is None else payloads.encode(payload, self.max_payload_bytes)",
         "encoded = None",
     ),
     Mutant(
         "durable-add-fast-path-drops-name",
-        "sqlq/durable.py",
+        "sqlq/durable/adding.py",
         "                self.queue, task_id, limit, policy, encoded, waiting, name,\n"
         "                priority=NO_PRIORITY,",
         "                self.queue, task_id, limit, policy, encoded, waiting, None,\n"
@@ -398,13 +398,13 @@ MUTANTS = [
     ),
     Mutant(
         "durable-add-fast-path-drops-now",
-        "sqlq/durable.py",
+        "sqlq/durable/adding.py",
         "with self._call(now, conn, True) as tx:  # (one_write",
         "with self._call(None, conn, True) as tx:  # (one_write",
     ),
     Mutant(
         "memory-add-fast-path-drops-options",
-        "sqlq/memory.py",
+        "sqlq/memory/adding.py",
         'if len(options) != 1 or "payload" not in options:',
         'if "payload" not in options:',
     ),
@@ -462,7 +462,7 @@ MUTANTS = [
     # --- the worker
     Mutant(
         "worker-fails-without-its-token",
-        "sqlq/durable.py",
+        "sqlq/durable/leasing.py",
         "self._fail(tx, *item) for item in fail_items",
         "self._fail(tx, i, None, x, r) for i, _, x, r in fail_items",
         WORKER,
@@ -743,7 +743,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory-cancel-ends-a-running-task-at-once",
-        "sqlq/memory.py",
+        "sqlq/memory/control.py",
         "            if record[_STOP] is None:\n                record[_STOP] = now\n",
         "            _finish(record, _CANCELLED, now, record[_ERROR])\n",
         CONTROL,
@@ -751,7 +751,7 @@ MUTANTS = [
     # --- results and progress
     Mutant(
         "memory-progress-of-a-lease-that-ran-out",
-        "sqlq/memory.py",
+        "sqlq/memory/leasing.py",
         "        if record is None or record[_STATE] is not _RESERVED or record[_TOKEN] != token:\n"
         "            return False\n"
         "        self._progress[task_id] = report\n",
@@ -770,7 +770,7 @@ MUTANTS = [
     ),
     Mutant(
         "memory-retried-completion-replaces-the-result",
-        "sqlq/memory.py",
+        "sqlq/memory/leasing.py",
         "            return token is not None and state is _COMPLETED "
         "and record[_TOKEN] == token\n",
         "            if token is not None and state is _COMPLETED and record[_TOKEN] == token:\n"
@@ -836,14 +836,14 @@ MUTANTS = [
     ),
     Mutant(
         "memory-ended-lease-keeps-its-slot",
-        "sqlq/memory.py",
+        "sqlq/memory/lines.py",
         "            group.running -= 1\n",
         "",
         LIMITS,
     ),
     Mutant(
         "memory-round-robin-by-line-order",
-        "sqlq/memory.py",
+        "sqlq/memory/layout.py",
         "return (self.turn, key, counter) if fair else (key, counter)",
         "return (0, key, counter) if fair else (key, counter)",
         LIMITS,
@@ -851,7 +851,7 @@ MUTANTS = [
     # --- dedupe keys (sqlq.keys)
     Mutant(
         "memory-key-holder-ignores-reserved-tasks",
-        "sqlq/memory.py",
+        "sqlq/memory/adding.py",
         "if finished is None or (rule.window is not None and finished > now - rule.window):",
         "if (finished is None and record[_STATE] is not _RESERVED) or (\n"
         "                rule.window is not None and finished > now - rule.window\n"
@@ -870,28 +870,28 @@ MUTANTS = [
     # --- idle groups forgotten at purge (tests/test_limits.py, on every face)
     Mutant(
         "memory-purge-forgets-a-group-whose-rate-owes-a-wait",
-        "sqlq/memory.py",
+        "sqlq/memory/maintenance.py",
         "if name not in busy and not group.running and group.tat <= now",
         "if name not in busy and not group.running",
         ("tests/test_limits.py",),
     ),
     Mutant(
         "memory-purge-forgets-a-group-with-a-task-in-line",
-        "sqlq/memory.py",
+        "sqlq/memory/maintenance.py",
         "busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] not in _ENDED}",
         "busy = {r[_GROUP] for r in self._tasks.values() if r[_STATE] is _WAITING}",
         ("tests/test_limits.py",),
     ),
     Mutant(
         "memory-purge-forgets-a-group-with-a-lease",
-        "sqlq/memory.py",
+        "sqlq/memory/maintenance.py",
         "if name not in busy and not group.running and group.tat <= now",
         "if (name not in busy or group.running) and group.tat <= now",
         ("tests/test_limits.py",),
     ),
     Mutant(
         "memory-redrive-leaves-a-forgotten-group-unmade",
-        "sqlq/memory.py",
+        "sqlq/memory/maintenance.py",
         "self._make_group(record[_GROUP])  # purge forgot it",
         "pass",
         ("tests/test_limits.py",),
@@ -1006,7 +1006,7 @@ MUTANTS = [
     ),
     Mutant(
         "contract-ids-as-wide-as-4-kb",
-        "sqlq/contract.py",
+        "sqlq/contract/states.py",
         "MAX_ID_BYTES: Final = 1024",
         "MAX_ID_BYTES: Final = 4096",
         ("tests/test_probe13.py",),
@@ -1015,7 +1015,7 @@ MUTANTS = [
         # a plain queue's add writes no place (memory.py: _SEQ); one above the counter
         # would put the tasks it lined up behind later ones at equal line keys
         "memory-plain-line-behind-later-tasks",
-        "sqlq/memory.py",
+        "sqlq/memory/adding.py",
         "                                   0]  # fmt: skip\n",
         "                                   2**62]  # fmt: skip\n",
         PRIORITIES,
@@ -1350,14 +1350,14 @@ MUTANTS = [
     ),
     Mutant(
         "progress-shown-in-full",
-        "sqlq/cli/common.py",
+        "sqlq/humanize.py",
         'return f"{value:.{max(3, len(str(int(abs(value)))))}g}"',
         "return repr(value)",
         ("tests/test_cli.py::test_figure_rounds_what_a_handler_reported",),
     ),
     Mutant(
         "progress-cut-to-three-digits",
-        "sqlq/cli/common.py",
+        "sqlq/humanize.py",
         'return f"{value:.{max(3, len(str(int(abs(value)))))}g}"',
         'return f"{value:.3g}"',
         ("tests/test_cli.py::test_progress_is_shown_to_three_significant_digits",),
@@ -1457,7 +1457,7 @@ MUTANTS = [
     ),
     Mutant(
         "describe-error-lets-a-base-exception-of-str-through",
-        "sqlq/contract.py",
+        "sqlq/contract/error_text.py",
         '    except BaseException as failure:\n        return f"<str() raised',
         '    except Exception as failure:\n        return f"<str() raised',
         HARDENING,
@@ -1583,14 +1583,14 @@ MUTANTS = [
     ),
     Mutant(  # a queue opened without settings ignores the stored ones
         "settings-stored-not-read",
-        "sqlq/durable.py",
+        "sqlq/durable/queue.py",
         "stored = self._backend.settings(self.queue).get(self.queue, DEFAULTS)",
         "stored = DEFAULTS",
         SETTINGS,
     ),
     Mutant(  # a setting given to a handle is lost to the stored one
         "settings-explicit-argument-ignored",
-        "sqlq/durable.py",
+        "sqlq/durable/queue.py",
         "= merged(stored, lease, attempts, retry)",
         "= merged(stored)",
         SETTINGS,

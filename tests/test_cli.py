@@ -31,7 +31,7 @@ import pytest
 from needs import need
 
 import sqlq
-from sqlq import backends, cli, demo
+from sqlq import backends, cli, demo, humanize
 from sqlq.cli import common, reading
 from sqlq.sqlite import driver, migrate
 from sqlq.sqlite.driver import dbapi
@@ -1794,4 +1794,4 @@ def test_progress_is_shown_to_three_significant_digits(
      (123456789012.5, "123456789012")],
 )  # fmt: skip
 def test_figure_rounds_what_a_handler_reported(value: float, shown: str) -> None:
-    assert common.figure(value) == shown
+    assert humanize.figure(value) == shown

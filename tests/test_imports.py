@@ -53,7 +53,8 @@ tasks = sqlq.Tasks()
 def resize(width: int) -> None: ...
 assert sqlq.Queue.__name__ == "Queue"
 """
-    assert _loaded(code) == ["sqlq.durable"]
+    # sqlq.durable is a package: it and its parts, nothing heavier
+    assert {".".join(m.split(".")[:2]) for m in _loaded(code)} == {"sqlq.durable"}
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..humanize import span
 from ..settings import DEFAULTS, QueueSettings
 from .common import (
     DURATION_SYNTAX,
@@ -23,7 +24,6 @@ from .common import (
     creatable,
     open_queue,
     print_json,
-    span,
 )
 
 

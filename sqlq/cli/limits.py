@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from ..contract import MAX_LIMIT, Limit
+from ..humanize import span
 from .common import (
     EXIT_OK,
     UsageError,
@@ -23,7 +24,6 @@ from .common import (
     print_json,
     printable,
     seconds,
-    span,
     sqlq_database,
     table,
 )

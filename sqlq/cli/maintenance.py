@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..contract import State
+from ..humanize import byte_size, span
 from ..shapes import purged_json, redriven_json
 from .common import (
     DURATION_SYNTAX,
@@ -28,7 +29,6 @@ from .common import (
     add_database,
     add_json,
     add_queue,
-    byte_size,
     creatable,
     database,
     duration,
@@ -37,7 +37,6 @@ from .common import (
     opened,
     plural,
     print_json,
-    span,
     sqlq_database,
 )
 

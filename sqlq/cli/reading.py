@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..contract import State
+from ..humanize import byte_size, figure, moment, relative, span
 from ..payload import Undecodable
 from ..settings import DEFAULTS, QueueSettings
 from ..shapes import overview_json, task_json
@@ -30,20 +31,15 @@ from .common import (
     add_json,
     add_limit,
     add_queue,
-    byte_size,
     current_version,
     existing,
-    figure,
-    moment,
     open_queue,
     opened,
     positive_int,
     print_json,
     printable,
-    relative,
     seconds,
     shorten,
-    span,
     sqlq_database,
     state_name,
     table,

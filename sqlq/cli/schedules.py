@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
+from ..humanize import moment
 from .common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -20,7 +21,6 @@ from .common import (
     add_json,
     add_queue,
     inspected,
-    moment,
     open_queue,
     print_json,
     printable,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ..humanize import relative
 from ..registry import KEEP_STALE, STALE_BEATS, held_text, listed
 from .common import (
     EXIT_OK,
@@ -15,7 +16,6 @@ from .common import (
     inspected,
     print_json,
     printable,
-    relative,
     table,
 )
 

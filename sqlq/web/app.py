@@ -44,10 +44,10 @@ from .. import payload as payloads
 from ..access import check_token
 from ..backend import Backend
 from ..backends import open_backend
-from ..cli.common import byte_size, figure, moment, relative, span
 from ..contract import State
 from ..durable import Queue
 from ..errors import InvalidArgument, SqlqError, StorageError
+from ..humanize import byte_size, figure, moment, relative, span
 from ..registry import held_text
 from . import api, metrics, security
 from .actions import ACTIONS, DESTRUCTIVE, Action, Outcome
