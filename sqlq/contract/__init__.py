@@ -82,10 +82,12 @@ not forgotten keeps its place, the time of its latest claim.
 The contract's parts, one job each: ``states`` (the states, limits and shapes),
 ``checks`` (input checks), ``error_text`` (how a failure is written down),
 ``outcomes`` (results and progress) and ``batches`` (a batch call's items); every
-name is importable from here.
+name is importable from here but ``leases.check_leases`` (the completions a batch call
+takes), which knows the Lease record and is left out so that a command's parser loads
+no record.
 """
 
-from .batches import check_batch, check_failures, check_leases
+from .batches import check_batch, check_failures
 from .checks import (
     check_aging,
     check_count,
@@ -171,7 +173,6 @@ __all__ = [
     "check_failures",
     "check_flag",
     "check_group",
-    "check_leases",
     "check_limit",
     "check_max_attempts",
     "check_name",

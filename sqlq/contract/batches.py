@@ -8,11 +8,9 @@ from typing import Any
 
 from .. import payload as payloads
 from ..errors import InvalidArgument
-from ..records import Lease
 from .checks import check_flag, check_new_task_id, check_task_id, check_task_name, check_token
 from .error_text import check_error
-from .outcomes import check_result
-from .states import MAX_BATCH, MAX_ID_LENGTH, Completion
+from .states import MAX_BATCH, MAX_ID_LENGTH
 
 
 def check_batch(
@@ -51,29 +49,6 @@ def check_batch(
         if len(batch) > MAX_BATCH:
             raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks")
     return batch
-
-
-def check_leases(leases: object, limit: int, what: str = "complete_many") -> list[Completion]:
-    """(task id, token, stored result) from Leases, (task id, token) pairs or (task id,
-    token, result) triples, all checked before anything is written; ``limit`` is the
-    queue's max_payload_bytes, which results share (see check_result)."""
-
-    wrong = f"{what} takes Leases, (task id, token) pairs or (task id, token, result) triples"
-    items = []
-    for item in _iterable(leases, wrong):
-        result = None
-        if isinstance(item, Lease):
-            task_id, token = item.task_id, item.token
-        elif isinstance(item, tuple) and len(item) == 2:
-            task_id, token = item
-        elif isinstance(item, tuple) and len(item) == 3:
-            task_id, token, result = item
-        else:
-            raise InvalidArgument(wrong)
-        task_id, token = check_task_id(task_id), check_token(token)
-        items.append((task_id, token, None if result is None else check_result(result, limit)))
-        _check_size(items)
-    return items
 
 
 def check_failures(failed: object) -> list[tuple[str, int, str | None, bool]]:

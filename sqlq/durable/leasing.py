@@ -15,7 +15,6 @@ from ..contract import (
     check_error,
     check_failures,
     check_flag,
-    check_leases,
     check_progress,
     check_result,
     check_seconds,
@@ -23,6 +22,7 @@ from ..contract import (
     check_token,
     time_after,
 )
+from ..contract.leases import check_leases
 from ..records import Heartbeat, Lease
 from ..rules import released
 from .calls import Calls
