@@ -1769,12 +1769,28 @@ MUTANTS = [
     Mutant(  # the leases prefetched behind a handler past its time limit stay held
         "worker-backlog-kept-behind-a-timed-out-handler",
         "sqlq/worker/monitor.py",
-        "        if limits:  # that slot may never be free again",
-        "        if False:  # that slot may never be free again",
+        "            queued = w._take_backlog() if limits or shed else []\n",
+        "            queued = w._take_backlog() if shed else []\n",
         (
             "tests/test_worker.py::test_a_handler_past_its_time_limit_gives_the_backlog_behind_it_back",
             "tests/test_probe_batches.py::"
             "test_tasks_prefetched_behind_a_handler_past_its_time_limit_are_run_elsewhere",
+        ),
+    ),
+    Mutant(  # the backlog taken after the time limit freed a coroutine's slot: its retry,
+        # claimed meanwhile into the backlog, is released (an extra claim and release)
+        "worker-retry-of-a-cancelled-coroutine-given-back",
+        "sqlq/worker/monitor.py",
+        "            queued = w._take_backlog() if limits or shed else []\n"
+        "        for entry in limits:\n"
+        "            w._time_out(entry)\n",
+        "        for entry in limits:\n"
+        "            w._time_out(entry)\n"
+        "        with self._cond:\n"
+        "            queued = w._take_backlog() if limits or shed else []\n",
+        (
+            "tests/test_async.py::"
+            "test_the_retry_claimed_as_the_time_limit_frees_a_coroutine_s_slot_is_run_not_released",
         ),
     ),
     Mutant(  # a slot past its time limit counts as free: tasks are claimed to wait behind it

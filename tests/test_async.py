@@ -131,6 +131,83 @@ def test_time_limit_cancels_an_async_handler_and_fails_its_task(
     ]
 
 
+class _Gate(threading.Condition):
+    """A worker's runners' condition whose notifies are dropped while ``shut``: a lease
+    put in the backlog meanwhile waits there, no runner woken to take it."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        super().__init__(lock)
+        self.shut = False
+
+    def notify(self, n: int = 1) -> None:  # (notify_all calls it too)
+        if not self.shut:
+            super().notify(n)
+
+    def open(self) -> None:
+        """(Holding the lock.)  Notifies again, and wakes every runner."""
+        self.shut = False
+        self.notify_all()
+
+
+def test_the_retry_claimed_as_the_time_limit_frees_a_coroutine_s_slot_is_run_not_released(
+    open_queue: Callable[..., sqlq.Queue],
+) -> None:
+    """The time limit fails the task and cancels its coroutine, whose slot is then
+    free: the claim loop may claim the retry into the backlog before the monitor
+    gives back the leases that waited behind that slot.  Only those that waited as it
+    ran out go back (none here); the retry is run, claimed once, never released.
+
+    The race of a loaded machine (an extra claim and release of the task, seen in its
+    counts and log), made certain: the runner is not woken for the retry until the
+    monitor's round that timed the task out has ended."""
+    clock = ManualClock()
+    queue = open_queue(lease_seconds=3.0, max_attempts=3, clock=clock.time)
+    queue.add("slow")
+    attempts: list[tuple[int, float]] = []
+    started = threading.Event()
+
+    async def handler(lease: sqlq.Lease) -> None:
+        attempts.append((lease.attempt, clock.monotonic()))
+        if lease.attempt == 1:
+            started.set()
+            await asyncio.Event().wait()  # never set: only the cancel ends it
+
+    worker = Worker(queue, handler, time_limit=2.5, with_lease=True, clock=clock)
+    gate = worker._work = _Gate(worker._lock)
+    take, time_out, monitor_round = worker._take, worker._time_out, worker._monitor._round
+    claimed, waited = threading.Event(), []
+
+    def taking(leases: list[sqlq.Lease], asked: float) -> None:
+        take(leases, asked)
+        if any(lease.attempt == 2 for lease in leases):
+            claimed.set()
+
+    def timing_out(entry: Any) -> None:
+        with worker._cond:
+            gate.shut = True  # before the cancel frees the slot
+        time_out(entry)
+        waited.append(claimed.wait(10))  # the retry is in the backlog, its runner asleep
+
+    def round_then_open() -> bool:
+        try:
+            return monitor_round()
+        finally:
+            with worker._cond:
+                if gate.shut:
+                    gate.open()
+
+    worker._take = taking  # type: ignore[method-assign]
+    worker._time_out = timing_out  # type: ignore[method-assign]
+    worker._monitor._round = round_then_open  # type: ignore[method-assign]
+    thread, out = _in_thread(worker, stop_when_idle=True)
+    assert started.wait(10)
+    assert [clock.step(2) for _ in range(3)] == [1.0, 2.0, 2.5]  # two heartbeats, the limit
+    thread.join(10)
+
+    assert waited == [True]
+    _check_timed_out_then_completed(queue, out, attempts)
+
+
 def test_stop_cancels_async_handlers_after_the_grace_and_releases_their_tasks(
     open_queue: Callable[..., sqlq.Queue], caplog: pytest.LogCaptureFixture
 ) -> None:

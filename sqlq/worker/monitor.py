@@ -66,7 +66,9 @@ class Watched(Protocol):
 
     def _time_out(self, entry: Running) -> None: ...
 
-    def _shed(self, why: str, level: int = logging.INFO) -> None: ...
+    def _take_backlog(self) -> list[Running]: ...
+
+    def _hand_back(self, entries: list[Running], why: str, level: int = logging.INFO) -> None: ...
 
     def _log_busy(self, exc: Exception) -> None: ...
 
@@ -198,12 +200,17 @@ class Monitor:
                 w.clock.wait(self._cond, None if soonest == math.inf else soonest)
                 self._wake_at = -math.inf  # awake: it looks at every task anyway
                 return True
+            # The leases waiting now, under the lock that found the limit or the wait:
+            # once the time limit cancels a coroutine its slot is free, and a lease
+            # claimed for it (the failed task's retry, say) must run, not go back.
+            queued = w._take_backlog() if limits or shed else []
         for entry in limits:
             w._time_out(entry)
-        if limits:  # that slot may never be free again: the leases waiting for it go back
-            w._shed("was prefetched behind a handler that ran past its time limit")
-        elif shed:
-            w._shed(f"waited over {BACKLOG_WAIT:g}s in the backlog (long handlers ahead of it)")
+        if queued and limits:  # that slot may never be free again: its waiters go back
+            w._hand_back(queued, "was prefetched behind a handler that ran past its time limit")
+        elif queued:
+            why = f"waited over {BACKLOG_WAIT:g}s in the backlog (long handlers ahead of it)"
+            w._hand_back(queued, why)
         for entry in stuck:
             fields = task_fields(entry.lease)
             event(

@@ -70,20 +70,27 @@ class Shutdown(Outcomes):
 
     def _shed(self, why: str, level: int = logging.INFO) -> None:
         """Give back every lease waiting in the backlog (released: the attempt is not
-        counted), at a stop, once the oldest waited BACKLOG_WAIT (sqlq.worker.monitor) or a
-        handler ran past its time limit; the prefetch is then cut as if handlers
-        took as long as the oldest waited (the mean duration was no guide)."""
+        counted) at a stop; the monitor does the same in two steps (_take_backlog under
+        the lock that finds it due, _hand_back after) once the oldest waited BACKLOG_WAIT
+        (sqlq.worker.monitor) or a handler ran past its time limit.  The prefetch is then
+        cut as if handlers took as long as the oldest waited (the mean was no guide)."""
         with self._cond:
-            queued = list(self._backlog)
-            self._backlog.clear()
-            if not queued:
-                return
+            queued = self._take_backlog()
+        if queued:
+            self._hand_back(queued, why, level)
+
+    def _take_backlog(self) -> list[Running]:
+        """Take every lease waiting in the backlog, RELEASED, for _hand_back (holding
+        _cond), and cut the prefetch as _shed says."""
+        queued = list(self._backlog)
+        self._backlog.clear()
+        if queued:
             waited = self.clock.monotonic() - queued[0].started
             mean = self._mean
             self._mean = waited if mean is None else max(mean, waited)
             for entry in queued:
                 entry.state = Phase.RELEASED
-        self._hand_back(queued, why, level)
+        return queued
 
     def _hand_back(self, entries: list[Running], why: str, level: int = logging.INFO) -> None:
         """Release the leases of ``entries``, taken from the backlog and RELEASED (not
