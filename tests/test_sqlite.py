@@ -588,35 +588,3 @@ def test_a_call_opened_as_claiming_nothing_still_claims_by_the_pause_and_the_lim
     assert q.reserve(5) == "plain"
     q.close()
 
-
-def test_opening_a_file_is_one_straight_path(tmp_path: Path) -> None:
-    """Issue 26: the backend drives opening (resolve the path, check the files, connect,
-    create or migrate or check the schema, keep the connection) by calls into the modules
-    below it, which return what the next step needs; none of them (migrate.py, files.py,
-    driver.py, paths.py) calls back into the backend object.  A new file, an existing
-    one, and one opened as it is (migrate=False)."""
-    import sys
-    from types import FrameType
-    from typing import Any
-
-    from sqlq.sqlite.backend import SqliteBackend
-
-    own = {cls.__module__ for cls in SqliteBackend.__mro__}  # the backend's own layers
-    back: list[tuple[str, str]] = []
-
-    def watch(frame: FrameType, event: str, _arg: Any) -> None:
-        if event == "call" and isinstance(frame.f_locals.get("self"), SqliteBackend):
-            caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back else ""
-            if caller.startswith("sqlq.") and caller not in own:
-                back.append((caller, frame.f_code.co_name))
-
-    path = tmp_path / "q.db"
-    for options in ({}, {}, {"migrate": False}):
-        sys.setprofile(watch)
-        try:
-            backend = SqliteBackend(path, **options)
-        finally:
-            sys.setprofile(None)
-        backend.close()
-    assert path.exists()
-    assert back == []
