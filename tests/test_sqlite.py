@@ -587,4 +587,3 @@ def test_a_call_opened_as_claiming_nothing_still_claims_by_the_pause_and_the_lim
     q.resume(5)
     assert q.reserve(5) == "plain"
     q.close()
-
