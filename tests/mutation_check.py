@@ -1651,6 +1651,20 @@ MUTANTS = [
         "",
         ("tests/test_sqlite.py", "tests/faults/test_frozen.py"),
     ),
+    Mutant(  # opening: the WAL size limit the connector read is not kept (the backend says 0)
+        "sqlite-opening-forgets-the-wal-limit",
+        "sqlq/sqlite/connections.py",
+        "        self.wal_limit = self._connect.wal_limit\n",
+        "",
+        ("tests/faults/test_checkpoints.py",),
+    ),
+    Mutant(  # a refused file keeps the connection that opening it used (and -wal/-shm)
+        "sqlite-refused-open-keeps-its-connection",
+        "sqlq/sqlite/migrate.py",
+        "        if error is not None:\n            self.close()\n",
+        "        pass\n",
+        ("tests/test_schema.py",),
+    ),
     Mutant(  # a later migration does not stamp its version: nobody notices it
         "upgrade-later-migrations-not-stamped",
         "sqlq/sqlite/migrate.py",

@@ -352,12 +352,15 @@ def test_a_newer_schema_is_refused_untouched(db_path: Path) -> None:
         )
     conn.close()
     before = _digest(db_path)
-    with pytest.raises(SchemaTooNew, match="upgrade sqlq"):
+    with pytest.raises(SchemaTooNew, match="upgrade sqlq") as refused:
         sqlq.Queue(db_path, lease_seconds=1, max_attempts=1)
     assert _digest(db_path) == before
-    # The refused open closed its connection: no -wal or -shm file is left behind.
+    # The refused open closed its connection: no -wal or -shm file is left behind, and
+    # not by the garbage collector (the error's traceback, kept here, holds the frames
+    # of the opening).
     left = {p.name for p in db_path.parent.iterdir()}
     assert not left & {f"{db_path.name}-wal", f"{db_path.name}-shm"}, left
+    assert refused.tb is not None
 
 
 def test_an_older_database_is_migrated_forward(

@@ -200,3 +200,39 @@ def test_workers_of_a_sqlq_before_the_registry_said_versions_stop_a_migration(
     with sqlq.Queue(path, force_migration=True) as q:
         assert q._backend.schema_versions().found == 14
         assert q.add("t")
+
+
+def test_opening_a_database_is_one_straight_path(new_url: Callable[[], str]) -> None:
+    """Issue 26: a backend drives its opening (SQLite: resolve the path, check the
+    files, connect, create or migrate or check the schema, keep the connection;
+    PostgreSQL: connect, migrate or check) by calls into the modules below it, which
+    return what the next step needs; none of them (migrate.py, files.py, driver.py,
+    ...) calls back into the backend object.  A new database, an existing one, and
+    one opened as it is (migrate=False)."""
+    from types import FrameType
+    from typing import Any
+
+    from sqlq.backends import open_backend
+    from sqlq.postgresql.backend import PostgresBackend
+    from sqlq.sqlite.backend import SqliteBackend
+
+    classes = (SqliteBackend, PostgresBackend)
+    # Their own layers, and the registry above them that opens them.
+    own = {cls.__module__ for backend in classes for cls in backend.__mro__} | {"sqlq.backends"}
+    back: list[tuple[str, str]] = []
+
+    def watch(frame: FrameType, event: str, _arg: Any) -> None:
+        if event == "call" and isinstance(frame.f_locals.get("self"), classes):
+            caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back else ""
+            if caller.startswith("sqlq.") and caller not in own:
+                back.append((caller, frame.f_code.co_name))
+
+    url = new_url()
+    for options in ({}, {}, {"migrate": False}):
+        sys.setprofile(watch)
+        try:
+            backend = open_backend(url, **options)
+        finally:
+            sys.setprofile(None)
+        backend.close()
+    assert back == []

@@ -43,7 +43,7 @@ from ..errors import CannotOpen, InvalidConfig
 from ..records import Checkpoint
 from ..sqlstore import SqlReads
 from . import driver, files
-from .connections import Synchronous
+from .connections import Connector, Synchronous
 from .forks import live
 from .gate import Gate
 from .inspection import Inspection
@@ -118,7 +118,7 @@ class SqliteBackend(Inspection, Maintenance, SqlReads):
         self._cursor: Any = None
         self._gate: Gate | None = None  # opened on the first write
         self._commits = 0  # since this process's last checkpoint
-        self.wal_limit = 0  # bytes; set from limit_wal_size when connecting
+        self.wal_limit = 0  # bytes; set from limit_wal_size when connecting (Connector)
         self.last_checkpoint: Checkpoint | None = None
         self.checkpoint_failures = 0
         self._opened = False
@@ -126,28 +126,33 @@ class SqliteBackend(Inspection, Maintenance, SqlReads):
         self._held_for_fork = False
         self.keyed = False  # the dedupe keys' indexes are there (SqliteTransaction._keying)
         self.grouped = False  # the group triggers are there (SqliteTransaction._grouping)
+        self._connect = Connector(self.path, synchronous, self.busy_timeout)
         live.add(self)
+        # One straight path down: the file was resolved and checked above; now create
+        # or lock and migrate it, or check it (migrate.py, handed the connector: it
+        # returns the version found and the connection it used), then keep that
+        # connection for the calls, ready.
         try:
             with self._lock, self._guard():
                 if migrate:
-                    self.schema_found = ensure_schema(
+                    self.schema_found, conn = ensure_schema(
                         self.path,
-                        self._connection,
+                        self._connect,
                         mode=mode,
                         timeout=self.busy_timeout,
-                        reconnect=self._fresh_connection,
                         force=force_migration,
                     )
                     self.schema_version = latest_version()
                 else:
-                    self.schema_found = self.schema_version = check_schema(
-                        self._fresh_connection, self.path, timeout=self.busy_timeout
+                    self.schema_found, conn = check_schema(
+                        self._connect, self.path, timeout=self.busy_timeout
                     )
-            self.file_mode = files.file_mode(self.path)
-            self._rng = random.Random()
-            self._opened = True  # from now on connections wait for locks in _waiting
-            with self._lock, self._guard():
-                self._connection().execute(Q.no_busy_handler)
+                    self.schema_version = self.schema_found
+                self._adopt(conn)
+                self.file_mode = files.file_mode(self.path)
+                self._rng = random.Random()
+                self._opened = True  # from now on connections wait for locks in _waiting
+                conn.execute(Q.no_busy_handler)
         except BaseException:
             self.close()  # a refused file keeps no connection (nor -wal/-shm files)
             raise

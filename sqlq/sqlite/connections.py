@@ -35,6 +35,65 @@ _engine_lock = threading.Lock()  # makes each backend's queue.engine once
 STATEMENT_CACHE = 1024
 
 
+def connect_args(busy_timeout: float) -> dict[str, Any]:
+    """How every connection to a file is opened (the queue's and queue.engine's)."""
+    return {
+        "isolation_level": None,  # sqlq issues BEGIN IMMEDIATE / COMMIT itself
+        "check_same_thread": False,  # calls are serialised by the backend's lock
+        "timeout": busy_timeout,
+        # The DB-API module keeps this many prepared statements per connection;
+        # once full, each new one evicts the last one added, so two statements
+        # that take turns would be parsed and planned again at every execution
+        # (a worker that once ran migrations, listings and purges would).  More
+        # than every statement sqlq can run: queries.sql, the migrations.
+        "cached_statements": STATEMENT_CACHE,
+    }
+
+
+def set_up(conn: Any, synchronous: Synchronous) -> int:
+    """The connect-time settings of every connection to a file; returns the WAL size
+    limit (bytes) the connection keeps."""
+    conn.execute(Q.set_synchronous_full if synchronous == "full" else Q.set_synchronous_normal)
+    limit: int = conn.execute(Q.limit_wal_size).fetchone()[0]
+    return limit
+
+
+class Connector:
+    """Opens the queue's own connections to one file: the connection opening the file
+    uses (migrate.py, given this as its ``connect``) and each one after (after fork,
+    after Corrupt), all alike.  Below the backend: it knows the file and the settings,
+    not the backend, and keeps the WAL size limit the last connection reported."""
+
+    def __init__(self, path: str, synchronous: Synchronous, busy_timeout: float) -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self.wal_limit = 0  # bytes; set from limit_wal_size when connecting
+
+    def __call__(self) -> Any:
+        """A new connection in autocommit mode, with SQLite's busy handler (waiting
+        up to busy_timeout, which opening uses); DB-API errors of connecting leave as
+        sqlq errors, the others (raised by a statement) for the caller's guard."""
+        try:
+            conn = driver.dbapi.connect(self.path, **connect_args(self.busy_timeout))
+            try:
+                self.wal_limit = set_up(conn, self.synchronous)
+            except BaseException:
+                conn.close()
+                raise
+        except driver.dbapi.Error as exc:
+            raise driver.translate(exc, self.path) from exc
+        try:
+            conn.text_factory = driver.stored_text
+            # The queue's own connection checkpoints itself (_after_commit); those
+            # of queue.engine, whose commits sqlq does not see, keep SQLite's.
+            conn.execute(Q.no_auto_checkpoint)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+
 class Connections:
     """The first layer of SqliteBackend: its connection and error translation.  The
     attributes below are set by SqliteBackend.__init__ (the one path that opens a
@@ -50,6 +109,7 @@ class Connections:
     keyed: bool
     grouped: bool
     _engine: sa.Engine | None
+    _connect: Connector
     _lock: threading.Lock
     _cutoff: float
     _conn: Any
@@ -63,51 +123,28 @@ class Connections:
 
     def _connect_args(self) -> dict[str, Any]:
         """How every connection to the file is opened (the queue's and queue.engine's)."""
-        return {
-            "isolation_level": None,  # sqlq issues BEGIN IMMEDIATE / COMMIT itself
-            "check_same_thread": False,  # calls are serialised by self._lock
-            "timeout": self.busy_timeout,
-            # The DB-API module keeps this many prepared statements per connection;
-            # once full, each new one evicts the last one added, so two statements
-            # that take turns would be parsed and planned again at every execution
-            # (a worker that once ran migrations, listings and purges would).  More
-            # than every statement sqlq can run: queries.sql, the migrations.
-            "cached_statements": STATEMENT_CACHE,
-        }
+        return connect_args(self.busy_timeout)
 
     def _on_connect(self, dbapi_conn: Any, _record: Any = None) -> None:
-        dbapi_conn.execute(
-            Q.set_synchronous_full if self.synchronous == "full" else Q.set_synchronous_normal
-        )
-        (self.wal_limit,) = dbapi_conn.execute(Q.limit_wal_size).fetchone()
+        """queue.engine's connections get the queue's connect-time settings."""
+        self.wal_limit = set_up(dbapi_conn, self.synchronous)
 
     def _connection(self) -> Any:
         if self._conn is None:
             if self._closed:
                 raise QueueClosed(f"{self.path}: the queue is closed")
-            try:
-                conn = driver.dbapi.connect(self.path, **self._connect_args())
-                try:
-                    self._on_connect(conn)
-                except BaseException:
-                    conn.close()
-                    raise
-            except driver.dbapi.Error as exc:
-                raise driver.translate(exc, self.path) from exc
-            self._conn = conn
-            self._conn.text_factory = driver.stored_text
-            self._cursor = self._conn.cursor()
-            # The queue's own connection checkpoints itself (_after_commit); those
-            # of queue.engine, whose commits sqlq does not see, keep SQLite's.
-            self._conn.execute(Q.no_auto_checkpoint)
+            conn = self._connect()
+            self._adopt(conn)
             if self._opened:  # a new connection after fork: same waiting as the first
-                self._conn.execute(Q.no_busy_handler)
+                conn.execute(Q.no_busy_handler)
         return self._conn
 
-    def _fresh_connection(self) -> Any:
-        """A connection opened now (the schema checks look again on a new one)."""
-        self._disconnect()
-        return self._connection()
+    def _adopt(self, conn: Any) -> None:
+        """Make ``conn`` (from ``self._connect``: the one opening the file returned, or
+        a new one) the connection of the queue's calls."""
+        self._conn = conn
+        self._cursor = conn.cursor()
+        self.wal_limit = self._connect.wal_limit
 
     def _disconnect(self) -> None:
         self._cursor = None

@@ -228,43 +228,77 @@ def applied_version(conn: Any, path: str) -> int:
     )
 
 
+class Opening:
+    """The connection that opening a file uses: opened by ``connect()`` on first use,
+    replaced by a new one to look at the file again, closed if opening fails (a
+    refused file keeps no connection, nor -wal/-shm files), else handed up to the
+    caller, who keeps it."""
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self.conn: Any = None
+
+    def __enter__(self) -> Opening:
+        return self
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        if error is not None:
+            self.close()
+
+    def get(self) -> Any:
+        if self.conn is None:
+            self.conn = self._connect()
+        return self.conn
+
+    def fresh(self) -> Any:
+        """A connection opened now (the schema checks look again on a new one)."""
+        self.close()
+        return self.get()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            conn.close()
+
+
 def ensure_schema(
     path: str,
     connect: Callable[[], Any],
     *,
     mode: int,
     timeout: float,
-    reconnect: Callable[[], Any] | None = None,
     force: bool = False,
-) -> int:
+) -> tuple[int, Any]:
     """Create the database at ``path`` if it is missing or empty, or bring it to the
-    latest version; return the version it was at before (0: missing or empty).
+    latest version; return the version it was at before (0: missing or empty) and the
+    connection it used, open, in WAL mode, for the caller to keep.
     A migration is refused (WorkersRunning, nothing changed) while the worker registry
     shows live workers of an older schema, unless ``force``.
 
-    ``connect()`` returns the DB-API connection to use (autocommit mode); it is
-    called once the file exists.  A new database file gets ``mode``.  Waiting for
-    another process's creation or migration lasts at most ``timeout`` seconds.
-    ``reconnect()``, if given, replaces the connection with a new one.
+    ``connect()`` opens a new DB-API connection (autocommit mode); it is called once
+    the file exists, and again to look at the file afresh.  A new database file gets
+    ``mode``.  Waiting for another process's creation or migration lasts at most
+    ``timeout`` seconds.  On an error every connection it opened is closed.
     """
     latest = latest_version()
-    if os.path.exists(path):
-        found = _settled_version(connect, path, timeout, reconnect or connect)
-        if found == latest:
-            _enable_wal(connect(), path)
-            return latest
-    with _migration_lock(path, mode, timeout):
-        files.create_database_file(path, mode)
-        conn = connect()
-        version = _not_newer(applied_version(conn, path), path)  # another may have migrated
-        if version == 0:
-            _enable_wal(conn, path)
-        elif version < latest and not force:
-            _refuse_under_older_workers(conn, path, version)
-        for migration in migrations()[version:]:
-            _apply(conn, migration)
-    _enable_wal(conn, path)
-    return version
+    with Opening(connect) as opening:
+        if os.path.exists(path):
+            found = _settled_version(opening, path, timeout)
+            if found == latest:
+                _enable_wal(opening.get(), path)
+                return latest, opening.conn
+        with _migration_lock(path, mode, timeout):
+            files.create_database_file(path, mode)
+            conn = opening.get()
+            version = _not_newer(applied_version(conn, path), path)  # another may have migrated
+            if version == 0:
+                _enable_wal(conn, path)
+            elif version < latest and not force:
+                _refuse_under_older_workers(conn, path, version)
+            for migration in migrations()[version:]:
+                _apply(conn, migration)
+        _enable_wal(conn, path)
+        return version, conn
 
 
 def _refuse_under_older_workers(conn: Any, path: str, version: int) -> None:
@@ -280,36 +314,36 @@ def _refuse_under_older_workers(conn: Any, path: str, version: int) -> None:
     refuse_older_workers(path, rows, version, latest)
 
 
-def check_schema(connect: Callable[[], Any], path: str, *, timeout: float) -> int:
-    """The version of a sqlq database (an older one included); refuses (without
-    writing) any other file, an empty one and a newer schema.  A database that is
-    empty or older is looked at again once a creation or migration under way in
-    another process is over (waiting at most ``timeout`` seconds, then Busy).
-    ``connect()`` gives a connection outside any transaction, a new one each call."""
-    version = _settled_version(connect, path, timeout, connect)
-    if version < latest_version():
-        _wait_for_migration(path, timeout)
-        version = _not_newer(applied_version(connect(), path), path)
-    if version == 0:
-        raise NotASqlqDatabase(
-            f"{path}: the file is empty, not a sqlq database yet (opening a sqlq.Queue "
-            "on it, `sqlq add` or `sqlq migrate` creates one)"
-        )
-    return version
+def check_schema(connect: Callable[[], Any], path: str, *, timeout: float) -> tuple[int, Any]:
+    """The version of a sqlq database (an older one included), and the connection that
+    read it, for the caller to keep; refuses (without writing) any other file, an
+    empty one and a newer schema.  A database that is empty or older is looked at
+    again, on a new connection, once a creation or migration under way in another
+    process is over (waiting at most ``timeout`` seconds, then Busy).  ``connect()``
+    opens a new connection outside any transaction."""
+    with Opening(connect) as opening:
+        version = _settled_version(opening, path, timeout)
+        if version < latest_version():
+            _wait_for_migration(path, timeout)
+            version = _not_newer(applied_version(opening.fresh(), path), path)
+        if version == 0:
+            raise NotASqlqDatabase(
+                f"{path}: the file is empty, not a sqlq database yet (opening a sqlq.Queue "
+                "on it, `sqlq add` or `sqlq migrate` creates one)"
+            )
+        return version, opening.conn
 
 
-def _settled_version(
-    connect: Callable[[], Any], path: str, timeout: float, again: Callable[[], Any]
-) -> int:
+def _settled_version(opening: Opening, path: str, timeout: float) -> int:
     """applied_version, not newer than this sqlq's; a file that looks foreign is looked
     at again (on a new connection) once any creation or migration under way is over:
     read while another process creates it, a new database has been seen to look
     like no sqlq database for a moment under heavy load."""
     try:
-        return _not_newer(applied_version(connect(), path), path)
+        return _not_newer(applied_version(opening.get(), path), path)
     except NotASqlqDatabase:
         _wait_for_migration(path, timeout)
-        return _not_newer(applied_version(again(), path), path)
+        return _not_newer(applied_version(opening.fresh(), path), path)
 
 
 def _not_newer(version: int, path: str) -> int:
