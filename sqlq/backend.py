@@ -93,11 +93,11 @@ class Transaction(Protocol):
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        key: str | None = None,
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
         group: str | None = None,
-        key: str | None = None,
     ) -> bool:
         """Add a task (of ``group``): AVAILABLE at its place in the line (``priority``'s, see the
         module docstring), or WAITING until ``run_at``.

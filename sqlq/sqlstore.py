@@ -165,12 +165,14 @@ class SqlCalls(Rows):
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        key: str | None = None,
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
         group: str | None = None,
-        key: str | None = None,
     ) -> bool:
+        # key not keyword-only: an add without one pays nothing for its default (a
+        # keyword-only default not given is a dict lookup at every call)
         how = (queue, max_attempts, retry, run_at, priority, aging, group)
         if key is None:
             return self._add(how, task_id, payload, name)
