@@ -215,12 +215,6 @@ def state_name(text: str) -> str:
 state_name.__name__ = "state"
 
 
-#: DB's note for the commands that write to a database (they do not create one).
-WRITE_NOTE = "it must exist (it is not created) and be a sqlq database; an older schema is migrated"
-#: DB's note for the commands that only read a database.
-READ_ONLY_NOTE = "it must exist and be a sqlq database at the current schema; it is not created"
-
-
 def add_database(parser: argparse.ArgumentParser, note: str) -> None:
     parser.add_argument("db", metavar="DB", help=f"the database file; {note}")
 

@@ -13,7 +13,6 @@ from ..shapes import cancelled_json, paused_json
 from .common import (
     EXIT_ERROR,
     EXIT_OK,
-    WRITE_NOTE,
     add_database,
     add_json,
     add_queue,
@@ -22,6 +21,7 @@ from .common import (
     printable,
     sqlq_database,
 )
+from .maintenance import WRITE_NOTE
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

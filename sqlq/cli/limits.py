@@ -14,7 +14,6 @@ from ..contract import MAX_LIMIT, Limit
 from ..humanize import span
 from .common import (
     EXIT_OK,
-    WRITE_NOTE,
     UsageError,
     add_database,
     add_json,
@@ -28,6 +27,7 @@ from .common import (
     sqlq_database,
     table,
 )
+from .maintenance import WRITE_NOTE
 
 #: How the table calls the queue's default (limits of groups without their own).
 DEFAULT = "(default)"

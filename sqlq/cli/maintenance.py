@@ -23,7 +23,6 @@ from .common import (
     DURATION_SYNTAX,
     EXIT_OK,
     EXIT_USAGE,
-    WRITE_NOTE,
     CliError,
     Progress,
     UsageError,
@@ -44,6 +43,8 @@ from .common import (
 if TYPE_CHECKING:
     from ..durable import Queue
     from ..records import Purged
+
+WRITE_NOTE = "it must exist (it is not created) and be a sqlq database; an older schema is migrated"
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -24,7 +24,6 @@ from ..settings import DEFAULTS, QueueSettings
 from ..shapes import overview_json, task_json
 from .common import (
     EXIT_OK,
-    READ_ONLY_NOTE,
     CliError,
     Database,
     UsageError,
@@ -51,6 +50,8 @@ if TYPE_CHECKING:
     import threading
 
     from ..records import QueueOverview, TaskInfo
+
+READ_ONLY_NOTE = "it must exist and be a sqlq database at the current schema; it is not created"
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

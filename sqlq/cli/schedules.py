@@ -17,8 +17,6 @@ from ..humanize import moment
 from .common import (
     EXIT_ERROR,
     EXIT_OK,
-    READ_ONLY_NOTE,
-    WRITE_NOTE,
     add_database,
     add_json,
     add_queue,
@@ -29,6 +27,7 @@ from .common import (
     sqlq_database,
     table,
 )
+from .maintenance import WRITE_NOTE
 
 if TYPE_CHECKING:
     from ..records import ScheduleState
@@ -46,7 +45,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "reads, and needs none of your code."
         ),
     )
-    add_database(schedules, READ_ONLY_NOTE)
+    add_database(
+        schedules, "it must exist and be a sqlq database at the current schema; not created"
+    )
     add_json(schedules, "the schedules (times as Unix seconds)")
     schedules.set_defaults(handler=_schedules)
 

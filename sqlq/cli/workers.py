@@ -11,7 +11,6 @@ from ..humanize import relative
 from ..registry import KEEP_STALE, STALE_BEATS, held_text, listed
 from .common import (
     EXIT_OK,
-    READ_ONLY_NOTE,
     add_database,
     add_json,
     inspected,
@@ -39,7 +38,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             f"{KEEP_STALE / 3600:g} hour more, then no longer. Only reads."
         ),
     )
-    add_database(workers, READ_ONLY_NOTE)
+    add_database(workers, "it must exist and be a sqlq database at the current schema; not created")
     add_json(workers, "the workers (times as Unix seconds)")
     workers.set_defaults(handler=_workers)
 
