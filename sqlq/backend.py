@@ -93,6 +93,7 @@ class Transaction(Protocol):
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        key: str | None = None,
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
@@ -101,7 +102,10 @@ class Transaction(Protocol):
         """Add a task (of ``group``): AVAILABLE at its place in the line (``priority``'s, see the
         module docstring), or WAITING until ``run_at``.
 
-        False (and no change) if the id exists in the queue.
+        False (and no change) if the id exists in the queue.  With ``key`` (a dedupe
+        key, see sqlq.keys) the task holds it: False, and no change, also if another
+        task holds the key (one added meanwhile by a concurrent call, whose
+        transaction this insert waits for).
         """
         ...
 
@@ -274,26 +278,6 @@ class Transaction(Protocol):
         """The task of ``queue`` that holds ``key``: the one not finished with it, else
         (if ``cutoff`` is not None) the one that finished with it latest, if after
         ``cutoff``; None if there is none.  Two probes of indexes, never a scan."""
-        ...
-
-    def insert_keyed(
-        self,
-        queue: str,
-        task_id: str,
-        key: str,
-        max_attempts: int,
-        retry: Retry,
-        payload: Encoded,
-        run_at: Number | None,
-        name: str | None,
-        *,
-        priority: int = 0,
-        aging: float = DEFAULT_AGING,
-        group: str | None = None,
-    ) -> bool:
-        """``insert`` of a task holding ``key``; False, and no change, if the id exists
-        or another task holds the key (one added meanwhile by a concurrent call,
-        whose transaction this insert waits for)."""
         ...
 
     def debounce(self, holder: Holder, payload: Encoded, run_at: Number | None) -> bool:

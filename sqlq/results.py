@@ -13,6 +13,7 @@ of their own.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -72,3 +73,28 @@ def wait(waiting: ResultWait, look: Callable[[str], Found], sleep: Callable[[flo
     while (pause := waiting.pause(look(waiting.task_id))) is not None:
         sleep(pause)
     return waiting.value
+
+
+class ResultWaiting:
+    """``wait_for_result``, the one call Queue and WorkQueue write alike: each face's
+    Inspection part inherits it and gives ``_outcome``, its look at a task."""
+
+    __slots__ = ()
+
+    def _outcome(self, task_id: str) -> Found:
+        raise NotImplementedError
+
+    def wait_for_result(
+        self,
+        task_id: str,
+        timeout: Number,
+        *,
+        poll: Number = DEFAULT_POLL,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Any] = time.sleep,
+    ) -> Any:
+        """Block until the task is COMPLETED (its result) or DEAD (TaskDead), or
+        ``timeout`` seconds of ``clock`` have passed (ResultTimeout); looks with pauses
+        that double up to ``poll`` seconds (see sqlq.results).  A WorkQueue looks at the
+        latest time a call gave: only calls of other threads change its answer."""
+        return wait(ResultWait(task_id, timeout, poll, clock), self._outcome, sleep)

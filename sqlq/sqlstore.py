@@ -165,30 +165,17 @@ class SqlCalls(Rows):
         payload: Encoded,
         run_at: Number | None,
         name: str | None,
+        key: str | None = None,
         *,
         priority: int = 0,
         aging: float = DEFAULT_AGING,
         group: str | None = None,
     ) -> bool:
+        # key not keyword-only: an add without one pays nothing for its default (a
+        # keyword-only default not given is a dict lookup at every call)
         how = (queue, max_attempts, retry, run_at, priority, aging, group)
-        return self._add(how, task_id, payload, name)
-
-    def insert_keyed(
-        self,
-        queue: str,
-        task_id: str,
-        key: str,
-        max_attempts: int,
-        retry: Retry,
-        payload: Encoded,
-        run_at: Number | None,
-        name: str | None,
-        *,
-        priority: int = 0,
-        aging: float = DEFAULT_AGING,
-        group: str | None = None,
-    ) -> bool:
-        how = (queue, max_attempts, retry, run_at, priority, aging, group)
+        if key is None:
+            return self._add(how, task_id, payload, name)
         return self._add_keyed(how, task_id, payload, name, key)
 
     def insert_many(
@@ -213,7 +200,8 @@ class SqlCalls(Rows):
     def _add_keyed(
         self, how: Adding, task_id: str, payload: Encoded, name: str | None, key: str
     ) -> bool:
-        """insert_keyed: whether the task was added (False: the key has a holder)."""
+        """insert with a key: whether the task was added (False: its id is taken, or the
+        key has a holder)."""
         raise NotImplementedError
 
     def _add_many(self, how: Adding, batch: Batch) -> list[bool]:

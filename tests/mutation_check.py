@@ -607,6 +607,27 @@ MUTANTS = [
         '"finished_at": at if state in FINISHED else None,',
         '"finished_at": None,',
     ),
+    Mutant(  # the port's one insert: with a key, the keyed statement
+        "sqlstore-insert-drops-the-key",
+        "sqlq/sqlstore.py",
+        "        if key is None:\n            return self._add(how, task_id, payload, name)",
+        "        if True:\n            return self._add(how, task_id, payload, name)",
+        KEYS,
+    ),
+    Mutant(  # Queue's TaskInfo, made from the row's own fields
+        "durable-info-forgets-the-key",
+        "sqlq/durable/inspection.py",
+        'fields["key"] = fields.pop("dedupe_key")',
+        'fields["key"] = fields.pop("dedupe_key") and None',
+        KEYS,
+    ),
+    Mutant(  # wait_for_result, written once for both faces
+        "results-wait-never-looks",
+        "sqlq/results.py",
+        "return wait(ResultWait(task_id, timeout, poll, clock), self._outcome, sleep)",
+        "return wait(ResultWait(task_id, timeout, poll, clock), lambda t: None, sleep)",
+        RESULTS,
+    ),
     Mutant(
         "pg-retries-announced-to-nobody",
         "sqlq/postgresql/transaction.py",

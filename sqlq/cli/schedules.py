@@ -28,6 +28,7 @@ from .common import (
     table,
 )
 from .maintenance import WRITE_NOTE
+from .reading import READ_ONLY_NOTE
 
 if TYPE_CHECKING:
     from ..records import ScheduleState
@@ -45,9 +46,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "reads, and needs none of your code."
         ),
     )
-    add_database(
-        schedules, "it must exist and be a sqlq database at the current schema; not created"
-    )
+    add_database(schedules, READ_ONLY_NOTE)
     add_json(schedules, "the schedules (times as Unix seconds)")
     schedules.set_defaults(handler=_schedules)
 

@@ -18,6 +18,7 @@ from .common import (
     printable,
     table,
 )
+from .reading import READ_ONLY_NOTE
 
 if TYPE_CHECKING:
     from ..records import WorkerInfo
@@ -38,7 +39,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             f"{KEEP_STALE / 3600:g} hour more, then no longer. Only reads."
         ),
     )
-    add_database(workers, "it must exist and be a sqlq database at the current schema; not created")
+    add_database(workers, READ_ONLY_NOTE)
     add_json(workers, "the workers (times as Unix seconds)")
     workers.set_defaults(handler=_workers)
 

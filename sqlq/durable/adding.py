@@ -206,9 +206,9 @@ class Adding(Calls):
                 outcome = on_holder(rule.on_key, holder.state)
                 if outcome is not Keyed.DEBOUNCED or tx.debounce(holder, encoded, waiting):
                     return Added(outcome, holder.task_id)
-            elif tx.insert_keyed(self.queue, task_id, rule.key, limit, policy, encoded,
-                                 waiting, name, priority=priority,
-                                 aging=self.aging, group=group):  # fmt: skip
+            elif tx.insert(self.queue, task_id, limit, policy, encoded, waiting, name,
+                           priority=priority, aging=self.aging, group=group,
+                           key=rule.key):  # fmt: skip
                 return Added(Keyed.ADDED, task_id)
             elif tx.get(self.queue, task_id) is not None:
                 return Added(Keyed.EXISTS, None)

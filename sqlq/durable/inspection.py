@@ -4,8 +4,6 @@ some reading only)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from .. import payload as payloads
@@ -21,11 +19,11 @@ from ..contract import (
     result_of,
 )
 from ..records import QueueStats, TaskInfo
-from ..results import DEFAULT_POLL, ResultWait, wait
+from ..results import ResultWaiting
 from .calls import Calls
 
 
-class Inspection(Calls):
+class Inspection(Calls, ResultWaiting):
     """status, result, info, tasks, dead; stats, snapshot, ready, next_due, counts."""
 
     def status(self, task_id: str, now: Number | None = None) -> str | None:
@@ -41,20 +39,6 @@ class Inspection(Calls):
         (a NoResult with the last error) if it is DEAD."""
         task_id = check_task_id(task_id)
         return result_of(task_id, self._outcome(task_id, now))
-
-    def wait_for_result(
-        self,
-        task_id: str,
-        timeout: Number,
-        *,
-        poll: Number = DEFAULT_POLL,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Any] = time.sleep,
-    ) -> Any:
-        """Block until the task is COMPLETED (its result) or DEAD (TaskDead), or
-        ``timeout`` seconds have passed (ResultTimeout); looks with pauses that
-        double up to ``poll`` seconds (see sqlq.results)."""
-        return wait(ResultWait(task_id, timeout, poll, clock), self._outcome, sleep)
 
     def _outcome(self, task_id: str, now: Number | None = None) -> Outcome | None:
         """(state, stored result, last error) of the task after due events, or None."""
@@ -137,25 +121,18 @@ class Inspection(Calls):
 
 
 def _info(task: TaskRow) -> TaskInfo:
-    return TaskInfo(
-        task_id=task.task_id,
-        state=task.state.value,
-        attempts=task.attempts,
-        max_attempts=task.max_attempts,
-        payload=payloads.readable(task.payload),
-        last_error=task.last_error,
-        token=task.token,
-        deadline=task.deadline,
-        run_at=task.run_at,
-        created_at=task.created_at,
-        updated_at=task.updated_at,
-        finished_at=task.finished_at,
-        name=task.name,
-        stop_requested_at=task.stop_requested_at,
-        result=payloads.readable(task.result),
-        progress=task.progress,
-        progress_message=task.progress_message,
-        group=task.group,
-        key=task.dedupe_key,
-        priority=task.priority,
-    )
+    """The row as TaskInfo shows it: the fields both have by name, the payload and the
+    result readable, the state's name, and ``key`` for the row's ``dedupe_key``; what
+    only the store uses (``row_id``, ``seq``, ``retry``) left out."""
+    fields = task._asdict()
+    for stored in _STORED_ONLY:
+        del fields[stored]
+    fields["state"] = task.state.value
+    fields["payload"] = payloads.readable(task.payload)
+    fields["result"] = payloads.readable(task.result)
+    fields["key"] = fields.pop("dedupe_key")
+    return TaskInfo(**fields)
+
+
+#: The fields of a TaskRow that a TaskInfo does not show.
+_STORED_ONLY = ("row_id", "seq", "retry")

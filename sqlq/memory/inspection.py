@@ -3,8 +3,6 @@ queue's figures."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from .. import payload as payloads
@@ -19,7 +17,7 @@ from ..contract import (
     result_of,
 )
 from ..records import QueueStats, TaskInfo
-from ..results import DEFAULT_POLL, ResultWait, wait
+from ..results import ResultWaiting
 from .engine import Engine
 from .layout import (
     _ATTEMPTS,
@@ -42,7 +40,7 @@ from .layout import (
 )
 
 
-class Inspection(Engine):
+class Inspection(Engine, ResultWaiting):
     """status, result, wait_for_result, info, tasks, dead, stats, ready, counts."""
 
     def status(self, task_id: str, now: Number) -> str | None:
@@ -63,21 +61,6 @@ class Inspection(Engine):
         task_id = check_task_id(task_id)
         self._advance(now)
         return result_of(task_id, self._outcome(task_id))
-
-    def wait_for_result(
-        self,
-        task_id: str,
-        timeout: Number,
-        *,
-        poll: Number = DEFAULT_POLL,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Any] = time.sleep,
-    ) -> Any:
-        """``result``, once the task is COMPLETED or DEAD (TaskDead), looking again
-        with pauses that double up to ``poll`` seconds until ``timeout`` seconds of
-        ``clock`` have passed (ResultTimeout); see sqlq.results.  Each look is at the
-        latest time a call gave: only calls of other threads change the answer."""
-        return wait(ResultWait(task_id, timeout, poll, clock), self._outcome, sleep)
 
     def _outcome(self, task_id: str) -> Outcome | None:
         record = self._tasks.get(task_id)
