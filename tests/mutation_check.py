@@ -1852,8 +1852,8 @@ MUTANTS = [
     Mutant(  # a backlog held behind a long handler is never given back
         "worker-backlog-wait-unbounded",
         "sqlq/worker/monitor.py",
-        "        elif shed:\n",
-        "        elif False:\n",
+        "            shed = now >= shed_at\n",
+        "            shed = False\n",
         (
             "tests/test_worker.py::"
             "test_a_backlog_that_waits_too_long_goes_back_and_is_not_claimed_again",
