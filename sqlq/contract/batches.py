@@ -57,7 +57,7 @@ def check_failures(failed: object) -> list[tuple[str, int, str | None, bool]]:
     written; the error and ``retry`` as ``fail`` takes them."""
     wrong = "failed takes (task id, token, error) triples or (task id, token, error, retry)"
     items = []
-    for item in _iterable(failed, wrong):
+    for item in iterable_of(failed, wrong):
         if not (isinstance(item, tuple) and len(item) in (3, 4)):
             raise InvalidArgument(wrong)
         task_id, token, error, *retry = item
@@ -69,16 +69,16 @@ def check_failures(failed: object) -> list[tuple[str, int, str | None, bool]]:
                 check_flag(retry[0] if retry else True, "retry"),
             )
         )
-        _check_size(items)
+        check_batch_size(items)
     return items
 
 
-def _iterable(items: object, wrong: str) -> Iterable[object]:
+def iterable_of(items: object, wrong: str) -> Iterable[object]:
     if isinstance(items, str | bytes) or not isinstance(items, Iterable):
         raise InvalidArgument(wrong)
     return items
 
 
-def _check_size(items: list[Any]) -> None:
+def check_batch_size(items: list[Any]) -> None:
     if len(items) > MAX_BATCH:
         raise InvalidArgument(f"a batch holds at most {MAX_BATCH} tasks")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..errors import InvalidArgument
 from ..records import Lease
-from .batches import _check_size, _iterable
+from .batches import check_batch_size, iterable_of
 from .checks import check_task_id, check_token
 from .outcomes import check_result
 from .states import Completion
@@ -20,7 +20,7 @@ def check_leases(leases: object, limit: int, what: str = "complete_many") -> lis
 
     wrong = f"{what} takes Leases, (task id, token) pairs or (task id, token, result) triples"
     items = []
-    for item in _iterable(leases, wrong):
+    for item in iterable_of(leases, wrong):
         result = None
         if isinstance(item, Lease):
             task_id, token = item.task_id, item.token
@@ -32,5 +32,5 @@ def check_leases(leases: object, limit: int, what: str = "complete_many") -> lis
             raise InvalidArgument(wrong)
         task_id, token = check_task_id(task_id), check_token(token)
         items.append((task_id, token, None if result is None else check_result(result, limit)))
-        _check_size(items)
+        check_batch_size(items)
     return items
